@@ -1,0 +1,39 @@
+# Every target creates (or reuses) the project virtualenv first, so each one
+# works on a fresh machine. The stamp re-installs when pyproject.toml changes.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv test lint unit e2e demo plan bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[operator,dev]'
+	touch $(STAMP)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy runtime/ascend_pd_runtime operator/ascend_pd_operator
+
+# The README's test command: lint, types, unit, e2e and SGLang tests.
+test: lint
+	$(BIN)/pytest
+
+unit: venv
+	$(BIN)/pytest tests/unit
+
+# The README's main command.
+demo: venv
+	$(BIN)/ascend-pd plan --model-config runtime/ascend_pd_runtime/examples/deepseek-v3.json \
+		--prefill-pp 2 --speculative nextn --speculative-roles decode --output table
+
+bench: venv
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
