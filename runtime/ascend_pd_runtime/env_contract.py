@@ -1,0 +1,397 @@
+"""The contract between the operator and the runtime container: env vars and their encoding.
+
+The operator writes these variables into every prefill/decode container
+(``launch_env``) and into the model-inspector Job (``inspector_env``); the
+launcher and the inspector read them back with ``read_launch_env`` and
+``read_inspector_env``. Both sides import this one module, so a name or an
+encoding can only change in one place.
+
+Encoding rules (every value is a string, as Kubernetes requires):
+
+* integers: decimal (``"8"``); a port is an integer in 1..65535.
+* lists of integers or words: comma-separated, no spaces (``"30,31"``,
+  ``"prefill,decode"``); the empty string is the empty list.
+* ``ASCEND_PD_EXTRA_ARGS``: a JSON array of strings (arguments may contain commas).
+* addresses: ``host:port``; the memfabric store URL is ``tcp://host:port``.
+* ``ASCEND_PD_SPECULATIVE_ALGORITHM`` is the deployment's algorithm in SGLang's
+  spelling (``NONE``, ``NEXTN``, ``EAGLE``); whether this pod runs it is
+  ``role in ASCEND_PD_SPECULATIVE_ROLES`` (``LaunchEnv.speculative_here``).
+
+Node rank is not an env var: a StatefulSet gives every pod the same template,
+so the launcher takes the ordinal from ``ASCEND_PD_POD_NAME`` (``<sts>-<ordinal>``,
+set from the downward API). Pod 0 is the distributed-init leader.
+
+The model inspector (``ascend-pd-runtime inspect``) gets ``ASCEND_PD_MODEL_PATH``
+and ``ASCEND_PD_INSPECT_OUTPUT`` (default ``/dev/termination-log``). It reads
+``<model path>/config.json`` and writes ``encode_inspect_result`` there: on
+success ``{"ok": true, "config": {...}}`` holding only ``MODEL_CONFIG_KEYS`` (small
+enough for a termination message), on failure ``{"ok": false, "error": "..."}``
+with the exact message, and exits 0 or 1. The operator reads the terminated
+container's message with ``decode_inspect_result`` and stores ``config`` as key
+``config.json`` of the ConfigMap ``<name>-model-facts`` it owns; the inspector
+needs no Kubernetes credentials.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import BadInput
+from .layout import LayoutRequest
+from .partition import format_partition, parse_partition
+
+PREFIX = "ASCEND_PD_"
+
+# --- identity -------------------------------------------------------------------------
+ROLE = "ASCEND_PD_ROLE"  #: prefill | decode
+DEPLOYMENT = "ASCEND_PD_DEPLOYMENT"  #: the PDDeployment's name
+NAMESPACE = "ASCEND_PD_NAMESPACE"  #: its namespace
+INSTANCE = "ASCEND_PD_INSTANCE"  #: instance index within the role (0-based)
+POD_NAME = "ASCEND_PD_POD_NAME"  #: downward API metadata.name; ordinal = node rank
+POD_IP = "ASCEND_PD_POD_IP"  #: downward API status.podIP
+# --- model ----------------------------------------------------------------------------
+MODEL_PATH = "ASCEND_PD_MODEL_PATH"  #: directory holding config.json and weights
+SERVED_MODEL_NAME = "ASCEND_PD_SERVED_MODEL_NAME"
+# --- distributed layout of this instance ---------------------------------------------
+NNODES = "ASCEND_PD_NNODES"  #: pods in this instance
+DIST_INIT_ADDR = "ASCEND_PD_DIST_INIT_ADDR"  #: <sts>-0.<svc>.<ns>.svc:<port>
+TP_SIZE = "ASCEND_PD_TP_SIZE"
+PP_SIZE = "ASCEND_PD_PP_SIZE"
+DP_SIZE = "ASCEND_PD_DP_SIZE"
+DEVICES_PER_NODE = "ASCEND_PD_DEVICES_PER_NODE"
+PORT = "ASCEND_PD_PORT"  #: SGLang HTTP server port
+# --- PD disaggregation ------------------------------------------------------------------
+BOOTSTRAP_PORT = "ASCEND_PD_BOOTSTRAP_PORT"  #: this prefill instance's bootstrap port
+TRANSFER_BACKEND = "ASCEND_PD_TRANSFER_BACKEND"  #: ascend | mooncake
+TRANSFER_PROTOCOL = "ASCEND_PD_TRANSFER_PROTOCOL"  #: e.g. sdma (ASCEND_MF_TRANSFER_PROTOCOL)
+STORE_URL = "ASCEND_PD_STORE_URL"  #: tcp://host:port, exported as ASCEND_MF_STORE_URL
+HCCL_SOCKET_IFNAME = "ASCEND_PD_HCCL_SOCKET_IFNAME"  #: empty: leave HCCL's default
+# --- the whole deployment's KV layout request (both roles) ----------------------------
+PREFILL_PP = "ASCEND_PD_PREFILL_PP"
+DECODE_PP = "ASCEND_PD_DECODE_PP"
+LAYER_PARTITION = "ASCEND_PD_LAYER_PARTITION"  #: prefill partition "30,31" or ""
+SGLANG_VERSION = "ASCEND_PD_SGLANG_VERSION"
+SPECULATIVE_ALGORITHM = "ASCEND_PD_SPECULATIVE_ALGORITHM"  #: NONE | NEXTN | EAGLE
+SPECULATIVE_ROLES = "ASCEND_PD_SPECULATIVE_ROLES"  #: "decode", "prefill,decode"
+SPECULATIVE_NUM_STEPS = "ASCEND_PD_SPECULATIVE_NUM_STEPS"
+SPECULATIVE_EAGLE_TOPK = "ASCEND_PD_SPECULATIVE_EAGLE_TOPK"
+SPECULATIVE_NUM_DRAFT_TOKENS = "ASCEND_PD_SPECULATIVE_NUM_DRAFT_TOKENS"
+# --- the layout the operator computed -------------------------------------------------
+KV_LAYOUT_FILE = "ASCEND_PD_KV_LAYOUT_FILE"  #: the mounted plan JSON
+KV_FINGERPRINT = "ASCEND_PD_KV_FINGERPRINT"  #: its fingerprint
+KV_TOTAL_LAYERS = "ASCEND_PD_KV_TOTAL_LAYERS"
+KV_BUF_GROUPS = "ASCEND_PD_KV_BUF_GROUPS"
+# --- user additions -------------------------------------------------------------------
+EXTRA_ARGS = "ASCEND_PD_EXTRA_ARGS"  #: JSON array of extra SGLang arguments
+# --- model inspector ------------------------------------------------------------------
+INSPECT_OUTPUT = "ASCEND_PD_INSPECT_OUTPUT"
+
+#: Where the operator mounts the ``<name>-kv-layout`` ConfigMap, and its key.
+KV_LAYOUT_MOUNT_DIR = "/etc/ascend-pd/kv-layout"
+KV_LAYOUT_KEY = "plan.json"
+#: Key of the model facts in ``<name>-model-facts`` (and in a user's configMapRef default).
+MODEL_CONFIG_KEY = "config.json"
+DEFAULT_INSPECT_OUTPUT = "/dev/termination-log"
+
+#: The ``config.json`` keys the inspector publishes: everything ``parse_model_facts`` reads.
+MODEL_CONFIG_KEYS = (
+    "architectures",
+    "model_type",
+    "num_hidden_layers",
+    "num_nextn_predict_layers",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "index_head_dim",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_size",
+    "torch_dtype",
+)
+
+ROLES = ("prefill", "decode")
+SPECULATIVE_SPELLINGS = ("NONE", "NEXTN", "EAGLE")
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    """Everything the operator tells one prefill/decode container, typed."""
+
+    role: str
+    deployment: str
+    namespace: str
+    instance: int
+    pod_name: str
+    pod_ip: str
+    model_path: str
+    served_model_name: str
+    nnodes: int
+    dist_init_addr: str
+    tp_size: int
+    pp_size: int
+    dp_size: int
+    devices_per_node: int
+    port: int
+    bootstrap_port: int | None
+    transfer_backend: str
+    transfer_protocol: str
+    store_url: str
+    hccl_socket_ifname: str
+    prefill_pp: int
+    decode_pp: int
+    layer_partition: tuple[int, ...]
+    sglang_version: str
+    speculative_algorithm: str
+    speculative_roles: tuple[str, ...]
+    speculative_num_steps: int
+    speculative_eagle_topk: int
+    speculative_num_draft_tokens: int
+    kv_layout_file: str
+    kv_fingerprint: str
+    kv_total_layers: int
+    kv_buf_groups: int
+    extra_args: tuple[str, ...] = field(default=())
+
+    @property
+    def node_rank(self) -> int:
+        """This pod's ordinal in its StatefulSet (``<sts>-<ordinal>``)."""
+        return pod_ordinal(self.pod_name)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node_rank == 0
+
+    @property
+    def speculative_here(self) -> bool:
+        """Whether this pod's role runs speculative decoding."""
+        return self.speculative_algorithm != "NONE" and self.role in self.speculative_roles
+
+    def layout_request(self) -> LayoutRequest:
+        """The deployment's layout request, for ``compute_layout`` in the launcher."""
+        return LayoutRequest(
+            prefill_pp=self.prefill_pp,
+            decode_pp=self.decode_pp,
+            layer_partition=self.layer_partition,
+            speculative=self.speculative_algorithm.lower(),
+            speculative_roles=self.speculative_roles or ROLES,
+            sglang_version=self.sglang_version,
+            transfer_backend=self.transfer_backend,
+        )
+
+
+def pod_ordinal(pod_name: str) -> int:
+    head, _, tail = pod_name.rpartition("-")
+    if not head or not tail.isdigit():
+        raise BadInput(
+            f"{POD_NAME} {pod_name!r} is invalid: expected a StatefulSet pod name "
+            "<statefulset>-<ordinal>"
+        )
+    return int(tail)
+
+
+def launch_env(values: LaunchEnv) -> dict[str, str]:
+    """Encode a ``LaunchEnv`` as env vars (the operator's side; pod name/IP excluded,
+    they come from the downward API)."""
+    env = {
+        ROLE: values.role,
+        DEPLOYMENT: values.deployment,
+        NAMESPACE: values.namespace,
+        INSTANCE: str(values.instance),
+        MODEL_PATH: values.model_path,
+        SERVED_MODEL_NAME: values.served_model_name,
+        NNODES: str(values.nnodes),
+        DIST_INIT_ADDR: values.dist_init_addr,
+        TP_SIZE: str(values.tp_size),
+        PP_SIZE: str(values.pp_size),
+        DP_SIZE: str(values.dp_size),
+        DEVICES_PER_NODE: str(values.devices_per_node),
+        PORT: str(values.port),
+        BOOTSTRAP_PORT: "" if values.bootstrap_port is None else str(values.bootstrap_port),
+        TRANSFER_BACKEND: values.transfer_backend,
+        TRANSFER_PROTOCOL: values.transfer_protocol,
+        STORE_URL: values.store_url,
+        HCCL_SOCKET_IFNAME: values.hccl_socket_ifname,
+        PREFILL_PP: str(values.prefill_pp),
+        DECODE_PP: str(values.decode_pp),
+        LAYER_PARTITION: format_partition(values.layer_partition),
+        SGLANG_VERSION: values.sglang_version,
+        SPECULATIVE_ALGORITHM: values.speculative_algorithm,
+        SPECULATIVE_ROLES: ",".join(values.speculative_roles),
+        SPECULATIVE_NUM_STEPS: str(values.speculative_num_steps),
+        SPECULATIVE_EAGLE_TOPK: str(values.speculative_eagle_topk),
+        SPECULATIVE_NUM_DRAFT_TOKENS: str(values.speculative_num_draft_tokens),
+        KV_LAYOUT_FILE: values.kv_layout_file,
+        KV_FINGERPRINT: values.kv_fingerprint,
+        KV_TOTAL_LAYERS: str(values.kv_total_layers),
+        KV_BUF_GROUPS: str(values.kv_buf_groups),
+        EXTRA_ARGS: json.dumps(list(values.extra_args)),
+    }
+    return env
+
+
+def read_launch_env(environ: Mapping[str, str]) -> LaunchEnv:
+    """Read and check the launcher's env vars; ``BadInput`` names the variable and value."""
+    r = _Reader(environ)
+    role = r.choice(ROLE, ROLES)
+    algorithm = r.choice(SPECULATIVE_ALGORITHM, SPECULATIVE_SPELLINGS, default="NONE")
+    roles = tuple(r.words(SPECULATIVE_ROLES))
+    for item in roles:
+        if item not in ROLES:
+            raise BadInput(
+                f"{SPECULATIVE_ROLES} {environ.get(SPECULATIVE_ROLES)!r} is invalid: every "
+                "entry must be prefill or decode"
+            )
+    bootstrap = r.port(BOOTSTRAP_PORT, required=role == "prefill")
+    return LaunchEnv(
+        role=role,
+        deployment=r.text(DEPLOYMENT),
+        namespace=r.text(NAMESPACE),
+        instance=r.integer(INSTANCE, minimum=0),
+        pod_name=r.text(POD_NAME),
+        pod_ip=r.text(POD_IP, default=""),
+        model_path=r.text(MODEL_PATH),
+        served_model_name=r.text(SERVED_MODEL_NAME, default=""),
+        nnodes=r.integer(NNODES, minimum=1),
+        dist_init_addr=r.address(DIST_INIT_ADDR),
+        tp_size=r.integer(TP_SIZE, minimum=1),
+        pp_size=r.integer(PP_SIZE, minimum=1),
+        dp_size=r.integer(DP_SIZE, minimum=1),
+        devices_per_node=r.integer(DEVICES_PER_NODE, minimum=1),
+        port=r.port(PORT) or 0,
+        bootstrap_port=bootstrap,
+        transfer_backend=r.choice(TRANSFER_BACKEND, ("ascend", "mooncake")),
+        transfer_protocol=r.text(TRANSFER_PROTOCOL, default=""),
+        store_url=r.text(STORE_URL, default=""),
+        hccl_socket_ifname=r.text(HCCL_SOCKET_IFNAME, default=""),
+        prefill_pp=r.integer(PREFILL_PP, minimum=1),
+        decode_pp=r.integer(DECODE_PP, minimum=1),
+        layer_partition=tuple(r.partition(LAYER_PARTITION)),
+        sglang_version=r.text(SGLANG_VERSION),
+        speculative_algorithm=algorithm,
+        speculative_roles=roles,
+        speculative_num_steps=r.integer(SPECULATIVE_NUM_STEPS, minimum=0, default=0),
+        speculative_eagle_topk=r.integer(SPECULATIVE_EAGLE_TOPK, minimum=0, default=0),
+        speculative_num_draft_tokens=r.integer(SPECULATIVE_NUM_DRAFT_TOKENS, minimum=0, default=0),
+        kv_layout_file=r.text(KV_LAYOUT_FILE, default=f"{KV_LAYOUT_MOUNT_DIR}/{KV_LAYOUT_KEY}"),
+        kv_fingerprint=r.text(KV_FINGERPRINT, default=""),
+        kv_total_layers=r.integer(KV_TOTAL_LAYERS, minimum=1),
+        kv_buf_groups=r.integer(KV_BUF_GROUPS, minimum=1),
+        extra_args=tuple(r.json_strings(EXTRA_ARGS)),
+    )
+
+
+@dataclass(frozen=True)
+class InspectorEnv:
+    model_path: str
+    output: str
+
+
+def inspector_env(model_path: str) -> dict[str, str]:
+    """The inspector Job's env (the operator's side)."""
+    return {MODEL_PATH: model_path, INSPECT_OUTPUT: DEFAULT_INSPECT_OUTPUT}
+
+
+def read_inspector_env(environ: Mapping[str, str]) -> InspectorEnv:
+    r = _Reader(environ)
+    return InspectorEnv(
+        model_path=r.text(MODEL_PATH),
+        output=r.text(INSPECT_OUTPUT, default=DEFAULT_INSPECT_OUTPUT),
+    )
+
+
+def model_config_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a ``config.json`` the inspector publishes (``text_config`` unwrapped)."""
+    if "num_hidden_layers" not in raw and isinstance(raw.get("text_config"), Mapping):
+        raw = raw["text_config"]
+    return {k: raw[k] for k in MODEL_CONFIG_KEYS if k in raw and raw[k] is not None}
+
+
+def encode_inspect_result(*, config: Mapping[str, Any] | None = None, error: str = "") -> str:
+    """The inspector's termination message: success with the config subset, or the error."""
+    if error:
+        return json.dumps({"ok": False, "error": error}, separators=(",", ":"))
+    if config is None:
+        raise ValueError("encode_inspect_result needs config or error")
+    return json.dumps({"ok": True, "config": dict(config)}, separators=(",", ":"))
+
+
+def decode_inspect_result(message: str) -> tuple[dict[str, Any] | None, str]:
+    """``(config, "")`` on success, ``(None, error)`` otherwise (also for a garbled message)."""
+    try:
+        doc = json.loads(message)
+    except json.JSONDecodeError:
+        text = message.strip() or "the model inspector left no message"
+        return None, text
+    if not isinstance(doc, dict):
+        return None, f"the model inspector wrote {message!r}; expected a JSON object"
+    if doc.get("ok") is True and isinstance(doc.get("config"), dict):
+        return dict(doc["config"]), ""
+    return None, str(doc.get("error") or f"the model inspector wrote {message!r}")
+
+
+class _Reader:
+    """Typed access to env vars; every error names the variable, the value and the rule."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+
+    def text(self, name: str, default: str | None = None) -> str:
+        value = self.environ.get(name)
+        if value is None or value == "":
+            if default is None:
+                raise BadInput(f"{name} is not set; the operator sets it on every runtime pod")
+            return default
+        return value
+
+    def choice(self, name: str, allowed: tuple[str, ...], default: str | None = None) -> str:
+        value = self.text(name, default)
+        if value not in allowed:
+            raise BadInput(f"{name} {value!r} is invalid: expected one of {', '.join(allowed)}")
+        return value
+
+    def integer(self, name: str, minimum: int, default: int | None = None) -> int:
+        raw = self.text(name, None if default is None else str(default))
+        try:
+            value = int(raw)
+        except ValueError:
+            raise BadInput(f"{name} {raw!r} is invalid: expected a decimal integer") from None
+        if value < minimum:
+            raise BadInput(f"{name} {raw!r} is invalid: expected an integer >= {minimum}")
+        return value
+
+    def port(self, name: str, required: bool = True) -> int | None:
+        if not required and not self.environ.get(name):
+            return None
+        value = self.integer(name, minimum=1)
+        if value > 65535:
+            raise BadInput(f"{name} {value} is invalid: a port is at most 65535")
+        return value
+
+    def address(self, name: str) -> str:
+        value = self.text(name)
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise BadInput(f"{name} {value!r} is invalid: expected host:port")
+        return value
+
+    def words(self, name: str) -> list[str]:
+        return [w for w in self.environ.get(name, "").split(",") if w]
+
+    def partition(self, name: str) -> list[int]:
+        try:
+            return parse_partition(self.environ.get(name, ""))
+        except BadInput as exc:
+            raise BadInput(f"{name}: {exc}") from None
+
+    def json_strings(self, name: str) -> list[str]:
+        raw = self.environ.get(name, "") or "[]"
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise BadInput(f"{name} {raw!r} is invalid: expected a JSON array of strings")
+        return value
