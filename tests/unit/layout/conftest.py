@@ -1,0 +1,36 @@
+from pathlib import Path
+
+import pytest
+
+from ascend_pd_runtime.model_facts import ModelFacts, load_model_facts
+from ascend_pd_runtime.plan_cli import example_config
+
+
+@pytest.fixture
+def dsv3() -> ModelFacts:
+    return load_model_facts(example_config("deepseek-v3"))
+
+
+@pytest.fixture
+def dsv32() -> ModelFacts:
+    return load_model_facts(example_config("deepseek-v3.2"))
+
+
+@pytest.fixture
+def v2lite() -> ModelFacts:
+    return load_model_facts(example_config("deepseek-v2-lite"))
+
+
+@pytest.fixture
+def mha() -> ModelFacts:
+    return load_model_facts(example_config("qwen2-7b"))
+
+
+@pytest.fixture
+def write_config(tmp_path: Path):
+    def write(text: str) -> Path:
+        path = tmp_path / "config.json"
+        path.write_text(text)
+        return path
+
+    return write
