@@ -1,0 +1,60 @@
+"""``ascend-pd-runtime inspect``: the model inspector Job's entrypoint.
+
+It reads ``<model path>/config.json`` with the same parser the launcher uses
+and writes the result (the facts, or the exact error) as the container's
+termination message, so the operator learns the model without mounting it and
+the inspector needs no Kubernetes credentials (see ``env_contract``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .env_contract import (
+    encode_inspect_result,
+    model_config_subset,
+    read_inspector_env,
+)
+from .errors import BadInput
+from .model_facts import load_model_facts
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model-path", help="overrides ASCEND_PD_MODEL_PATH")
+    parser.add_argument("--output", help="overrides ASCEND_PD_INSPECT_OUTPUT ('-': stdout)")
+
+
+def run(args: argparse.Namespace) -> int:
+    environ = dict(os.environ)
+    if args.model_path:
+        environ["ASCEND_PD_MODEL_PATH"] = args.model_path
+    if args.output:
+        environ["ASCEND_PD_INSPECT_OUTPUT"] = args.output
+    try:
+        env = read_inspector_env(environ)
+    except BadInput as exc:
+        print(f"ascend-pd-runtime inspect: {exc}", file=sys.stderr)
+        return 1
+    message, code = inspect_model(Path(env.model_path))
+    if env.output == "-":
+        print(message)
+    else:
+        Path(env.output).write_text(message, encoding="utf-8")
+    if code:
+        print(f"ascend-pd-runtime inspect: {json.loads(message)['error']}", file=sys.stderr)
+    return code
+
+
+def inspect_model(model_path: Path) -> tuple[str, int]:
+    """``(termination message, exit code)`` for the model at ``model_path``."""
+    config = model_path / "config.json"
+    try:
+        load_model_facts(config)
+        raw = json.loads(config.read_text(encoding="utf-8"))
+    except BadInput as exc:
+        return encode_inspect_result(error=str(exc)), 1
+    return encode_inspect_result(config=model_config_subset(raw)), 0

@@ -1,0 +1,262 @@
+"""``ascend-pd-runtime launch``: the serving container's entrypoint.
+
+It turns the operator's env contract (``env_contract``) into an SGLang command
+line, but only after checking, with the layout core, that the model it finds
+at ``<model path>/config.json`` gives the same KV layout the operator computed
+(the mounted ``<name>-kv-layout`` plan). A difference means a wrong model on
+one side or a stale ConfigMap: the pod exits naming both values rather than
+serving KV into the wrong layers. Then it execs SGLang so signals reach it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import env_contract
+from .env_contract import LaunchEnv, read_launch_env
+from .errors import BadInput, LayoutMismatch
+from .layout import KVLayout, StageLayout, compute_layout
+from .model_facts import load_model_facts
+from .partition import format_partition
+from .plan import plan_document
+
+EXIT_BAD_INPUT, EXIT_LAYOUT_MISMATCH, EXIT_UNRESOLVED = 1, 3, 4
+
+Resolver = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the launcher would exec: argv, the environment it adds, and a summary."""
+
+    argv: list[str]
+    env: dict[str, str]
+    summary: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"command": self.argv, "env": self.env, "summary": self.summary}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the command and environment as JSON"
+    )
+    parser.add_argument(
+        "--resolve-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait for the leader and store hosts to resolve (600)",
+    )
+    parser.add_argument("--python", default=sys.executable, help="python that runs SGLang")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        launch = plan_launch(
+            os.environ, resolver=retrying_resolver(args.resolve_timeout), python=args.python
+        )
+    except LayoutMismatch as exc:
+        print(f"ascend-pd-runtime: KV layout mismatch: {exc}", file=sys.stderr)
+        return EXIT_LAYOUT_MISMATCH
+    except BadInput as exc:
+        print(f"ascend-pd-runtime: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TimeoutError as exc:
+        print(f"ascend-pd-runtime: {exc}", file=sys.stderr)
+        return EXIT_UNRESOLVED
+    if args.dry_run:
+        print(json.dumps(launch.as_json(), indent=2))
+        return 0
+    print(launch.summary, file=sys.stderr, flush=True)
+    os.execvpe(launch.argv[0], launch.argv, {**os.environ, **launch.env})
+    return 0  # not reached
+
+
+def plan_launch(environ: Mapping[str, str], resolver: Resolver, python: str) -> Launch:
+    """Everything but the exec: read, check, resolve, build. Pure but for the resolver."""
+    env = read_launch_env(environ)
+    facts = load_model_facts(Path(env.model_path) / "config.json")
+    layout = compute_layout(facts, env.layout_request())
+    if layout.problems:
+        raise LayoutMismatch("; ".join(layout.problems))
+    computed = plan_document(layout, include_transfers=False)
+    check_expected_layout(env, computed, read_expected_plan(env.kv_layout_file))
+    stages = pod_stages(env, layout)
+    leader_host, leader_port = env.dist_init_addr.rsplit(":", 1)
+    dist_init = f"{resolver(leader_host)}:{leader_port}"
+    extra_env = sglang_environment(env, resolver)
+    argv = sglang_command(env, dist_init, python)
+    ranges = ", ".join(f"pp{s.pp_rank}[{s.start_layer},{s.end_layer})" for s in stages)
+    summary = (
+        f"ascend-pd {env.role} instance {env.instance} node {env.node_rank}/{env.nnodes}: "
+        f"{facts.architecture} total_kv_layers={facts.total_kv_layers} "
+        f"kv_buf_groups={facts.kv_buf_groups} draft={layout_draft(layout, env.role)} "
+        f"stages {ranges} fingerprint={computed['fingerprint']} dist-init={dist_init} "
+        f"sglang={env.sglang_version}"
+    )
+    return Launch(argv=argv, env=extra_env, summary=summary)
+
+
+def read_expected_plan(path: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(
+            f"{env_contract.KV_LAYOUT_FILE} {path!r}: the operator's KV layout file is missing "
+            "(is the <name>-kv-layout ConfigMap mounted?)"
+        ) from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BadInput(f"{env_contract.KV_LAYOUT_FILE} {path!r} is unreadable: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"{env_contract.KV_LAYOUT_FILE} {path!r} is not a JSON object")
+    return doc
+
+
+def check_expected_layout(
+    env: LaunchEnv, computed: Mapping[str, Any], expected: Mapping[str, Any]
+) -> None:
+    """Compare this pod's view with the operator's; raise naming both values on a difference."""
+    checks = [
+        ("total_kv_layers", computed["total_kv_layers"], expected.get("total_kv_layers")),
+        (
+            "kv_buf_groups",
+            computed["model"]["kv_buf_groups"],
+            (expected.get("model") or {}).get("kv_buf_groups"),
+        ),
+        (
+            f"{env_contract.KV_TOTAL_LAYERS} (total_kv_layers)",
+            computed["total_kv_layers"],
+            env.kv_total_layers,
+        ),
+        (
+            f"{env_contract.KV_BUF_GROUPS} (kv_buf_groups)",
+            computed["model"]["kv_buf_groups"],
+            env.kv_buf_groups,
+        ),
+    ]
+    for role in ("prefill", "decode"):
+        checks.append(
+            (
+                f"{role} draft_layers",
+                computed[role]["draft_layers"],
+                (expected.get(role) or {}).get("draft_layers"),
+            )
+        )
+        checks.append(
+            (
+                f"{role} stages",
+                _ranges(computed[role]),
+                _ranges(expected.get(role) or {}),
+            )
+        )
+    checks.append(("fingerprint", computed["fingerprint"], expected.get("fingerprint")))
+    if env.kv_fingerprint:
+        checks.append(
+            (f"{env_contract.KV_FINGERPRINT}", computed["fingerprint"], env.kv_fingerprint)
+        )
+    differences = [
+        f"{name}: the model here gives {mine!r}, the operator expects {theirs!r}"
+        for name, mine, theirs in checks
+        if mine != theirs
+    ]
+    if differences:
+        raise LayoutMismatch(
+            f"{env.model_path}/config.json does not match the operator's KV layout "
+            f"({env.kv_layout_file}): "
+            + "; ".join(differences)
+            + ". A different model on one side, or a stale layout ConfigMap."
+        )
+
+
+def _ranges(role: Mapping[str, Any]) -> list[list[int]]:
+    return [[s.get("start_layer"), s.get("end_layer")] for s in role.get("stages") or []]
+
+
+def layout_draft(layout: KVLayout, role: str) -> int:
+    return layout.prefill.draft_layers if role == "prefill" else layout.decode.draft_layers
+
+
+def pod_stages(env: LaunchEnv, layout: KVLayout) -> list[StageLayout]:
+    """PP stages whose ranks run on this pod (SGLang orders ranks TP-inner, PP-outer)."""
+    role = layout.prefill if env.role == "prefill" else layout.decode
+    first = env.node_rank * env.devices_per_node
+    ranks = range(first, min(first + env.devices_per_node, env.tp_size * env.pp_size))
+    pp_ranks = sorted({rank // env.tp_size for rank in ranks})
+    return [role.stages[r] for r in pp_ranks if r < len(role.stages)]
+
+
+def sglang_command(env: LaunchEnv, dist_init: str, python: str) -> list[str]:
+    argv = [
+        python, "-m", "sglang.launch_server",
+        "--model-path", env.model_path,
+        "--disaggregation-mode", env.role,
+        "--disaggregation-transfer-backend", env.transfer_backend,
+        "--tp-size", str(env.tp_size),
+        "--pp-size", str(env.pp_size),
+        "--dp-size", str(env.dp_size),
+        "--dist-init-addr", dist_init,
+        "--nnodes", str(env.nnodes),
+        "--node-rank", str(env.node_rank),
+        "--host", "0.0.0.0",
+        "--port", str(env.port),
+        "--device", "npu",
+    ]  # fmt: skip
+    if env.served_model_name:
+        argv += ["--served-model-name", env.served_model_name]
+    if env.role == "prefill" and env.bootstrap_port is not None:
+        argv += ["--disaggregation-bootstrap-port", str(env.bootstrap_port)]
+    if env.dp_size > 1:
+        argv += ["--enable-dp-attention"]
+    if env.speculative_here:
+        argv += [
+            "--speculative-algorithm", env.speculative_algorithm,
+            "--speculative-num-steps", str(env.speculative_num_steps),
+            "--speculative-eagle-topk", str(env.speculative_eagle_topk),
+            "--speculative-num-draft-tokens", str(env.speculative_num_draft_tokens),
+        ]  # fmt: skip
+    return argv + list(env.extra_args)
+
+
+def sglang_environment(env: LaunchEnv, resolver: Resolver) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if env.store_url:
+        scheme, _, rest = env.store_url.partition("://")
+        host, _, port = rest.rpartition(":")
+        out["ASCEND_MF_STORE_URL"] = f"{scheme}://{resolver(host)}:{port}"
+    if env.transfer_protocol:
+        out["ASCEND_MF_TRANSFER_PROTOCOL"] = env.transfer_protocol
+    applies_partition = env.role == "prefill" or env.decode_pp == env.prefill_pp
+    if env.layer_partition and env.pp_size > 1 and applies_partition:
+        out["SGLANG_PP_LAYER_PARTITION"] = format_partition(env.layer_partition)
+    if env.hccl_socket_ifname:
+        out["HCCL_SOCKET_IFNAME"] = env.hccl_socket_ifname
+        out["GLOO_SOCKET_IFNAME"] = env.hccl_socket_ifname
+    return out
+
+
+def retrying_resolver(timeout: float, interval: float = 2.0) -> Resolver:
+    """Resolve a host to an IPv4/IPv6 address, retrying until ``timeout`` (pods of a
+    StatefulSet get their DNS records only once they are scheduled)."""
+
+    def resolve(host: str) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return str(socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0])
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"host {host!r} did not resolve within {timeout:g} s: {exc}"
+                    ) from None
+                time.sleep(interval)
+
+    return resolve
