@@ -1,5 +1,6 @@
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -139,11 +140,11 @@ def test_wrong_model_on_this_side_names_both_values(tmp_path):
 
 def test_stale_layout_configmap_is_refused(tmp_path):
     env = _env(tmp_path)
-    plan_file = env[env_contract.KV_LAYOUT_FILE]
-    doc = json.loads(open(plan_file).read())
+    plan_file = Path(env[env_contract.KV_LAYOUT_FILE])
+    doc = json.loads(plan_file.read_text())
     doc["prefill"]["stages"][0]["end_layer"] = 31
     doc["prefill"]["stages"][1]["start_layer"] = 31
-    open(plan_file, "w").write(json.dumps(doc))
+    plan_file.write_text(json.dumps(doc))
     with pytest.raises(LayoutMismatch, match=r"prefill stages: the model here gives \[\[0, 30\]"):
         plan_launch(env, resolver, python="py")
 
@@ -179,6 +180,6 @@ def test_dry_run_cli_and_mismatch_exit_code(tmp_path, monkeypatch, capsys):
 
 def test_resolver_times_out_with_host_named():
     resolve = retrying_resolver(timeout=0.0, interval=0.0)
-    with pytest.raises(TimeoutError, match="'no-such-host.invalid' did not resolve"):
+    with pytest.raises(TimeoutError, match=r"'no-such-host\.invalid' did not resolve"):
         resolve("no-such-host.invalid")
     assert resolve("localhost") in ("127.0.0.1", "::1")
