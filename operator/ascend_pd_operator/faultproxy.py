@@ -1,0 +1,237 @@
+"""A fault-injecting proxy between the operator and the API server (a test tool, loopback only).
+
+It forwards every request to the real kube-apiserver and, at seeded rates,
+answers instead with 409 Conflict (writes only), 429 Too Many Requests with
+``Retry-After``, 500, delays a request, or cuts a watch stream mid-flight. It
+counts what passed through (writes per verb, faults, how soon a client came
+back after a 429) so reliability scenarios and the idle-cost benchmark read
+their numbers from one place (``GET /__faultproxy/stats``).
+
+The operator talks plain HTTP to the proxy on 127.0.0.1 and forwards its own
+bearer token; the proxy talks TLS to the API server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import ssl
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+HOP_HEADERS = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
+)
+STATS_PATH = "/__faultproxy/stats"
+CONFIG_PATH = "/__faultproxy/config"
+
+
+@dataclass
+class FaultPlan:
+    """Per-request probabilities (0..1) of each fault; ``seed`` makes a run reproducible."""
+
+    conflict_rate: float = 0.0
+    throttle_rate: float = 0.0
+    retry_after_seconds: int = 1
+    error_rate: float = 0.0
+    slow_rate: float = 0.0
+    slow_seconds: float = 0.5
+    watch_cut_rate: float = 0.0
+    watch_cut_after_seconds: float = 2.0
+    seed: int = 0
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    writes: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    #: seconds between a 429 and the same client's next request to the same path
+    retry_gaps: list[float] = field(default_factory=list)
+    retry_after_violations: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "writes": dict(self.writes),
+            "write_total": sum(self.writes.values()),
+            "faults": dict(self.faults),
+            "retry_gaps": self.retry_gaps[-100:],
+            "retry_after_violations": self.retry_after_violations,
+        }
+
+
+class FaultProxy:
+    """Run with ``start()`` (a background thread) or ``serve_forever()``."""
+
+    def __init__(
+        self,
+        upstream: str,
+        plan: FaultPlan | None = None,
+        ca_file: str | None = None,
+        listen_host: str = "127.0.0.1",
+        listen_port: int = 0,
+    ) -> None:
+        if listen_host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError(f"the fault proxy listens on loopback only, not {listen_host!r}")
+        self.upstream = upstream.rstrip("/")
+        self.plan = plan or FaultPlan()
+        self.rng = random.Random(self.plan.seed)
+        self.stats = Stats()
+        self.ssl_context = ssl.create_default_context(cafile=ca_file) if ca_file else False
+        self.listen_host = listen_host
+        self.listen_port = listen_port
+        self._throttled: dict[str, float] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.listen_host}:{self.listen_port}"
+
+    def _roll(self, rate: float) -> bool:
+        return rate > 0 and self.rng.random() < rate
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.path == STATS_PATH:
+            return web.json_response(self.stats.as_dict())
+        if request.path == CONFIG_PATH and request.method == "PUT":
+            self.plan = FaultPlan(**{**asdict(self.plan), **(await request.json())})
+            return web.json_response(asdict(self.plan))
+        self.stats.requests += 1
+        key = f"{request.headers.get('Authorization', '')[-12:]} {request.method} {request.path}"
+        throttled_at = self._throttled.pop(key, None)
+        if throttled_at is not None:
+            gap = time.monotonic() - throttled_at
+            self.stats.retry_gaps.append(round(gap, 3))
+            if gap < self.plan.retry_after_seconds * 0.9:
+                self.stats.retry_after_violations += 1
+        is_watch = request.query.get("watch") in ("true", "1")
+        is_write = request.method in WRITE_METHODS
+        if is_write and self._roll(self.plan.conflict_rate):
+            self.stats.faults["409"] += 1
+            return _status(409, "Conflict", "injected conflict: the object has been modified")
+        if self._roll(self.plan.throttle_rate):
+            self.stats.faults["429"] += 1
+            self._throttled[key] = time.monotonic()
+            response = _status(429, "TooManyRequests", "injected throttling")
+            response.headers["Retry-After"] = str(self.plan.retry_after_seconds)
+            return response
+        if self._roll(self.plan.error_rate):
+            self.stats.faults["500"] += 1
+            return _status(500, "InternalError", "injected server error")
+        if self._roll(self.plan.slow_rate):
+            self.stats.faults["slow"] += 1
+            await asyncio.sleep(self.plan.slow_seconds)
+        if is_write:
+            self.stats.writes[request.method] += 1
+        return await self._forward(request, cut=is_watch and self._roll(self.plan.watch_cut_rate))
+
+    async def _forward(self, request: web.Request, cut: bool) -> web.StreamResponse:
+        assert self._session is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        body = await request.read()
+        async with self._session.request(
+            request.method,
+            self.upstream + request.path_qs,
+            headers=headers,
+            data=body or None,
+            ssl=self.ssl_context,
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
+            auto_decompress=False,
+        ) as upstream:
+            response = web.StreamResponse(status=upstream.status)
+            for name, value in upstream.headers.items():
+                if name.lower() not in HOP_HEADERS:
+                    response.headers[name] = value
+            await response.prepare(request)
+            deadline = time.monotonic() + self.plan.watch_cut_after_seconds if cut else None
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.stats.faults["watch_cut"] += 1
+                    return response  # ends the stream early, as a dropped connection would
+            await response.write_eof()
+            return response
+
+    async def _start_async(self) -> None:
+        self._session = aiohttp.ClientSession(auto_decompress=False)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.listen_host, self.listen_port)
+        await site.start()
+        self.listen_port = int(self._runner.addresses[0][1])
+
+    def start(self) -> FaultProxy:
+        """Serve from a daemon thread; returns once listening."""
+
+        def main() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(self._start_async())
+            self._ready.set()
+            self._loop.run_forever()
+
+        threading.Thread(target=main, name="fault-proxy", daemon=True).start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the fault proxy did not start within 10 s")
+        return self
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+
+        async def shutdown() -> None:
+            if self._runner is not None:
+                await self._runner.cleanup()
+            if self._session is not None:
+                await self._session.close()
+            loop.stop()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop)
+
+    def serve_forever(self) -> None:
+        self.start()
+        print(f"fault proxy on {self.url} -> {self.upstream}", flush=True)
+        threading.Event().wait()
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    return web.Response(status=code, text=json.dumps(body), content_type="application/json")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--upstream", required=True, help="https://127.0.0.1:<apiserver port>")
+    parser.add_argument("--ca-file", help="CA that signed the API server's certificate")
+    parser.add_argument("--port", type=int, default=0)
+    for name, value in asdict(FaultPlan()).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    args = parser.parse_args(argv)
+    plan = FaultPlan(**{name: getattr(args, name) for name in asdict(FaultPlan())})
+    FaultProxy(args.upstream, plan, ca_file=args.ca_file, listen_port=args.port).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The fault proxy forwards faithfully and injects each fault kind at its rate."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import requests
+from aiohttp import web
+
+from ascend_pd_operator.faultproxy import FaultPlan, FaultProxy
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    async def get(request):
+        return web.json_response({"kind": "Pod", "path": request.path_qs})
+
+    async def patch(request):
+        return web.json_response({"patched": (await request.json())})
+
+    async def watch(request):
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for i in range(40):
+            await response.write(b'{"type":"ADDED","i":%d}\n' % i)
+            await asyncio.sleep(0.05)
+        return response
+
+    ready = threading.Event()
+    holder = {}
+
+    def main():
+        loop = asyncio.new_event_loop()
+        app = web.Application()
+
+        async def pods(request):
+            return await (watch(request) if request.query.get("watch") else get(request))
+
+        app.router.add_get("/api/v1/pods", pods)
+        app.router.add_patch("/api/v1/pods/x", patch)
+        runner = web.AppRunner(app)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        holder["url"] = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        ready.set()
+        loop.run_forever()
+
+    threading.Thread(target=main, daemon=True).start()
+    ready.wait(5)
+    return holder["url"]
+
+
+def test_forwards_reads_writes_and_counts_writes(upstream):
+    proxy = FaultProxy(upstream).start()
+    try:
+        assert requests.get(proxy.url + "/api/v1/pods?limit=1", timeout=5).json()["path"] == (
+            "/api/v1/pods?limit=1"
+        )
+        assert requests.patch(proxy.url + "/api/v1/pods/x", json={"a": 1}, timeout=5).json() == {
+            "patched": {"a": 1}
+        }
+        stats = requests.get(proxy.url + "/__faultproxy/stats", timeout=5).json()
+        assert stats["writes"] == {"PATCH": 1}
+        assert stats["requests"] == 2
+    finally:
+        proxy.stop()
+
+
+def test_injects_conflicts_only_on_writes(upstream):
+    proxy = FaultProxy(upstream, FaultPlan(conflict_rate=1.0)).start()
+    try:
+        assert requests.get(proxy.url + "/api/v1/pods", timeout=5).status_code == 200
+        response = requests.patch(proxy.url + "/api/v1/pods/x", json={}, timeout=5)
+        assert response.status_code == 409
+        assert response.json()["reason"] == "Conflict"
+    finally:
+        proxy.stop()
+
+
+def test_throttles_with_retry_after_and_measures_the_gap(upstream):
+    proxy = FaultProxy(upstream, FaultPlan(throttle_rate=1.0, retry_after_seconds=1)).start()
+    try:
+        first = requests.get(proxy.url + "/api/v1/pods", timeout=5)
+        assert first.status_code == 429
+        assert first.headers["Retry-After"] == "1"
+        requests.get(proxy.url + "/api/v1/pods", timeout=5)  # too soon: a violation
+        stats = requests.get(proxy.url + "/__faultproxy/stats", timeout=5).json()
+        assert stats["retry_after_violations"] == 1
+        assert stats["faults"]["429"] == 2
+    finally:
+        proxy.stop()
+
+
+def test_rates_are_seeded_and_roughly_honoured(upstream):
+    def statuses(seed):
+        proxy = FaultProxy(upstream, FaultPlan(error_rate=0.3, seed=seed)).start()
+        try:
+            return [
+                requests.get(proxy.url + "/api/v1/pods", timeout=5).status_code for _ in range(60)
+            ]
+        finally:
+            proxy.stop()
+
+    first = statuses(7)
+    assert first == statuses(7)
+    assert 5 <= first.count(500) <= 35
+
+
+def test_cuts_watch_streams(upstream):
+    proxy = FaultProxy(upstream, FaultPlan(watch_cut_rate=1.0, watch_cut_after_seconds=0.3)).start()
+    try:
+        body = requests.get(proxy.url + "/api/v1/pods?watch=true", timeout=10).content
+        assert 0 < body.count(b"ADDED") < 40  # the upstream would send 40 events
+        stats = requests.get(proxy.url + "/__faultproxy/stats", timeout=5).json()
+        assert stats["faults"]["watch_cut"] == 1
+    finally:
+        proxy.stop()
+
+
+def test_refuses_non_loopback():
+    with pytest.raises(ValueError, match="loopback only"):
+        FaultProxy("http://127.0.0.1:1", listen_host="0.0.0.0")
