@@ -1,0 +1,196 @@
+"""Lease-based leader election: exactly one active operator replica.
+
+Replicas race for a ``coordination.k8s.io/v1`` Lease with optimistic
+concurrency (a write carries the resourceVersion it read; the API server's 409
+picks one winner). The leader renews every ``renew_seconds``; a replica takes
+over only once ``renewTime + leaseDurationSeconds`` has passed. A leader that
+cannot renew before its own lease expires stops acting (``on_lost``) before
+anyone else may take over, which is what rules out two writers: the standby
+waits the full lease duration, the leader gives up strictly earlier.
+
+``decide`` is the pure rule; ``LeaderElector`` does the I/O around it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+Action = Literal["create", "acquire", "renew", "wait"]
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """The fields of a Lease the decision needs (None: no Lease yet)."""
+
+    holder: str
+    renew_time: dt.datetime | None
+    duration_seconds: int
+    resource_version: str
+    transitions: int = 0
+
+
+def decide(lease: LeaseView | None, me: str, now: dt.datetime) -> Action:
+    """What a replica named ``me`` should do about ``lease`` at ``now``."""
+    if lease is None:
+        return "create"
+    if lease.holder == me:
+        return "renew"
+    if not lease.holder or lease.renew_time is None:
+        return "acquire"
+    expires = lease.renew_time + dt.timedelta(seconds=lease.duration_seconds)
+    return "acquire" if now >= expires else "wait"
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _micro(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Blocks in ``wait_for_leadership()``, then renews from a daemon thread."""
+
+    def __init__(
+        self,
+        coordination_api: Any,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_seconds: int = 15,
+        renew_seconds: float = 5.0,
+        on_lost: Callable[[], None] | None = None,
+    ) -> None:
+        if renew_seconds * 2 > lease_seconds:
+            raise ValueError(
+                f"renew interval {renew_seconds}s must be at most half the lease "
+                f"duration {lease_seconds}s, or a healthy leader could lose its lease"
+            )
+        self.api = coordination_api
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_seconds = lease_seconds
+        self.renew_seconds = renew_seconds
+        self.on_lost = on_lost or (lambda: None)
+        self.is_leader = threading.Event()
+        self._last_renewed = 0.0  # monotonic
+
+    def _read(self) -> LeaseView | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        spec = lease.spec
+        return LeaseView(
+            holder=spec.holder_identity or "",
+            renew_time=spec.renew_time,
+            duration_seconds=spec.lease_duration_seconds or self.lease_seconds,
+            resource_version=lease.metadata.resource_version,
+            transitions=spec.lease_transitions or 0,
+        )
+
+    def _body(self, lease: LeaseView | None, now: dt.datetime, take_over: bool) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.lease_seconds,
+            "renewTime": _micro(now),
+        }
+        if lease is None or take_over:
+            spec["acquireTime"] = _micro(now)
+            spec["leaseTransitions"] = (lease.transitions + 1) if lease else 0
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if lease is not None:
+            metadata["resourceVersion"] = lease.resource_version
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": spec,
+        }
+
+    def try_once(self) -> bool:
+        """One round of the protocol; True when this replica holds the lease afterwards."""
+        from kubernetes.client.exceptions import ApiException
+
+        started = time.monotonic()
+        now = _now()
+        lease = self._read()
+        action = decide(lease, self.identity, now)
+        if action == "wait":
+            return False
+        body = self._body(lease, now, take_over=action == "acquire")
+        try:
+            if action == "create":
+                self.api.create_namespaced_lease(self.namespace, body)
+            else:
+                self.api.replace_namespaced_lease(self.name, self.namespace, body)
+        except ApiException as exc:
+            if exc.status in (409, 422):  # another replica wrote first: re-read next round
+                return False
+            raise
+        # Count the lease from when we sent the write, not when it returned.
+        self._last_renewed = started
+        if action != "renew":
+            log.info(
+                "leader election: %s now holds lease %s/%s",
+                self.identity,
+                self.namespace,
+                self.name,
+            )
+        return True
+
+    def _safe_holder(self) -> str | None:
+        """The current holder, or None when the API cannot tell us right now."""
+        try:
+            lease = self._read()
+        except Exception:
+            return None
+        return lease.holder if lease else ""
+
+    def wait_for_leadership(self, poll_seconds: float | None = None) -> None:
+        poll = poll_seconds or self.renew_seconds
+        while not self.try_once():
+            time.sleep(poll)
+        self.is_leader.set()
+        threading.Thread(target=self._renew_loop, name="lease-renewer", daemon=True).start()
+
+    def _renew_loop(self) -> None:
+        # Give up leadership strictly before the lease could expire for the others.
+        deadline = self.lease_seconds * 0.8
+        while True:
+            time.sleep(self.renew_seconds)
+            try:
+                if self.try_once():
+                    continue
+                reason = "the lease changed hands or a renewal conflicted"
+            except Exception as exc:
+                reason = f"renewal failed: {exc.__class__.__name__}"
+            current = self._safe_holder()
+            if current in (self.identity, None) and (
+                time.monotonic() - self._last_renewed < deadline
+            ):
+                log.warning("leader election: %s; retrying", reason)
+                continue
+            log.error(
+                "leader election: lost lease %s/%s (%s); stopping",
+                self.namespace,
+                self.name,
+                reason,
+            )
+            self.is_leader.clear()
+            self.on_lost()
+            return
