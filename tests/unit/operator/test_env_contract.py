@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from ascend_pd_runtime import env_contract as ec
 from ascend_pd_runtime.errors import BadInput
 

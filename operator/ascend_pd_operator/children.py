@@ -1,0 +1,53 @@
+"""The desired children of one PDDeployment: every manifest the operator applies.
+
+``build_children`` is pure (spec + layout in, manifests out); the reconciler
+applies its result and ``ascend-pd render`` prints it. The order is the apply
+order: the layout ConfigMap before the pods that mount it, PodGroups before the
+pods they gang, Services before the StatefulSets whose pods resolve them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ascend_pd_runtime import env_contract as ec
+from ascend_pd_runtime.layout import KVLayout
+from ascend_pd_runtime.plan import plan_document
+
+from .api import PDDeploymentSpec
+from .naming import ROLES, Owner, kv_layout_name, metadata
+from .router import router_deployment, router_service
+from .workloads import headless_service, podgroup, statefulset
+
+Json = dict[str, Any]
+
+COMPONENT_KV_LAYOUT = "kv-layout"
+
+
+def kv_layout_configmap(owner: Owner, layout: KVLayout) -> Json:
+    doc = plan_document(layout)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(owner, kv_layout_name(owner), COMPONENT_KV_LAYOUT),
+        "data": {ec.KV_LAYOUT_KEY: json.dumps(doc, separators=(",", ":"))},
+    }
+
+
+def build_children(owner: Owner, spec: PDDeploymentSpec, layout: KVLayout) -> list[Json]:
+    """Every child manifest, in apply order."""
+    children: list[Json] = [kv_layout_configmap(owner, layout)]
+    instances = [(role, i) for role in ROLES for i in range(spec.role(role).replicas)]
+    if spec.scheduling.gang == "volcano":
+        children += [podgroup(owner, spec, role, i) for role, i in instances]
+    children += [headless_service(owner, role, i) for role, i in instances]
+    children += [statefulset(owner, spec, layout, role, i) for role, i in instances]
+    if spec.router.enabled:
+        children += [router_service(owner, spec), router_deployment(owner, spec)]
+    return children
+
+
+def child_key(manifest: Json) -> tuple[str, str, str]:
+    """(apiVersion, kind, name): identifies a child within its namespace."""
+    return (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"])

@@ -1,0 +1,174 @@
+"""The PDDeployment CustomResourceDefinition, generated from the pydantic models.
+
+The pydantic JSON schema is turned into a structural OpenAPI v3 schema: refs
+inlined, ``Optional`` unwrapped (no ``anyOf`` with null), titles dropped,
+free-form maps marked ``x-kubernetes-preserve-unknown-fields``, and the CEL
+rules of ``rules.py`` attached where they apply. ``with_cel=False`` leaves the
+rules out for API servers before 1.25, which reject ``x-kubernetes-validations``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from . import api
+from .rules import RULES, Rule
+
+Json = dict[str, Any]
+
+PRINTER_COLUMNS: list[Json] = [
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+        "description": "Whether every instance and the router are ready.",
+    },
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Phase."},
+    {
+        "name": "Prefill",
+        "type": "integer",
+        "jsonPath": ".spec.prefill.replicas",
+        "description": "Prefill instances.",
+    },
+    {
+        "name": "Decode",
+        "type": "integer",
+        "jsonPath": ".spec.decode.replicas",
+        "description": "Decode instances.",
+    },
+    {
+        "name": "PP",
+        "type": "integer",
+        "jsonPath": ".spec.prefill.parallelism.pipeline",
+        "description": "Prefill pipeline size.",
+    },
+    {
+        "name": "Layers",
+        "type": "integer",
+        "jsonPath": ".status.kvLayout.totalKvLayers",
+        "description": "Target KV layers.",
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+_DROP = {"title", "additionalProperties", "$defs"}
+
+
+def _structural(node: Any, defs: Json) -> Any:
+    """Inline refs, unwrap Optional, keep only what a structural schema allows."""
+    if isinstance(node, list):
+        return [_structural(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    if "anyOf" in node:
+        variants = [v for v in node.pop("anyOf") if v.get("type") != "null"]
+        if len(variants) != 1:
+            raise ValueError(f"cannot express anyOf {variants} structurally")
+        node.pop("default", None)  # a null default means "absent"
+        node = {**variants[0], **node}
+    if "$ref" in node:
+        target = defs[node.pop("$ref").split("/")[-1]]
+        node = {**copy.deepcopy(target), **node}
+    free_form = node.get("type") == "object" and node.get("additionalProperties") is True
+    typed_map = node.get("type") == "object" and isinstance(node.get("additionalProperties"), dict)
+    out: Json = {}
+    for key, value in node.items():
+        if key in _DROP:
+            continue
+        if key == "properties":
+            out[key] = {name: _structural(prop, defs) for name, prop in value.items()}
+        else:
+            out[key] = _structural(value, defs)
+    if free_form:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    elif typed_map:
+        out["additionalProperties"] = _structural(node["additionalProperties"], defs)
+    return out
+
+
+def _attach_rules(defs: Json, with_cel: bool) -> None:
+    for name, schema in defs.items():
+        rules = [r for r in RULES if r.where == name]
+        if with_cel and rules:
+            schema["x-kubernetes-validations"] = [_cel(r) for r in rules]
+
+
+def _cel(rule: Rule) -> Json:
+    return {"rule": rule.cel, "message": rule.message}
+
+
+def _schema(model: type[BaseModel], with_cel: bool) -> Json:
+    raw = model.model_json_schema(by_alias=True)
+    defs = raw.get("$defs", {})
+    _attach_rules(defs, with_cel)
+    top = {k: v for k, v in raw.items() if k != "$defs"}
+    if with_cel:
+        rules = [r for r in RULES if r.where == model.__name__]
+        if rules:
+            top["x-kubernetes-validations"] = [_cel(r) for r in rules]
+    result: Json = _structural(top, defs)
+    return result
+
+
+def openapi_schema(with_cel: bool = True) -> Json:
+    """The ``openAPIV3Schema`` of the served version."""
+    root: Json = {
+        "type": "object",
+        "description": "PDDeployment serves one model with SGLang in prefill/decode "
+        "disaggregation on Ascend NPUs; the operator computes and checks the KV layout.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "API version."},
+            "kind": {"type": "string", "description": "Kind."},
+            "metadata": {"type": "object", "description": "Object metadata."},
+            "spec": _schema(api.PDDeploymentSpec, with_cel),
+            "status": _schema(api.PDDeploymentStatus, with_cel=False),
+        },
+    }
+    if with_cel:
+        root["x-kubernetes-validations"] = [_cel(r) for r in RULES if r.where == "root"]
+    return root
+
+
+def crd(with_cel: bool = True) -> Json:
+    """The whole CustomResourceDefinition."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{api.PLURAL}.{api.GROUP}"},
+        "spec": {
+            "group": api.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": api.KIND,
+                "listKind": f"{api.KIND}List",
+                "plural": api.PLURAL,
+                "singular": api.SINGULAR,
+                "shortNames": list(api.SHORT_NAMES),
+                "categories": ["all", "ascendpd"],
+            },
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": openapi_schema(with_cel)},
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated by `ascend-pd crd{flag}` from the pydantic models; do not edit.\n"
+
+
+def crd_yaml(with_cel: bool = True) -> str:
+    header = HEADER.format(flag="" if with_cel else " --no-cel")
+    return header + yaml.safe_dump(crd(with_cel), sort_keys=False, width=100)

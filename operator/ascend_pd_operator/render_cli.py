@@ -1,0 +1,114 @@
+"""``ascend-pd render -f CR.yaml [--model-config config.json]``: every child, offline.
+
+Runs the operator's own validation and builders with no cluster: exit 0 and the
+manifests on stdout; 1 on a spec that breaks a rule or a missing/unusable model
+config; 2 when the layout is incompatible. Messages go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ascend_pd_runtime.errors import BadInput
+from ascend_pd_runtime.model_facts import ModelFacts, load_model_facts
+
+from . import api
+from .desired import desired_state, validate
+from .model_source import resolve_facts
+from .naming import Owner
+from .planning import inline_facts
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INCOMPATIBLE = 0, 1, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-f", "--filename", required=True, help="PDDeployment YAML ('-': stdin)")
+    parser.add_argument(
+        "--model-config",
+        help="config.json (or model directory) when spec.model.config is not given",
+    )
+    parser.add_argument("--namespace", help="namespace when the CR has none (default)")
+
+
+def load_documents(text: str) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    if not any(d.get("kind") == api.KIND for d in docs):
+        raise BadInput(f"no {api.KIND} found (kinds: {[d.get('kind') for d in docs]})")
+    return docs
+
+
+def render(
+    resource: dict[str, Any],
+    model_config: str | None,
+    namespace: str | None,
+    configmaps: list[dict[str, Any]] | None = None,
+) -> tuple[int, list[dict[str, Any]], str]:
+    """(exit code, manifests, message) for one PDDeployment."""
+    meta = resource.get("metadata") or {}
+    owner = Owner(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace") or namespace or "default"),
+        uid=str(meta.get("uid", "")),
+    )
+    validation = validate(owner, resource.get("spec"))
+    if validation.spec is None:
+        return EXIT_BAD_INPUT, [], f"{owner.name}: invalid: {validation.error}"
+    spec = validation.spec
+    facts: ModelFacts | None
+    if model_config:
+        facts = load_model_facts(Path(model_config))
+    elif spec.model.config is None and spec.model.config_map_ref is not None:
+        # A ConfigMap applied from the same file is what the operator would read.
+        ref = spec.model.config_map_ref
+        found = [
+            cm
+            for cm in configmaps or []
+            if cm.get("metadata", {}).get("name") == ref.name
+            and cm.get("metadata", {}).get("namespace", owner.namespace) == owner.namespace
+        ]
+        resolution = resolve_facts(spec, user_configmap=found[0] if found else None)
+        if resolution.facts is None and found:
+            return EXIT_BAD_INPUT, [], f"{owner.name}: {resolution.message}"
+        facts = resolution.facts
+    else:
+        facts = inline_facts(spec)
+    if facts is None:
+        return (
+            EXIT_BAD_INPUT,
+            [],
+            f"{owner.name}: spec.model.config is not given; pass --model-config config.json "
+            "(the operator would read spec.model.configMapRef or inspect the model)",
+        )
+    desired = desired_state(owner, spec, facts)
+    if not desired.ok:
+        code = EXIT_BAD_INPUT if desired.reason == "InvalidLayout" else EXIT_INCOMPATIBLE
+        return code, [], f"{owner.name}: KV layout {desired.reason}: {desired.message}"
+    return EXIT_OK, desired.children, ""
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
+        docs = load_documents(text)
+        configmaps = [d for d in docs if d.get("kind") == "ConfigMap"]
+        worst = EXIT_OK
+        out: list[dict[str, Any]] = []
+        for resource in (d for d in docs if d.get("kind") == api.KIND):
+            code, manifests, message = render(
+                resource, args.model_config, args.namespace, configmaps
+            )
+            if message:
+                print(f"error: {message}", file=sys.stderr)
+            worst = max(worst, code)
+            out += manifests
+    except (OSError, yaml.YAMLError, BadInput) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if worst == EXIT_OK:
+        print(yaml.safe_dump_all(out, sort_keys=False, width=100), end="")
+    return worst

@@ -1,0 +1,242 @@
+"""The spec rules that need no model facts, each written once for both enforcers.
+
+A ``Rule`` carries a CEL expression (the API server's ``x-kubernetes-validations``
+on clusters that have CEL) and a Python predicate (the pydantic validator, which
+the operator runs on every cluster and ``ascend-pd render`` runs offline). Tests
+evaluate both on the same specs, so the two cannot drift apart.
+
+Rules that need model facts (layer partition sums, layout compatibility) run at
+reconcile through the runtime's layout core, never here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ascend_pd_runtime.layout import (
+    SGLANG_PP_PREFILL_DRAFT,
+    SUPPORTED_SGLANG_MAX,
+    SUPPORTED_SGLANG_MIN,
+    parse_sglang_version,
+)
+
+#: StatefulSet names must leave room for the controller-revision-hash label (63 chars):
+#: 63 - len("-") - 10 (hash) = 52; the longest child is ``<name>-prefill-<index>``.
+MAX_STATEFULSET_NAME = 52
+MAX_REPLICAS = 64
+MAX_NAME_LENGTH = MAX_STATEFULSET_NAME - len("-prefill-") - len(str(MAX_REPLICAS - 1))
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+#: SGLang flags the operator sets itself; a user's extraArgs may not override them.
+MANAGED_FLAGS = (
+    "tp",
+    "tp-size",
+    "tensor-parallel-size",
+    "pp",
+    "pp-size",
+    "pipeline-parallel-size",
+    "dp",
+    "dp-size",
+    "data-parallel-size",
+    "disaggregation-[a-z0-9-]+",
+    "dist-init-addr",
+    "nccl-init-addr",
+    "nnodes",
+    "node-rank",
+    "model",
+    "model-path",
+    "served-model-name",
+    "host",
+    "port",
+    "speculative-algorithm",
+    "speculative-num-steps",
+    "speculative-eagle-topk",
+    "speculative-num-draft-tokens",
+)
+MANAGED_FLAG_PATTERN = "^--(" + "|".join(MANAGED_FLAGS) + ")(=.*)?$"
+
+_SUFFIX = "([.+-]?(post|rc|dev)?[0-9]*)?$"
+_lo, _hi = SUPPORTED_SGLANG_MIN[2], SUPPORTED_SGLANG_MAX[2]
+# The supported range is 0.5.10-0.5.23; the pattern is checked against it in tests.
+SUPPORTED_VERSION_PATTERN = r"^v?0\.5\.(1[0-9]|2[0-3])" + _SUFFIX
+#: Versions before 0.5.20 refuse speculative decoding on a PP prefill (the layout core's rule).
+NO_PP_PREFILL_DRAFT_PATTERN = r"^v?0\.5\.1[0-9]" + _SUFFIX
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule on one schema object (``where`` is the pydantic class name, or ``root``)."""
+
+    where: str
+    cel: str
+    message: str
+    check: Callable[[Any], bool]
+    detail: Callable[[Any], str]
+
+    def violation(self, obj: Any) -> str | None:
+        """The pydantic-side message when ``obj`` breaks the rule, else None."""
+        if self.check(obj):
+            return None
+        return f"{self.message} ({self.detail(obj)})"
+
+
+def _version_supported(text: str) -> bool:
+    v = parse_sglang_version(text)
+    return v is not None and SUPPORTED_SGLANG_MIN <= v <= SUPPORTED_SGLANG_MAX
+
+
+def _version_refuses_pp_prefill_draft(text: str) -> bool:
+    v = parse_sglang_version(text)
+    return v is not None and SUPPORTED_SGLANG_MIN <= v < SGLANG_PP_PREFILL_DRAFT
+
+
+def _role_devices_ok(r: Any) -> bool:
+    p = r.parallelism
+    return bool(p.tensor * p.pipeline % r.devices_per_node == 0)
+
+
+def _spec_spec_ok(s: Any) -> bool:
+    sp = s.speculative
+    return not (
+        sp.algorithm != "NONE"
+        and "prefill" in sp.roles
+        and s.prefill.parallelism.pipeline > 1
+        and _version_refuses_pp_prefill_draft(s.runtime.sglang_version)
+    )
+
+
+def _mooncake_ok(s: Any) -> bool:
+    cfg = s.model.config
+    mla = cfg is not None and cfg.kv_lora_rank > 0
+    return not (
+        s.runtime.transfer_backend == "mooncake" and s.prefill.parallelism.pipeline > 1 and mla
+    )
+
+
+def _managed(args: list[str]) -> list[str]:
+    return [a for a in args if re.match(MANAGED_FLAG_PATTERN, a)]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        where="root",
+        cel=f"self.metadata.name.matches('{NAME_PATTERN}') && "
+        f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+        message=f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters "
+        "starting with a letter, so every child name is valid",
+        check=lambda name: bool(re.match(NAME_PATTERN, name)) and len(name) <= MAX_NAME_LENGTH,
+        detail=lambda name: f"got {name!r}, {len(name)} characters",
+    ),
+    Rule(
+        where="RoleSpec",
+        cel="(self.parallelism.tensor * self.parallelism.pipeline) % self.devicesPerNode == 0",
+        message="parallelism.tensor × parallelism.pipeline must be divisible by devicesPerNode "
+        "(one pod per node, devicesPerNode NPUs each)",
+        check=_role_devices_ok,
+        detail=lambda r: (
+            f"{r.parallelism.tensor} × {r.parallelism.pipeline} = "
+            f"{r.parallelism.tensor * r.parallelism.pipeline}, devicesPerNode {r.devices_per_node}"
+        ),
+    ),
+    Rule(
+        where="RoleSpec",
+        cel="size(self.layerPartition) == 0 || "
+        "size(self.layerPartition) == self.parallelism.pipeline",
+        message="layerPartition must be empty or have one entry per pipeline stage",
+        check=lambda r: len(r.layer_partition) in (0, r.parallelism.pipeline),
+        detail=lambda r: (
+            f"{len(r.layer_partition)} entries {r.layer_partition}, "
+            f"pipeline {r.parallelism.pipeline}"
+        ),
+    ),
+    Rule(
+        where="RoleSpec",
+        cel=f"self.extraArgs.all(a, !a.matches('{MANAGED_FLAG_PATTERN}'))",
+        message="extraArgs may not set flags the operator manages (parallel sizes, "
+        "disaggregation, dist-init address, nnodes, node rank, model path, served model "
+        "name, host, port, speculative settings)",
+        check=lambda r: not _managed(r.extra_args),
+        detail=lambda r: f"got {', '.join(_managed(r.extra_args))}",
+    ),
+    Rule(
+        where="ModelVolume",
+        cel="has(self.persistentVolumeClaim) != has(self.hostPath)",
+        message="model.volume must set exactly one of persistentVolumeClaim and hostPath",
+        check=lambda v: (v.persistent_volume_claim is None) != (v.host_path is None),
+        detail=lambda v: "both are set" if v.host_path else "neither is set",
+    ),
+    Rule(
+        where="Speculative",
+        cel="self.algorithm == 'NONE' || !('prefill' in self.roles) || 'decode' in self.roles",
+        message="speculative.roles with prefill must include decode: prefill's draft KV "
+        "needs a destination on decode",
+        check=lambda s: s.algorithm == "NONE" or "prefill" not in s.roles or "decode" in s.roles,
+        detail=lambda s: f"roles {s.roles}",
+    ),
+    Rule(
+        where="Runtime",
+        cel=f"self.sglangVersion.matches('{SUPPORTED_VERSION_PATTERN}')",
+        message=f"runtime.sglangVersion must be a supported SGLang release "
+        f"(0.5.{_lo} to 0.5.{_hi})",
+        check=lambda r: _version_supported(r.sglang_version),
+        detail=lambda r: f"got {r.sglang_version!r}",
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel="self.decode.parallelism.pipeline == 1 || "
+        "self.decode.parallelism.pipeline == self.prefill.parallelism.pipeline",
+        message="decode.parallelism.pipeline must be 1 or equal to prefill.parallelism.pipeline",
+        check=lambda s: s.decode.parallelism.pipeline in (1, s.prefill.parallelism.pipeline),
+        detail=lambda s: (
+            f"decode {s.decode.parallelism.pipeline}, prefill {s.prefill.parallelism.pipeline}"
+        ),
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel="size(self.decode.layerPartition) == 0 || "
+        "self.decode.layerPartition == self.prefill.layerPartition",
+        message="decode.layerPartition must be empty or equal to prefill.layerPartition "
+        "(decode at the prefill's pipeline size uses the prefill's partition)",
+        check=lambda s: (
+            not s.decode.layer_partition or s.decode.layer_partition == s.prefill.layer_partition
+        ),
+        detail=lambda s: f"decode {s.decode.layer_partition}, prefill {s.prefill.layer_partition}",
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel="self.speculative.algorithm == 'NONE' || !('prefill' in self.speculative.roles) || "
+        "self.prefill.parallelism.pipeline == 1 || "
+        f"!self.runtime.sglangVersion.matches('{NO_PP_PREFILL_DRAFT_PATTERN}')",
+        message="SGLang before 0.5.20 refuses speculative decoding on a prefill with pipeline "
+        "size > 1: remove prefill from speculative.roles, use prefill pipeline 1, or "
+        "SGLang >= 0.5.20",
+        check=_spec_spec_ok,
+        detail=lambda s: (
+            f"sglangVersion {s.runtime.sglang_version!r}, prefill pipeline "
+            f"{s.prefill.parallelism.pipeline}, roles {s.speculative.roles}"
+        ),
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel="self.runtime.transferBackend != 'mooncake' || self.prefill.parallelism.pipeline == 1"
+        " || !has(self.model.config) || self.model.config.kvLoraRank == 0",
+        message="transferBackend mooncake with prefill pipeline > 1 on an MLA model is refused "
+        "(it corrupts KV); use transferBackend ascend",
+        check=_mooncake_ok,
+        detail=lambda s: (
+            f"prefill pipeline {s.prefill.parallelism.pipeline}, kvLoraRank "
+            f"{s.model.config.kv_lora_rank if s.model.config else '?'}"
+        ),
+    ),
+)
+
+
+def rules_for(where: str) -> list[Rule]:
+    return [r for r in RULES if r.where == where]
+
+
+def violations(where: str, obj: Any) -> list[str]:
+    return [msg for rule in rules_for(where) if (msg := rule.violation(obj))]

@@ -1,0 +1,240 @@
+"""Every CEL rule of the CRD, evaluated with cel-python on valid and invalid specs,
+agrees with the pydantic validator that enforces the same rule in the operator."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import celpy
+import pytest
+
+from ascend_pd_operator.api import SpecError, check_name, parse_spec
+from ascend_pd_operator.crd import openapi_schema
+from ascend_pd_operator.rules import RULES, rules_for
+
+from .conftest import apply_defaults, load_example
+
+Json = dict[str, Any]
+_ENV = celpy.Environment()
+
+
+def _validations(schema: Json, obj: Any, path: str = "") -> Iterator[tuple[str, Json, Any]]:
+    """(path, validation, self) for every rule whose object is present."""
+    if not isinstance(obj, dict):
+        return
+    for validation in schema.get("x-kubernetes-validations", []):
+        yield path, validation, obj
+    for name, prop in (schema.get("properties") or {}).items():
+        if name in obj:
+            yield from _validations(prop, obj[name], f"{path}.{name}")
+
+
+def cel_failures(resource: Json) -> list[str]:
+    """Messages of the CEL rules the API server would reject ``resource`` with."""
+    schema = openapi_schema(with_cel=True)
+    obj = apply_defaults(schema, resource)
+    failed = []
+    for _path, validation, self_obj in _validations(schema, obj):
+        program = _ENV.program(_ENV.compile(validation["rule"]))
+        result = program.evaluate(celpy.json_to_cel({"self": self_obj}))
+        assert isinstance(result, celpy.celtypes.BoolType), (validation["rule"], result)
+        if not result:
+            failed.append(validation["message"])
+    return failed
+
+
+def pydantic_error(resource: Json) -> str:
+    try:
+        check_name(resource["metadata"]["name"])
+        parse_spec(resource["spec"])
+    except SpecError as exc:
+        return str(exc)
+    return ""
+
+
+def base() -> Json:
+    return load_example("deepseek-v3-pp2.yaml")
+
+
+Mutation = Callable[[Json], None]
+
+
+def _set(path: str, value: Any) -> Mutation:
+    def mutate(resource: Json) -> None:
+        node = resource
+        keys = path.split(".")
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+
+    return mutate
+
+
+def _all(*mutations: Mutation) -> Mutation:
+    def mutate(resource: Json) -> None:
+        for m in mutations:
+            m(resource)
+
+    return mutate
+
+
+def _msg(where: str, index: int = 0) -> str:
+    return rules_for(where)[index].message
+
+
+INVALID: list[tuple[str, Mutation, str]] = [
+    ("uppercase name", _set("metadata.name", "DSV3"), _msg("root")),
+    ("name with a dot", _set("metadata.name", "ds.v3"), _msg("root")),
+    ("name too long for child names", _set("metadata.name", "a" * 42), _msg("root")),
+    ("devices do not divide", _set("spec.prefill.devicesPerNode", 6), _msg("RoleSpec", 0)),
+    (
+        "decode devices do not divide",
+        _set("spec.decode.parallelism", {"tensor": 12, "pipeline": 1, "data": 1}),
+        _msg("RoleSpec", 0),
+    ),
+    ("partition length", _set("spec.prefill.layerPartition", [61]), _msg("RoleSpec", 1)),
+    ("extra --tp-size", _set("spec.decode.extraArgs", ["--tp-size", "4"]), _msg("RoleSpec", 2)),
+    (
+        "extra disaggregation flag",
+        _set("spec.prefill.extraArgs", ["--disaggregation-mode=decode"]),
+        _msg("RoleSpec", 2),
+    ),
+    ("extra --port=", _set("spec.prefill.extraArgs", ["--port=1"]), _msg("RoleSpec", 2)),
+    ("extra --model-path", _set("spec.prefill.extraArgs", ["--model-path"]), _msg("RoleSpec", 2)),
+    (
+        "two volume sources",
+        _set("spec.model.volume.hostPath", {"path": "/data"}),
+        _msg("ModelVolume"),
+    ),
+    ("no volume source", _set("spec.model.volume", {}), _msg("ModelVolume")),
+    (
+        "speculative prefill without decode",
+        _set("spec.speculative.roles", ["prefill"]),
+        _msg("Speculative"),
+    ),
+    ("old sglang", _set("spec.runtime.sglangVersion", "0.4.9"), _msg("Runtime")),
+    ("too new sglang", _set("spec.runtime.sglangVersion", "0.5.24"), _msg("Runtime")),
+    ("garbage sglang", _set("spec.runtime.sglangVersion", "latest"), _msg("Runtime")),
+    (
+        "decode pipeline neither 1 nor prefill's",
+        _set("spec.decode.parallelism", {"tensor": 8, "pipeline": 3, "data": 1}),
+        _msg("PDDeploymentSpec", 0),
+    ),
+    (
+        "decode partition differs",
+        _all(
+            _set("spec.decode.parallelism", {"tensor": 8, "pipeline": 2, "data": 1}),
+            _set("spec.decode.layerPartition", [31, 30]),
+        ),
+        _msg("PDDeploymentSpec", 1),
+    ),
+    (
+        "speculative on a PP prefill before 0.5.20",
+        _all(
+            _set("spec.runtime.sglangVersion", "0.5.15"),
+            _set("spec.speculative.roles", ["prefill", "decode"]),
+        ),
+        _msg("PDDeploymentSpec", 2),
+    ),
+    (
+        "speculative on a PP prefill at 0.5.10",
+        _all(
+            _set("spec.runtime.sglangVersion", "0.5.10"),
+            _set("spec.speculative.roles", ["decode", "prefill"]),
+        ),
+        _msg("PDDeploymentSpec", 2),
+    ),
+    (
+        "mooncake with prefill PP on MLA",
+        _set("spec.runtime.transferBackend", "mooncake"),
+        _msg("PDDeploymentSpec", 3),
+    ),
+]
+
+VALID: list[tuple[str, Mutation]] = [
+    ("the example", lambda r: None),
+    ("longest name", _set("metadata.name", "a" * 41)),
+    ("no volume (model in the image)", lambda r: r["spec"]["model"].pop("volume")),
+    ("hostPath volume", _set("spec.model.volume", {"hostPath": {"path": "/data/m"}})),
+    (
+        "decode at the prefill's PP with the same partition",
+        _all(
+            _set("spec.decode.parallelism", {"tensor": 8, "pipeline": 2, "data": 1}),
+            _set("spec.decode.layerPartition", [30, 31]),
+        ),
+    ),
+    ("decode-only speculative on old sglang", _set("spec.runtime.sglangVersion", "0.5.15")),
+    ("release candidate", _set("spec.runtime.sglangVersion", "0.5.23rc1")),
+    (
+        "mooncake at prefill PP 1",
+        _all(
+            _set("spec.runtime.transferBackend", "mooncake"),
+            _set("spec.prefill.parallelism", {"tensor": 8, "pipeline": 1, "data": 1}),
+            _set("spec.prefill.layerPartition", []),
+        ),
+    ),
+    (
+        "mooncake with PP on an MHA model",
+        _all(
+            _set("spec.runtime.transferBackend", "mooncake"),
+            _set("spec.model.config", {"numHiddenLayers": 28}),
+            _set("spec.speculative", {"algorithm": "NONE"}),
+            _set("spec.prefill.layerPartition", [14, 14]),
+        ),
+    ),
+    ("allowed extra args", _set("spec.prefill.extraArgs", ["--portal", "--model-loader-extra"])),
+    ("speculative off, prefill role alone", _set("spec.speculative", {"roles": ["prefill"]})),
+]
+
+
+@pytest.mark.parametrize(("case", "mutation", "message"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_rejected_by_cel_and_pydantic(case: str, mutation: Mutation, message: str) -> None:
+    resource = copy.deepcopy(base())
+    mutation(resource)
+    assert cel_failures(resource) == [message], case
+    error = pydantic_error(resource)
+    assert message in error, error
+
+
+@pytest.mark.parametrize(("case", "mutation"), VALID, ids=[c[0] for c in VALID])
+def test_valid_accepted_by_cel_and_pydantic(case: str, mutation: Mutation) -> None:
+    resource = copy.deepcopy(base())
+    mutation(resource)
+    assert cel_failures(resource) == [], case
+    assert pydantic_error(resource) == ""
+
+
+def test_every_rule_has_an_invalid_case() -> None:
+    covered = {message for _, _, message in INVALID}
+    assert {rule.message for rule in RULES} == covered
+
+
+@pytest.mark.parametrize("patch", range(0, 31))
+def test_version_patterns_match_the_layout_core(patch: int) -> None:
+    """The CEL version regexes say the same as the core's version comparisons."""
+    from ascend_pd_operator.rules import _version_supported
+    from ascend_pd_runtime.layout import SGLANG_PP_PREFILL_DRAFT, parse_sglang_version
+
+    for version in (f"0.5.{patch}", f"v0.5.{patch}", f"0.5.{patch}.post1"):
+        resource = copy.deepcopy(base())
+        _set("spec.runtime.sglangVersion", version)(resource)
+        _set("spec.speculative.roles", ["prefill", "decode"])(resource)
+        failures = cel_failures(resource)
+        supported = _version_supported(version)
+        assert (_msg("Runtime") not in failures) == supported, version
+        parsed = parse_sglang_version(version)
+        assert parsed is not None
+        # Only meaningful for supported versions; others are refused by the Runtime rule.
+        refuses = supported and parsed < SGLANG_PP_PREFILL_DRAFT
+        assert (_msg("PDDeploymentSpec", 2) in failures) == refuses, version
+        assert (_msg("PDDeploymentSpec", 2) in pydantic_error(resource)) == refuses, version
+
+
+def test_pydantic_message_names_field_and_value() -> None:
+    resource = copy.deepcopy(base())
+    resource["spec"]["prefill"]["devicesPerNode"] = 6
+    error = pydantic_error(resource)
+    assert error.startswith("spec.prefill: ")
+    assert "8 × 2 = 16, devicesPerNode 6" in error

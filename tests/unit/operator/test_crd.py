@@ -1,0 +1,107 @@
+"""The generated CRD: checked-in copies are current, the schema is structural and
+documented, the printer columns are the API's, and ``--no-cel`` has no CEL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from ascend_pd_operator import api
+from ascend_pd_operator.cli import main as cli_main
+from ascend_pd_operator.crd import crd, crd_yaml, openapi_schema
+from ascend_pd_operator.crd_cli import COPIES
+
+from .conftest import ROOT
+
+
+@pytest.mark.parametrize(("rel", "with_cel"), COPIES)
+def test_checked_in_copy_is_current(rel: str, with_cel: bool) -> None:
+    path = ROOT / rel
+    assert path.exists(), f"{rel} is missing: run `ascend-pd crd --write`"
+    assert path.read_text() == crd_yaml(with_cel), f"{rel} is stale: run `ascend-pd crd --write`"
+
+
+def test_crds_dir_holds_exactly_one_top_level_yaml() -> None:
+    assert [p.name for p in (ROOT / "crds").glob("*.yaml")] == ["ascendpd.io_pddeployments.yaml"]
+
+
+def test_cli_prints_the_cel_variant(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["crd"]) == 0
+    assert capsys.readouterr().out == crd_yaml(True)
+    assert cli_main(["crd", "--no-cel"]) == 0
+    assert capsys.readouterr().out == crd_yaml(False)
+
+
+def _walk(node: Any, path: str = ""):  # type: ignore[no-untyped-def]
+    if isinstance(node, dict):
+        yield path, node
+        for name, prop in (node.get("properties") or {}).items():
+            yield from _walk(prop, f"{path}.{name}")
+        if isinstance(node.get("items"), dict):
+            yield from _walk(node["items"], f"{path}[]")
+        if isinstance(node.get("additionalProperties"), dict):
+            yield from _walk(node["additionalProperties"], f"{path}{{}}")
+
+
+@pytest.mark.parametrize("with_cel", [True, False])
+def test_schema_is_structural(with_cel: bool) -> None:
+    for path, node in _walk(openapi_schema(with_cel)):
+        assert "type" in node, f"{path} has no type"
+        for banned in ("anyOf", "oneOf", "allOf", "$ref", "nullable", "title", "uniqueItems"):
+            assert banned not in node, f"{path} has {banned}"
+        if "properties" in node:
+            assert node.get("additionalProperties") in (None,), f"{path}: properties + additional"
+        if node.get("type") == "object" and "properties" not in node:
+            free = node.get("x-kubernetes-preserve-unknown-fields") or node.get(
+                "additionalProperties"
+            )
+            assert free or path == ".metadata", f"{path}: object without properties"
+
+
+def test_every_field_has_a_description() -> None:
+    schema = openapi_schema()
+    for top in ("spec", "status"):
+        for path, node in _walk(schema["properties"][top], top):
+            if path.endswith("[]") or path.endswith("{}"):
+                continue
+            assert node.get("description"), f"{path} has no description"
+
+
+def test_cel_variants() -> None:
+    with_cel = yaml.safe_dump(crd(True))
+    assert with_cel.count("x-kubernetes-validations") >= 6
+    assert "x-kubernetes-validations" not in yaml.safe_dump(crd(False))
+
+
+def test_names_and_printer_columns() -> None:
+    spec = crd()["spec"]
+    assert spec["names"]["plural"] == "pddeployments"
+    assert spec["names"]["shortNames"] == ["pdd"]
+    assert spec["group"] == api.GROUP
+    version = spec["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = [c["name"].upper() for c in version["additionalPrinterColumns"]]
+    assert columns == ["READY", "PHASE", "PREFILL", "DECODE", "PP", "LAYERS", "AGE"]
+
+
+def test_api_field_names_are_the_contract() -> None:
+    spec = openapi_schema()["properties"]["spec"]["properties"]
+    assert set(spec) == {
+        "model", "runtime", "speculative", "prefill", "decode", "router", "ascend", "scheduling"
+    }  # fmt: skip
+    role = spec["prefill"]["properties"]
+    for name in ("replicas", "parallelism", "layerPartition", "devicesPerNode", "resources",
+                 "nodeSelector", "tolerations", "affinity", "env", "extraArgs"):  # fmt: skip
+        assert name in role
+    assert set(spec["prefill"]["properties"]["parallelism"]["properties"]) == {
+        "tensor", "pipeline", "data"
+    }  # fmt: skip
+    status = openapi_schema()["properties"]["status"]["properties"]
+    assert set(status["kvLayout"]["properties"]) >= {
+        "totalKvLayers", "kvBufGroups", "prefillDraftLayers", "decodeDraftLayers",
+        "prefillStages", "fingerprint",
+    }  # fmt: skip
+    assert set(status) >= {"observedGeneration", "phase", "conditions", "kvLayout", "prefill",
+                           "decode", "router", "endpoint"}  # fmt: skip
