@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ascend_pd_runtime import env_contract as ec
+import ascend_pd_runtime.env_contract as ec
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import plan_document
 

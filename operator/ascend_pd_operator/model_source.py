@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ascend_pd_runtime import env_contract as ec
+import ascend_pd_runtime.env_contract as ec
 from ascend_pd_runtime.errors import ModelConfigError
 from ascend_pd_runtime.model_facts import ModelFacts, parse_model_facts
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ascend_pd_runtime import env_contract as ec
+import ascend_pd_runtime.env_contract as ec
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import plan_document
 
