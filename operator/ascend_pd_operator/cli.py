@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("ascend_pd_operator.render_cli", "print every child manifest of a PDDeployment"),
     "run": ("ascend_pd_operator.run_cli", "run the operator"),
     "dev": ("ascend_pd_operator.dev.cli", "local control plane with simulated Ascend nodes"),
+    "tools": ("ascend_pd_operator.tools", "print the path of a tool ascend-pd uses, installing it"),
 }
 
 

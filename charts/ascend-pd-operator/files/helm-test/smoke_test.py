@@ -1,0 +1,102 @@
+"""`helm test` for the ascend-pd operator: apply a tiny PDDeployment, wait for Validated=True.
+
+Runs in the operator image (which has the kubernetes client) as the chart's test Job,
+or as a local process with KUBECONFIG set (the project's e2e tests do that on a control
+plane whose kubelet runs no containers). The resource has an inline model config and zero
+replicas, so a passing test proves the CRD, the operator's watch, its RBAC and its
+validation path without scheduling anything. Exit 0 on Validated=True, 1 otherwise; the
+resource is deleted either way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+PLURAL = "pddeployments"
+
+
+def log(message: str) -> None:
+    print(f"helm-test: {message}", flush=True)
+
+
+def load_config() -> None:
+    try:
+        config.load_incluster_config()
+    except ConfigException:
+        config.load_kube_config()
+
+
+def validated(resource: dict[str, Any]) -> dict[str, Any] | None:
+    """The Validated condition of the resource's current generation, if set."""
+    status = resource.get("status") or {}
+    generation = resource.get("metadata", {}).get("generation")
+    observed = status.get("observedGeneration")
+    if observed is not None and generation is not None and observed < generation:
+        return None
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Validated":
+            return dict(condition)
+    return None
+
+
+def main() -> int:
+    namespace = os.environ["TEST_NAMESPACE"]
+    name = os.environ["TEST_NAME"]
+    timeout = float(os.environ.get("TEST_TIMEOUT_SECONDS", "180"))
+    with open(os.environ["TEST_RESOURCE_FILE"], encoding="utf-8") as handle:
+        body = yaml.safe_load(handle)
+    body["metadata"] = {**body.get("metadata", {}), "name": name, "namespace": namespace}
+    group, version = body["apiVersion"].split("/")
+
+    load_config()
+    api = client.CustomObjectsApi()
+
+    def delete() -> None:
+        try:
+            api.delete_namespaced_custom_object(group, version, namespace, PLURAL, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    delete()  # a resource left by an interrupted earlier run
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            api.create_namespaced_custom_object(group, version, namespace, PLURAL, body)
+            break
+        except ApiException as exc:
+            # 409: the earlier copy is still being deleted
+            if exc.status != 409 or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    log(f"created {PLURAL}/{name} in {namespace}; waiting for Validated=True")
+    try:
+        while time.monotonic() < deadline:
+            resource = api.get_namespaced_custom_object(group, version, namespace, PLURAL, name)
+            condition = validated(resource)
+            if condition is not None:
+                state = f"Validated={condition.get('status')} ({condition.get('reason')})"
+                if condition.get("status") == "True":
+                    log(f"{state}: the operator is working")
+                    return 0
+                if condition.get("status") == "False":
+                    log(f"{state}: {condition.get('message')}")
+                    return 1
+            time.sleep(2)
+        log(f"no Validated condition within {timeout:.0f}s: is the operator running?")
+        return 1
+    finally:
+        delete()
+        log(f"deleted {PLURAL}/{name}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

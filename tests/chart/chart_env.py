@@ -1,0 +1,35 @@
+"""Where the chart is, the ci/ values matrix, and one `helm template` run (shared by the
+chart tests and their fixtures)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "ascend-pd-operator"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+#: the oldest Kubernetes the chart supports (the local control plane) and a current one
+KUBE_VERSIONS = ("1.20.0", "1.31.0")
+RELEASE = "apd"
+NAMESPACE = "ascend-pd-system"
+
+Render = Callable[..., list[dict[str, Any]]]
+
+
+def run_template(
+    helm: Path,
+    values_files: Sequence[Path] = (),
+    kube_version: str = KUBE_VERSIONS[-1],
+    set_values: Sequence[str] = (),
+    namespace: str = NAMESPACE,
+) -> subprocess.CompletedProcess[str]:
+    cmd = [str(helm), "template", RELEASE, str(CHART), "--namespace", namespace]
+    cmd += ["--kube-version", kube_version]
+    for path in values_files:
+        cmd += ["--values", str(path)]
+    for item in set_values:
+        cmd += ["--set", item]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -1,0 +1,368 @@
+"""Static checks of the Helm chart with the real helm: lint, the ci/ values matrix rendered
+for Kubernetes 1.20 and a current release, every manifest validated against the current
+Kubernetes schemas, the restricted pod-security fields, strict values, and the CRD
+variant by cluster version."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, REPO, Render, run_template
+from pod_security import pod_specs, restricted_violations
+
+#: the newest schemas kubernetes-validate ships, and the oldest (for the 1.20 renders: they
+#: contain no kind that changed between 1.20 and 1.25 except the PDB checked separately)
+CURRENT_SCHEMA = "1.31.0"
+OLDEST_SCHEMA = "1.25.0"
+
+MATRIX = [(values, kube) for values in CI_VALUES for kube in KUBE_VERSIONS]
+MATRIX_IDS = [f"{values.stem}-k8s{kube}" for values, kube in MATRIX]
+
+
+def by_kind(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in manifests if doc["kind"] == kind]
+
+
+def one(manifests: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    docs = by_kind(manifests, kind)
+    assert len(docs) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in docs]}"
+    return docs[0]
+
+
+def walk_keys(node: Any) -> set[str]:
+    if isinstance(node, dict):
+        return set(node) | {k for v in node.values() for k in walk_keys(v)}
+    if isinstance(node, list):
+        return {k for v in node for k in walk_keys(v)}
+    return set()
+
+
+def test_ci_matrix_is_complete() -> None:
+    names = {p.stem.removesuffix("-values") for p in CI_VALUES}
+    assert {"default", "namespaced", "digest", "gang", "no-crds"} <= names
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=[p.stem for p in CI_VALUES])
+def test_helm_lint_strict(helm: Path, values: Path) -> None:
+    done = subprocess.run(
+        [str(helm), "lint", "--strict", str(CHART), "--values", str(values)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+def test_app_version_is_the_project_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"]
+
+
+@pytest.mark.parametrize(("values", "kube"), MATRIX, ids=MATRIX_IDS)
+def test_manifests_match_kubernetes_schemas(render: Render, values: Path, kube: str) -> None:
+    manifests = render([values], kube)
+    assert manifests
+    schema = CURRENT_SCHEMA if kube == KUBE_VERSIONS[-1] else OLDEST_SCHEMA
+    for doc in manifests:
+        name = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["apiVersion"] == "policy/v1beta1":
+            # gone from the shipped schemas; its 1.20 shape is checked below and the
+            # e2e install on 1.20 proves the API server takes it
+            assert kube == "1.20.0", name
+            continue
+        try:
+            kubernetes_validate.validate(doc, schema, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{name} against Kubernetes {schema}: {exc.message} at {exc.path}")
+        if doc["kind"] != "CustomResourceDefinition":
+            assert doc["metadata"]["name"].startswith("apd-ascend-pd-operator"), name
+
+
+@pytest.mark.parametrize(("values", "kube"), MATRIX, ids=MATRIX_IDS)
+def test_every_pod_is_restricted(render: Render, values: Path, kube: str) -> None:
+    specs = pod_specs(render([values], kube))
+    assert set(specs) == {"Deployment/apd-ascend-pd-operator", "Job/apd-ascend-pd-operator-test"}
+    for key, spec in specs.items():
+        assert restricted_violations(spec) == [], key
+
+
+def test_restricted_check_catches_each_rule(render: Render) -> None:
+    spec = pod_specs(render())["Deployment/apd-ascend-pd-operator"]
+    container = spec["containers"][0]["securityContext"]
+    breaks = {
+        "allowPrivilegeEscalation": ("allowPrivilegeEscalation", True),
+        "capabilities.drop": ("capabilities", {"drop": []}),
+        "readOnlyRootFilesystem": ("readOnlyRootFilesystem", False),
+        "runAsUser": ("runAsUser", 0),
+        "seccompProfile.type": ("seccompProfile", {"type": "Unconfined"}),
+    }
+    for rule, (field, bad) in breaks.items():
+        broken = json.loads(json.dumps(spec))
+        broken["containers"][0]["securityContext"] = {**container, field: bad}
+        assert any(rule in p for p in restricted_violations(broken)), rule
+    assert restricted_violations({**spec, "hostNetwork": True})
+    assert restricted_violations({**spec, "volumes": [{"name": "h", "hostPath": {"path": "/"}}]})
+
+
+def test_operator_pod_shape(render: Render) -> None:
+    manifests = render()
+    deployment = one(manifests, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert (
+        container["image"]
+        == f"ascend-pd/operator:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
+    )
+    assert container["args"] == ["--all-namespaces", "--health-port=8080"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["serviceAccountName"] == "apd-ascend-pd-operator"
+
+
+def test_tokens_only_where_needed(render: Render) -> None:
+    manifests = render()
+    accounts = {d["metadata"]["name"]: d for d in by_kind(manifests, "ServiceAccount")}
+    assert set(accounts) == {"apd-ascend-pd-operator", "apd-ascend-pd-operator-test"}
+    assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
+    mounting = {k for k, s in pod_specs(manifests).items() if s["automountServiceAccountToken"]}
+    # exactly the two pods that call the API server opt in
+    assert mounting == {"Deployment/apd-ascend-pd-operator", "Job/apd-ascend-pd-operator-test"}
+
+
+def test_digest_pins_the_image(render: Render) -> None:
+    values = CHART / "ci" / "digest-values.yaml"
+    pinned = yaml.safe_load(values.read_text())["image"]
+    for key, spec in pod_specs(render([values])).items():
+        image = spec["containers"][0]["image"]
+        assert image == f"{pinned['repository']}@{pinned['digest']}", key
+        assert pinned["tag"] not in image
+
+
+def test_scheduling_values_reach_the_pod(render: Render) -> None:
+    values = CHART / "ci" / "digest-values.yaml"
+    given = yaml.safe_load(values.read_text())
+    pod = one(render([values]), "Deployment")["spec"]["template"]["spec"]
+    for field in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+        assert pod[field] == given[field], field
+    assert pod["imagePullSecrets"] == given["imagePullSecrets"]
+    env = pod["containers"][0]["env"]
+    assert env[1:] == given["extraEnv"]
+    assert "--debug" in pod["containers"][0]["args"]
+
+
+def test_namespaced_watch_has_no_cluster_rights(render: Render) -> None:
+    values = CHART / "ci" / "namespaced-values.yaml"
+    watched = yaml.safe_load(values.read_text())["watch"]["namespaces"]
+    manifests = render([values])
+    assert not by_kind(manifests, "ClusterRole")
+    assert not by_kind(manifests, "ClusterRoleBinding")
+    operator_roles = [
+        r for r in by_kind(manifests, "Role") if not r["metadata"]["name"].endswith("-test")
+    ]
+    assert sorted(r["metadata"]["namespace"] for r in operator_roles) == sorted(watched)
+    bindings = [
+        b for b in by_kind(manifests, "RoleBinding") if not b["metadata"]["name"].endswith("-test")
+    ]
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "apd-ascend-pd-operator", "namespace": NAMESPACE}
+        ]
+    args = one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--namespace")] == [f"--namespace={n}" for n in watched]
+    assert "--all-namespaces" not in args
+    # the helm test runs where the operator looks
+    job_env = one(manifests, "Job")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "TEST_NAMESPACE", "value": watched[0]} in job_env
+
+
+def test_all_namespaces_uses_one_cluster_role(render: Render) -> None:
+    manifests = render()
+    role = one(manifests, "ClusterRole")
+    binding = one(manifests, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert [r["metadata"]["name"] for r in by_kind(manifests, "Role")] == [
+        "apd-ascend-pd-operator-test"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kube", "api_version"), [("1.20.0", "policy/v1beta1"), ("1.31.0", "policy/v1")]
+)
+def test_pdb_api_by_cluster_version(render: Render, kube: str, api_version: str) -> None:
+    pdb = one(render([CHART / "ci" / "gang-values.yaml"], kube), "PodDisruptionBudget")
+    assert pdb["apiVersion"] == api_version
+    assert pdb["spec"]["maxUnavailable"] == 1
+    deployment = one(render([CHART / "ci" / "gang-values.yaml"], kube), "Deployment")
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_optional_objects_off_by_default(render: Render) -> None:
+    kinds = {d["kind"] for d in render()}
+    assert "PodDisruptionBudget" not in kinds
+    assert not [d for d in render() if d["kind"] == "Service"]
+
+
+def test_metrics_service_selects_the_operator(render: Render) -> None:
+    manifests = render([CHART / "ci" / "namespaced-values.yaml"])
+    service = one(manifests, "Service")
+    deployment = one(manifests, "Deployment")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["targetPort"] == "health"
+    assert service["spec"]["ports"][0]["protocol"] == "TCP"
+
+
+def test_test_pods_are_not_selected_by_operator_selectors(render: Render) -> None:
+    manifests = render()
+    selector = one(manifests, "Deployment")["spec"]["selector"]["matchLabels"]
+    job_labels = one(manifests, "Job")["spec"]["template"]["metadata"]["labels"]
+    assert not selector.items() <= job_labels.items()
+
+
+# -- the CRD ---------------------------------------------------------------------------
+
+CRD_FILES = {
+    "cel": CHART / "files" / "crds" / "pddeployments-cel.yaml",
+    "nocel": CHART / "files" / "crds" / "pddeployments-nocel.yaml",
+}
+
+
+@pytest.mark.parametrize(
+    ("kube", "variant"),
+    [("1.20.0", "nocel"), ("1.24.9", "nocel"), ("1.25.0", "cel"), ("1.31.0", "cel")],
+)
+def test_crd_variant_by_cluster_version(render: Render, kube: str, variant: str) -> None:
+    crd = one(render([], kube), "CustomResourceDefinition")
+    expected = yaml.safe_load(CRD_FILES[variant].read_text())
+    has_cel = "x-kubernetes-validations" in walk_keys(crd["spec"])
+    assert has_cel == (variant == "cel")
+    assert crd["spec"] == expected["spec"]
+    assert crd["metadata"]["name"] == "pddeployments.ascendpd.io"
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_cel_variant_really_has_cel_rules() -> None:
+    # otherwise the variant test above could pass on two identical files
+    cel = yaml.safe_load(CRD_FILES["cel"].read_text())
+    nocel = yaml.safe_load(CRD_FILES["nocel"].read_text())
+    assert "x-kubernetes-validations" in walk_keys(cel)
+    assert "x-kubernetes-validations" not in walk_keys(nocel)
+
+
+def test_crd_keep_and_install_switches(render: Render) -> None:
+    crd = one(render(set_values=["crds.keep=false"]), "CustomResourceDefinition")
+    assert "helm.sh/resource-policy" not in (crd["metadata"].get("annotations") or {})
+    assert not by_kind(render([CHART / "ci" / "no-crds-values.yaml"]), "CustomResourceDefinition")
+
+
+# -- strict values -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("replicaCont=1", "replicaCont"),
+        ("image.tga=v1", "tga"),
+        ("crds.kep=false", "kep"),
+        ("watch.namespace={a}", "namespace"),
+        ("podDisruptionBudget.enable=true", "enable"),
+    ],
+)
+def test_values_typo_fails_naming_the_key(helm: Path, setting: str, named: str) -> None:
+    done = run_template(helm, set_values=[setting])
+    assert done.returncode != 0
+    assert re.search(rf"additional propert(y|ies) '{named}' not allowed", done.stderr), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ("image.digest=sha256:abc", "/image/digest"),
+        ("replicaCount=2", "/replicaCount"),
+        ("logLevel=loud", "/logLevel"),
+        ("watch.namespaces={Bad_NS}", "/watch/namespaces/0"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    ],
+)
+def test_bad_values_fail_naming_the_field(helm: Path, setting: str, field: str) -> None:
+    done = run_template(helm, set_values=[setting])
+    assert done.returncode != 0
+    assert f"at '{field}'" in done.stderr, done.stderr
+
+
+def leaf_paths(node: Any, prefix: str = "") -> set[str]:
+    if isinstance(node, dict) and node:
+        return {p for k, v in node.items() for p in leaf_paths(v, f"{prefix}.{k}" if prefix else k)}
+    return {prefix}
+
+
+def schema_paths(schema: dict[str, Any], prefix: str = "") -> set[str]:
+    props = schema.get("properties")
+    if not props or schema.get("additionalProperties") is not False:
+        return {prefix}
+    return {p for k, v in props.items() for p in schema_paths(v, f"{prefix}.{k}" if prefix else k)}
+
+
+def test_schema_is_strict_and_matches_values() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert schema["additionalProperties"] is False
+    declared = schema_paths(schema) - {"global"}
+    given = leaf_paths(values)
+    # every default is declared (or sits under a declared free-form map) and vice versa
+    for path in given:
+        assert any(
+            path == d or path.startswith(d + ".") or d.startswith(path + ".") for d in declared
+        ), path
+    for path in declared:
+        assert any(
+            g == path or g.startswith(path + ".") or path.startswith(g + ".") for g in given
+        ), path
+
+
+def test_every_value_has_a_comment() -> None:
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    documented_indents: list[tuple[int, bool]] = []  # (indent, documented) of open parents
+    undocumented: list[str] = []
+    for number, line in enumerate(lines):
+        match = re.match(r"^(\s*)([A-Za-z][\w-]*):(.*)$", line)
+        if not match:
+            continue
+        indent, key, rest = len(match.group(1)), match.group(2), match.group(3).strip()
+        while documented_indents and documented_indents[-1][0] >= indent:
+            documented_indents.pop()
+        previous = lines[number - 1].strip() if number else ""
+        documented = previous.startswith("#") or any(d for _, d in documented_indents)
+        if rest and not rest.startswith("#"):
+            if not documented:
+                undocumented.append(key)
+        else:
+            documented_indents.append((indent, documented))
+    assert undocumented == []
+
+
+def test_notes_tell_the_next_step(helm: Path) -> None:
+    done = subprocess.run(
+        [str(helm), "install", "apd", str(CHART), "--dry-run=client", "--namespace", NAMESPACE],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert "kubectl apply" in notes
+    assert "helm test apd" in notes
+    assert "kubectl get pdd" in notes
