@@ -1,0 +1,90 @@
+"""Every Kubernetes resource the operator uses, with the verbs it needs: the allow-list.
+
+``kube.py`` resolves paths only through this table, and the chart's RBAC
+(``rbac.py``) is generated from ``RBAC_RULES``; a resource missing here cannot be
+touched by the operator, and one listed here is granted exactly these verbs.
+kopf itself needs the PDDeployment watch, its own events and (for peering when
+enabled) nothing else, since we do not enable kopf peering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import api
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str
+    group: str  # "" is the core group
+    version: str
+    plural: str
+    verbs: tuple[str, ...]
+    namespaced: bool = True
+    #: Needed only with spec.scheduling.gang: volcano (the Volcano CRDs may be absent).
+    optional: bool = False
+    subresources: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+_CHILD = ("get", "list", "watch", "create", "patch", "update", "delete")
+
+RESOURCES: tuple[Resource, ...] = (
+    Resource(
+        api.KIND,
+        api.GROUP,
+        api.VERSION,
+        api.PLURAL,
+        ("get", "list", "watch", "patch", "update"),
+        subresources=("status",),
+    ),
+    Resource("ConfigMap", "", "v1", "configmaps", _CHILD),
+    Resource("Service", "", "v1", "services", _CHILD),
+    Resource("StatefulSet", "apps", "v1", "statefulsets", _CHILD),
+    Resource("Deployment", "apps", "v1", "deployments", _CHILD),
+    Resource("Job", "batch", "v1", "jobs", _CHILD),
+    # The inspector's result is its pod's termination message.
+    Resource("Pod", "", "v1", "pods", ("get", "list", "watch")),
+    Resource("Event", "", "v1", "events", ("create", "patch")),
+    Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", _CHILD, optional=True),
+    # kopf checks the CRD exists and lists namespaces with --all-namespaces.
+    Resource(
+        "CustomResourceDefinition",
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        ("get", "list", "watch"),
+        namespaced=False,
+    ),
+    Resource("Namespace", "", "v1", "namespaces", ("get", "list", "watch"), namespaced=False),
+    # Only with ``ascend-pd run --leader-elect`` (in the operator's own namespace).
+    Resource("Lease", "coordination.k8s.io", "v1", "leases", ("get", "create", "update")),
+)
+
+_BY_KIND = {r.kind: r for r in RESOURCES}
+
+
+def resource_for(kind: str) -> Resource:
+    try:
+        return _BY_KIND[kind]
+    except KeyError:
+        raise KeyError(f"{kind} is not in the operator's API allow-list (api_access.py)") from None
+
+
+#: (apiGroup, resource, verbs) rows for a Role/ClusterRole, status subresources included.
+RBAC_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
+    row
+    for r in RESOURCES
+    for row in (
+        (r.group, r.plural, r.verbs),
+        *((r.group, f"{r.plural}/{sub}", ("get", "patch", "update")) for sub in r.subresources),
+    )
+)
+
+#: Health endpoint of ``ascend-pd run`` (liveness probe of the operator pod).
+HEALTH_PATH = "/healthz"
+DEFAULT_HEALTH_PORT = 8080

@@ -1,0 +1,134 @@
+"""A thin REST client for the few resources the operator touches, with server-side apply.
+
+One field manager applies every child (``apply``), so the operator owns exactly
+the fields it sets and a deleted or edited child is restored by the next apply.
+Paths come from ``api_access.RESOURCES``, the same table the chart's RBAC is
+written from, so the operator cannot use a resource its Role does not grant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client, config
+
+from .api_access import Resource, resource_for
+from .naming import FIELD_MANAGER
+
+Json = dict[str, Any]
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class NotFound(KubeError):
+    pass
+
+
+def load_config() -> client.ApiClient:
+    """In-cluster config when running in a pod, else ``$KUBECONFIG`` / ``~/.kube/config``."""
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+def path(res: Resource, namespace: str | None = None, name: str | None = None) -> str:
+    base = f"/api/{res.version}" if not res.group else f"/apis/{res.group}/{res.version}"
+    if namespace is not None and res.namespaced:
+        base += f"/namespaces/{quote(namespace)}"
+    base += f"/{res.plural}"
+    if name is not None:
+        base += f"/{quote(name)}"
+    return base
+
+
+class Kube:
+    """Requests through the kubernetes client's auth and TLS settings."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api = api_client
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> Json:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        _, full_url, header_params, serialized, _ = self.api.param_serialize(
+            method,
+            url,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(method, full_url, header_params=header_params, body=serialized)
+        response.read()  # type: ignore[no-untyped-call]
+        data = response.data or b"{}"
+        doc = json.loads(data) if data else {}
+        if response.status >= 400:
+            cls = NotFound if response.status == 404 else KubeError
+            raise cls(response.status, str(doc.get("reason", "")), str(doc.get("message", data)))
+        result: Json = doc
+        return result
+
+    # --- verbs -------------------------------------------------------------------------
+
+    def get(self, kind: str, namespace: str, name: str) -> Json | None:
+        try:
+            return self.request("GET", path(resource_for(kind), namespace, name))
+        except NotFound:
+            return None
+
+    def list(self, kind: str, namespace: str | None, selector: str = "") -> list[Json]:
+        query = [("labelSelector", selector)] if selector else []
+        try:
+            doc = self.request("GET", path(resource_for(kind), namespace), query=query)
+        except NotFound:
+            return []  # e.g. PodGroups on a cluster without Volcano
+        items: list[Json] = doc.get("items") or []
+        return items
+
+    def apply(self, manifest: Json) -> Json:
+        """Server-side apply with our field manager, taking over conflicting fields."""
+        res = resource_for(manifest["kind"])
+        meta = manifest["metadata"]
+        url = path(res, meta.get("namespace"), meta["name"])
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        return self.request(
+            "PATCH", url, body=manifest, query=query, content_type="application/apply-patch+yaml"
+        )
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        with contextlib.suppress(NotFound):
+            self.request("DELETE", path(resource_for(kind), namespace, name), body=body)
+
+    def patch_status(self, kind: str, namespace: str, name: str, status: Json) -> Json:
+        url = path(resource_for(kind), namespace, name) + "/status"
+        return self.request(
+            "PATCH", url, body={"status": status}, content_type="application/merge-patch+json"
+        )
+
+    def replace_status(self, kind: str, namespace: str, name: str, obj: Json) -> Json:
+        url = path(resource_for(kind), namespace, name) + "/status"
+        return self.request("PUT", url, body=obj)
+
+    def create(self, kind: str, namespace: str, body: Json) -> Json:
+        return self.request("POST", path(resource_for(kind), namespace), body=body)

@@ -1,0 +1,229 @@
+"""One level-based reconcile of one PDDeployment: read, decide (pure), apply, report.
+
+parse → resolve model facts → build the desired children → server-side apply
+them and delete children no longer desired → compute the status → patch it when
+it changed. Every trigger (create, update, resume, child event, resync) runs the
+same function, so a deleted or edited child is restored on the next event. A
+rejected spec or an incompatible layout applies and deletes nothing: the
+running children stay exactly as they were.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import api
+from .children import child_key
+from .desired import Desired, desired_state, validate
+from .kube import Kube, KubeError
+from .model_source import (
+    COMPONENT_FACTS,
+    COMPONENT_INSPECTOR,
+    FactsResolution,
+    InspectorState,
+    inspector_job,
+    inspector_state,
+    model_facts_configmap,
+    resolve_facts,
+)
+from .naming import LABEL_DEPLOYMENT, LABEL_ROLE, MANAGED_BY, Owner, inspector_name
+from .naming import model_facts_name as facts_cm_name
+from .status import Observation, compute_status, status_changed
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+#: Kinds of children the operator prunes when no longer desired.
+PRUNED_KINDS = ("StatefulSet", "Service", "Deployment", "ConfigMap", "PodGroup")
+#: Components kept across spec changes (they cache the model inspection).
+KEPT_COMPONENTS = (COMPONENT_FACTS, COMPONENT_INSPECTOR)
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Result:
+    status: Json
+    applied: int
+    deleted: int
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, clock: Callable[[], str] = utc_now) -> None:
+        self.kube = kube
+        self.clock = clock
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def _lock(self, key: tuple[str, str]) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def reconcile(self, namespace: str, name: str) -> Result | None:
+        with self._lock((namespace, name)):
+            cr = self.kube.get(api.KIND, namespace, name)
+            if cr is None or cr["metadata"].get("deletionTimestamp"):
+                return None  # garbage collection removes the children
+            return self._reconcile(cr)
+
+    def _reconcile(self, cr: Json) -> Result:
+        meta = cr["metadata"]
+        owner = Owner(meta["name"], meta["namespace"], meta["uid"], meta.get("generation", 0))
+        previous: Json = cr.get("status") or {}
+        validation = validate(owner, cr.get("spec"))
+        spec = validation.spec
+        facts: FactsResolution | None = None
+        desired: Desired | None = None
+        applied = deleted = 0
+        live: dict[tuple[str, str], Json] = {}
+        if spec is not None:
+            facts = self._resolve_facts(owner, spec)
+            if facts.facts is not None:
+                desired = desired_state(owner, spec, facts.facts)
+            if desired is not None and desired.ok:
+                for manifest in desired.children:
+                    try:
+                        obj = self.kube.apply(manifest)
+                    except KubeError as exc:
+                        if manifest["kind"] == "PodGroup" and exc.status == 404:
+                            raise KubeError(
+                                exc.status,
+                                "VolcanoMissing",
+                                "scheduling.gang is volcano but the cluster has no "
+                                "PodGroup API (scheduling.volcano.sh/v1beta1)",
+                            ) from None
+                        raise
+                    live[(obj["kind"], obj["metadata"]["name"])] = obj
+                    applied += 1
+                deleted = self._prune(owner, desired)
+        if not live:
+            live = self._observe(owner)
+        status = compute_status(
+            Observation(
+                owner=owner,
+                spec=spec,
+                validation_error=validation.error,
+                facts=facts,
+                desired=desired,
+                children=live,
+                previous=previous,
+            ),
+            now=self.clock(),
+        )
+        self._events(cr, previous, status)
+        if status_changed(previous, status):
+            patch = dict(status)
+            for key in previous:
+                if key not in status and key != "kopf":
+                    patch[key] = None
+            self.kube.patch_status(api.KIND, owner.namespace, owner.name, patch)
+        return Result(status, applied, deleted)
+
+    # --- model facts ---------------------------------------------------------------------
+
+    def _resolve_facts(self, owner: Owner, spec: api.PDDeploymentSpec) -> FactsResolution:
+        model = spec.model
+        if model.config is not None:
+            return resolve_facts(spec)
+        if model.config_map_ref is not None:
+            cm = self.kube.get("ConfigMap", owner.namespace, model.config_map_ref.name)
+            return resolve_facts(spec, user_configmap=cm)
+        stored = self.kube.get("ConfigMap", owner.namespace, facts_cm_name(owner))
+        job = self.kube.get("Job", owner.namespace, inspector_name(owner))
+        state: InspectorState | None = None
+        if job is not None:
+            selector = f"{LABEL_DEPLOYMENT}={owner.name},{LABEL_ROLE}={COMPONENT_INSPECTOR}"
+            pods = self.kube.list("Pod", owner.namespace, selector)
+            state = inspector_state(job, pods)
+        resolution = resolve_facts(spec, facts_configmap=stored, inspector=state)
+        if resolution.start_inspector:
+            self.kube.apply(inspector_job(owner, spec))
+        elif resolution.restart_inspector:
+            self.kube.delete("Job", owner.namespace, inspector_name(owner))
+            self.kube.delete("ConfigMap", owner.namespace, facts_cm_name(owner))
+        elif resolution.store_config is not None:
+            self.kube.apply(model_facts_configmap(owner, spec, resolution.store_config))
+        return resolution
+
+    # --- children ------------------------------------------------------------------------
+
+    def _owned(self, owner: Owner, kind: str) -> list[Json]:
+        selector = f"{LABEL_DEPLOYMENT}={owner.name},app.kubernetes.io/managed-by={MANAGED_BY}"
+        items = self.kube.list(kind, owner.namespace, selector)
+        return [
+            item
+            for item in items
+            if any(
+                ref.get("uid") == owner.uid for ref in item["metadata"].get("ownerReferences", [])
+            )
+        ]
+
+    def _observe(self, owner: Owner) -> dict[tuple[str, str], Json]:
+        live = {}
+        for kind in ("StatefulSet", "Deployment"):
+            for item in self._owned(owner, kind):
+                live[(kind, item["metadata"]["name"])] = item
+        return live
+
+    def _prune(self, owner: Owner, desired: Desired) -> int:
+        wanted = {child_key(m)[1:] for m in desired.children}
+        deleted = 0
+        for kind in PRUNED_KINDS:
+            for item in self._owned(owner, kind):
+                component = item["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+                if component in KEPT_COMPONENTS:
+                    continue
+                if (kind, item["metadata"]["name"]) not in wanted:
+                    log.info("deleting %s %s/%s", kind, owner.namespace, item["metadata"]["name"])
+                    self.kube.delete(kind, owner.namespace, item["metadata"]["name"])
+                    deleted += 1
+        return deleted
+
+    # --- events --------------------------------------------------------------------------
+
+    def _events(self, cr: Json, previous: Json, status: Json) -> None:
+        """A Warning Event when a rule rejects the spec or the layout (once per message)."""
+        before = {c["type"]: c for c in previous.get("conditions") or []}
+        for cond in status["conditions"]:
+            if cond["type"] not in ("Validated", "KVLayoutCompatible", "ModelResolved"):
+                continue
+            if cond["status"] != "False" or cond["reason"] == "InspectingModel":
+                continue
+            old = before.get(cond["type"])
+            if old and old.get("message") == cond["message"] and old.get("status") == "False":
+                continue
+            self.event(cr, "Warning", cond["reason"], f"{cond['type']}: {cond['message']}")
+
+    def event(self, cr: Json, type_: str, reason: str, message: str) -> None:
+        meta = cr["metadata"]
+        now = self.clock()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": api.API_VERSION,
+                "kind": api.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": MANAGED_BY},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.kube.create("Event", meta["namespace"], body)
+        except KubeError as exc:  # an event is best effort; the condition carries the message
+            log.warning("could not post event %s: %s", reason, exc)

@@ -1,0 +1,247 @@
+"""Pure status computation: conditions, phase, KV layout summary and readiness.
+
+``compute_status`` takes what one reconcile learnt (validation, model facts,
+desired state, the children as the cluster reports them) and the previous
+status, and returns the new status. A condition keeps its lastTransitionTime
+while its status stays the same, so an unchanged world gives an equal status
+and the reconciler skips the patch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ascend_pd_runtime.layout import KVLayout
+
+from .api import PDDeploymentSpec
+from .desired import Desired
+from .model_source import FactsResolution
+from .naming import ROLES, Owner, endpoint, instance_name, router_name
+from .workloads import layout_fingerprint
+
+Json = dict[str, Any]
+
+CONDITION_TYPES = (
+    "Validated",
+    "ModelResolved",
+    "KVLayoutCompatible",
+    "PrefillReady",
+    "DecodeReady",
+    "RouterReady",
+    "Ready",
+)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One reconcile's findings; ``children`` maps (kind, name) to the live object."""
+
+    owner: Owner
+    spec: PDDeploymentSpec | None
+    validation_error: str = ""
+    facts: FactsResolution | None = None
+    desired: Desired | None = None
+    children: dict[tuple[str, str], Json] = field(default_factory=dict)
+    previous: Json = field(default_factory=dict)
+
+
+def _condition(type_: str, status: str, reason: str, message: str) -> Json:
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def layout_summary(layout: KVLayout) -> Json:
+    def stages(role: str) -> list[Json]:
+        r = layout.prefill if role == "prefill" else layout.decode
+        return [
+            {"ppRank": s.pp_rank, "startLayer": s.start_layer, "endLayer": s.end_layer}
+            for s in r.stages
+        ]
+
+    return {
+        "totalKvLayers": layout.facts.total_kv_layers,
+        "kvBufGroups": layout.facts.kv_buf_groups,
+        "prefillDraftLayers": layout.prefill.draft_layers,
+        "decodeDraftLayers": layout.decode.draft_layers,
+        "prefillStages": stages("prefill"),
+        "decodeStages": stages("decode"),
+        "fingerprint": layout_fingerprint(layout),
+    }
+
+
+def instance_ready(sts: Json | None) -> bool:
+    """All pods of the instance ready, at the StatefulSet's current generation."""
+    if not sts:
+        return False
+    status = sts.get("status") or {}
+    want = (sts.get("spec") or {}).get("replicas", 0)
+    generation = (sts.get("metadata") or {}).get("generation", 0)
+    return bool(
+        status.get("observedGeneration", 0) >= generation
+        and status.get("readyReplicas", 0) >= want
+        and status.get("updatedReplicas", want) >= want
+    )
+
+
+def _role_status(obs: Observation, spec: PDDeploymentSpec, role: str) -> tuple[Json, bool, bool]:
+    """(role status, every instance exists, every instance ready)."""
+    r = spec.role(role)
+    states = [
+        obs.children.get(("StatefulSet", instance_name(obs.owner, role, i)))
+        for i in range(r.replicas)
+    ]
+    ready = sum(instance_ready(s) for s in states)
+    status = {
+        "replicas": r.replicas,
+        "readyReplicas": ready,
+        "nodesPerInstance": r.nodes_per_instance,
+    }
+    return status, all(s is not None for s in states), ready == r.replicas
+
+
+def _router_status(obs: Observation, spec: PDDeploymentSpec) -> tuple[Json, bool, str]:
+    if not spec.router.enabled:
+        return {"replicas": 0, "readyReplicas": 0}, True, "router disabled"
+    dep = obs.children.get(("Deployment", router_name(obs.owner))) or {}
+    ready = int((dep.get("status") or {}).get("readyReplicas", 0) or 0)
+    want = spec.router.replicas
+    ok = bool(dep) and ready >= want
+    return {"replicas": want, "readyReplicas": ready}, ok, f"{ready}/{want} replicas ready"
+
+
+def compute_status(obs: Observation, now: str) -> Json:
+    """The new status (camelCase, as stored) for one observation at time ``now``."""
+    prev = obs.previous or {}
+    status: Json = {"observedGeneration": obs.owner.generation}
+    conds: list[Json] = []
+    invalid = False
+    # Children keep running as they were when the spec is rejected, so readiness is
+    # reported against the last spec that was applied (carried in the previous status).
+    for key in ("kvLayout", "prefill", "decode", "router", "endpoint"):
+        if key in prev:
+            status[key] = prev[key]
+
+    spec = obs.spec
+    if spec is None:
+        invalid = True
+        conds.append(_condition("Validated", "False", "InvalidSpec", obs.validation_error))
+    else:
+        conds.append(_condition("Validated", "True", "Valid", "spec follows every rule"))
+
+    facts = obs.facts
+    if spec is None or facts is None:
+        conds.append(_condition("ModelResolved", "Unknown", "NotValidated", "spec is invalid"))
+    else:
+        conds.append(_condition("ModelResolved", facts.status, facts.reason, facts.message))
+
+    desired = obs.desired
+    if desired is None:
+        conds.append(
+            _condition("KVLayoutCompatible", "Unknown", "ModelNotResolved", "no model facts yet")
+        )
+    elif not desired.ok:
+        invalid = True
+        conds.append(_condition("KVLayoutCompatible", "False", desired.reason, desired.message))
+    else:
+        assert desired.layout is not None
+        status["kvLayout"] = layout_summary(desired.layout)
+        groups = desired.layout.facts.kv_buf_groups
+        layers = desired.layout.facts.total_kv_layers
+        conds.append(
+            _condition(
+                "KVLayoutCompatible",
+                "True",
+                "Compatible",
+                f"{layers} KV layers × {groups} buffer groups, prefill PP "
+                f"{desired.layout.prefill.pp} → decode PP {desired.layout.decode.pp}, "
+                f"fingerprint {status['kvLayout']['fingerprint']}",
+            )
+        )
+
+    applied = spec is not None and desired is not None and desired.ok
+    exists = True
+    all_ready = applied
+    if applied:
+        assert spec is not None
+        for role in ROLES:
+            role_status, role_exists, role_ready = _role_status(obs, spec, role)
+            status[role] = role_status
+            exists = exists and role_exists
+            all_ready = all_ready and role_ready
+            ready_text = f"{role_status['readyReplicas']}/{role_status['replicas']} instances ready"
+            conds.append(
+                _condition(
+                    f"{role.capitalize()}Ready",
+                    "True" if role_ready else "False",
+                    "InstancesReady" if role_ready else "InstancesNotReady",
+                    f"{ready_text} ({role_status['nodesPerInstance']} nodes each)",
+                )
+            )
+        router_status, router_ok, router_text = _router_status(obs, spec)
+        status["router"] = router_status
+        all_ready = all_ready and router_ok
+        reason = (
+            ("Disabled" if not spec.router.enabled else "RouterReady")
+            if router_ok
+            else ("RouterNotReady")
+        )
+        conds.append(
+            _condition("RouterReady", "True" if router_ok else "False", reason, router_text)
+        )
+        if spec.router.enabled:
+            status["endpoint"] = endpoint(obs.owner, spec.router.port)
+        else:
+            status.pop("endpoint", None)
+    else:
+        for type_ in ("PrefillReady", "DecodeReady", "RouterReady"):
+            previous = _find(prev.get("conditions") or [], type_)
+            if invalid and previous:
+                conds.append({k: previous[k] for k in ("type", "status", "reason", "message")})
+            else:
+                conds.append(_condition(type_, "Unknown", "NotApplied", "children not applied"))
+
+    if all_ready:
+        conds.append(_condition("Ready", "True", "Ready", "every instance and the router ready"))
+    else:
+        waiting = [c["type"] for c in conds if c["status"] != "True"]
+        conds.append(_condition("Ready", "False", "NotReady", f"waiting for {', '.join(waiting)}"))
+
+    status["conditions"] = _with_times(conds, prev.get("conditions") or [], now, obs)
+    status["phase"] = _phase(invalid, conds, applied, exists, all_ready, prev.get("phase"))
+    return status
+
+
+def _phase(
+    invalid: bool, conds: list[Json], applied: bool, exists: bool, ready: bool, prev: Any
+) -> str:
+    if invalid:
+        return "Invalid"
+    if ready:
+        return "Ready"
+    if not applied or not exists:
+        return "Pending"
+    if prev in ("Ready", "Degraded"):
+        return "Degraded"
+    return "Progressing"
+
+
+def _find(conditions: list[Json], type_: str) -> Json | None:
+    return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def _with_times(conds: list[Json], previous: list[Json], now: str, obs: Observation) -> list[Json]:
+    out = []
+    for cond in conds:
+        before = _find(previous, cond["type"])
+        same = before is not None and before.get("status") == cond["status"]
+        stamp = before.get("lastTransitionTime", now) if same and before else now
+        out.append(
+            {**cond, "lastTransitionTime": stamp, "observedGeneration": obs.owner.generation}
+        )
+    return out
+
+
+def status_changed(old: Json | None, new: Json) -> bool:
+    """Whether patching is needed (the kopf bookkeeping key is not ours to compare)."""
+    old = {k: v for k, v in (old or {}).items() if k != "kopf"}
+    return old != new

@@ -1,0 +1,257 @@
+"""The pure builders: each example renders into correct children, the env contract in
+every pod reads back into the layout the operator computed, and every manifest is
+valid against the current Kubernetes schemas."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator.api import parse_spec
+from ascend_pd_operator.cli import main as cli_main
+from ascend_pd_operator.desired import desired_state
+from ascend_pd_operator.naming import Owner
+from ascend_pd_operator.planning import inline_facts
+from ascend_pd_operator.render_cli import render
+from ascend_pd_runtime.layout import compute_layout
+from ascend_pd_runtime.model_facts import parse_model_facts
+from ascend_pd_runtime.plan import plan_document
+
+from .conftest import EXAMPLES, load_example
+
+Json = dict[str, Any]
+EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
+OWNER = Owner("dsv3", "llm", uid="0b6f8d4e-0000-4000-8000-000000000001", generation=3)
+
+
+def children_of(resource: Json, owner: Owner = OWNER) -> list[Json]:
+    spec = parse_spec(resource["spec"])
+    facts = inline_facts(spec)
+    assert facts is not None
+    desired = desired_state(owner, spec, facts)
+    assert desired.ok, desired.message
+    return desired.children
+
+
+def by_kind(children: list[Json], kind: str) -> dict[str, Json]:
+    return {c["metadata"]["name"]: c for c in children if c["kind"] == kind}
+
+
+def env_of(container: Json) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def test_examples_cover_the_issue() -> None:
+    assert {"deepseek-v3-pp2.yaml", "deepseek-v3.2.yaml", "deepseek-v2-lite.yaml"} <= set(
+        EXAMPLE_FILES
+    )
+
+
+@pytest.mark.parametrize("name", EXAMPLE_FILES)
+def test_render_cli_renders_every_example(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["render", "-f", str(EXAMPLES / name)]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    kinds = [d["kind"] for d in docs]
+    assert kinds[0] == "ConfigMap" and "StatefulSet" in kinds
+    for doc in docs:
+        if doc["kind"] == "PodGroup":
+            continue  # a Volcano CRD, not in the Kubernetes schemas
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_dsv3_statefulsets_services_and_env(dsv3: Json) -> None:
+    children = children_of(dsv3)
+    sts = by_kind(children, "StatefulSet")
+    assert sorted(sts) == ["dsv3-decode-0", "dsv3-prefill-0", "dsv3-prefill-1"]
+    # prefill: 8 × 2 / 8 = 2 nodes; decode: 16 × 1 / 8 = 2 nodes
+    assert sts["dsv3-prefill-1"]["spec"]["replicas"] == 2
+    assert sts["dsv3-decode-0"]["spec"]["replicas"] == 2
+    for s in sts.values():
+        assert s["spec"]["podManagementPolicy"] == "Parallel"
+        assert s["spec"]["serviceName"] == s["metadata"]["name"]
+        assert s["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+        pod = s["spec"]["template"]["spec"]
+        assert pod["hostNetwork"] and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+        container = pod["containers"][0]
+        res = container["resources"]
+        assert res["requests"]["huawei.com/Ascend910"] == "8"
+        assert res["limits"]["huawei.com/Ascend910"] == "8"
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["dshm"] == "/dev/shm"
+        assert mounts["kv-layout"] == ec.KV_LAYOUT_MOUNT_DIR
+        assert mounts["model"] == "/models/DeepSeek-V3"
+        assert mounts["ascend-driver"] == "/usr/local/Ascend/driver"
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}
+        assert volumes["model"]["persistentVolumeClaim"]["claimName"] == "models"
+    svc = by_kind(children, "Service")
+    assert svc["dsv3-prefill-0"]["spec"]["clusterIP"] == "None"
+    assert svc["dsv3-prefill-0"]["spec"]["publishNotReadyAddresses"] is True
+    env = env_of(sts["dsv3-prefill-1"]["spec"]["template"]["spec"]["containers"][0])
+    assert env[ec.DIST_INIT_ADDR] == "dsv3-prefill-1-0.dsv3-prefill-1.llm.svc:5757"
+    assert env[ec.STORE_URL] == "tcp://dsv3-prefill-0-0.dsv3-prefill-0.llm.svc:24666"
+    assert env[ec.NNODES] == "2" and env[ec.PP_SIZE] == "2" and env[ec.TP_SIZE] == "8"
+    assert env[ec.LAYER_PARTITION] == "30,31"
+    assert env[ec.SPECULATIVE_ALGORITHM] == "NEXTN" and env[ec.SPECULATIVE_ROLES] == "decode"
+    assert env[ec.TRANSFER_PROTOCOL] == "sdma"
+    assert json.loads(env[ec.EXTRA_ARGS]) == ["--mem-fraction-static", "0.8"]
+
+
+def test_bootstrap_ports_unique_per_prefill_instance(dsv3: Json) -> None:
+    resource = copy.deepcopy(dsv3)
+    resource["spec"]["prefill"]["replicas"] = 5
+    sts = by_kind(children_of(resource), "StatefulSet")
+    ports = [
+        env_of(sts[f"dsv3-prefill-{i}"]["spec"]["template"]["spec"]["containers"][0])[
+            ec.BOOTSTRAP_PORT
+        ]
+        for i in range(5)
+    ]
+    assert len(set(ports)) == 5
+    decode_env = env_of(sts["dsv3-decode-0"]["spec"]["template"]["spec"]["containers"][0])
+    assert decode_env[ec.BOOTSTRAP_PORT] == ""
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3-pp2.yaml", "deepseek-v3.2.yaml"])
+def test_pod_env_reads_back_into_the_operators_layout(name: str) -> None:
+    """What the launcher will compute from the env equals the plan in the ConfigMap."""
+    resource = load_example(name)
+    children = children_of(resource)
+    configmap = by_kind(children, "ConfigMap")[f"{OWNER.name}-kv-layout"]
+    plan = json.loads(configmap["data"]["plan.json"])
+    facts = inline_facts(parse_spec(resource["spec"]))
+    assert facts is not None
+    for sts in by_kind(children, "StatefulSet").values():
+        container = sts["spec"]["template"]["spec"]["containers"][0]
+        environ = env_of(container) | {ec.POD_NAME: sts["metadata"]["name"] + "-1"}
+        launch = ec.read_launch_env(environ)
+        assert launch.node_rank == 1
+        doc = plan_document(compute_layout(facts, launch.layout_request()))
+        assert doc == plan
+        assert launch.kv_fingerprint == plan["fingerprint"]
+        template_meta = sts["spec"]["template"]["metadata"]
+        assert template_meta["annotations"]["ascendpd.io/kv-fingerprint"] == plan["fingerprint"]
+
+
+def test_dsv32_has_three_buffer_groups_and_podgroups() -> None:
+    resource = load_example("deepseek-v3.2.yaml")
+    owner = Owner("dsv32", "llm", uid="u")
+    children = children_of(resource, owner)
+    plan = json.loads(by_kind(children, "ConfigMap")["dsv32-kv-layout"]["data"]["plan.json"])
+    assert plan["model"]["kv_buf_groups"] == 3
+    assert plan["prefill"]["draft_layers"] == 1 and plan["decode"]["draft_layers"] == 1
+    groups = by_kind(children, "PodGroup")
+    assert sorted(groups) == ["dsv32-decode-0", "dsv32-prefill-0"]
+    assert groups["dsv32-prefill-0"]["spec"]["minMember"] == 2
+    pod = by_kind(children, "StatefulSet")["dsv32-prefill-0"]["spec"]["template"]
+    assert pod["spec"]["schedulerName"] == "volcano"
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "dsv32-prefill-0"
+    volume = {v["name"]: v for v in pod["spec"]["volumes"]}["model"]
+    assert volume["hostPath"]["path"] == "/data/models/DeepSeek-V3.2"
+
+
+def test_router_lists_every_leader_and_follows_scaling(dsv3: Json) -> None:
+    deployment = by_kind(children_of(dsv3), "Deployment")["dsv3-router"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:7] == [
+        "--pd-disaggregation",
+        "--prefill", "http://dsv3-prefill-0-0.dsv3-prefill-0.llm.svc:30000", "8998",
+        "--prefill", "http://dsv3-prefill-1-0.dsv3-prefill-1.llm.svc:30000", "8999",
+    ]  # fmt: skip
+    assert args.count("--decode") == 1 and "--policy" in args and "cache_aware" in args
+    scaled = copy.deepcopy(dsv3)
+    scaled["spec"]["decode"]["replicas"] = 3
+    scaled_children = children_of(scaled)
+    args = by_kind(scaled_children, "Deployment")["dsv3-router"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert args.count("--decode") == 3
+    svc = by_kind(scaled_children, "Service")["dsv3-router"]
+    assert svc["spec"]["ports"][0]["port"] == 8000
+
+
+def test_router_disabled_leaves_it_out(dsv3: Json) -> None:
+    resource = copy.deepcopy(dsv3)
+    resource["spec"]["router"]["enabled"] = False
+    children = children_of(resource)
+    assert "dsv3-router" not in by_kind(children, "Deployment")
+    assert "dsv3-router" not in by_kind(children, "Service")
+
+
+def test_user_env_cannot_shadow_the_contract(dsv3: Json) -> None:
+    resource = copy.deepcopy(dsv3)
+    resource["spec"]["decode"]["env"] = [
+        {"name": ec.TP_SIZE, "value": "1"},
+        {"name": "HCCL_BUFFSIZE", "value": "512"},
+    ]
+    sts = by_kind(children_of(resource), "StatefulSet")["dsv3-decode-0"]
+    env = sts["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == ec.TP_SIZE] == ["16"]
+    assert {"name": "HCCL_BUFFSIZE", "value": "512"} in env
+
+
+def test_every_port_has_a_protocol(dsv3: Json) -> None:
+    """Server-side apply on Kubernetes 1.20 needs protocol on every port."""
+
+    def port_lists(node: Any) -> Any:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "ports":
+                    yield value
+                yield from port_lists(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from port_lists(item)
+
+    found = 0
+    for child in children_of(dsv3):
+        for ports in port_lists(child):
+            for port in ports:
+                assert port.get("protocol") == "TCP", (child["metadata"]["name"], port)
+                found += 1
+    assert found >= 10
+
+
+def test_render_reports_incompatible_layout_and_bad_partition(dsv3: Json) -> None:
+    resource = copy.deepcopy(dsv3)
+    resource["spec"]["prefill"]["layerPartition"] = [30, 30]
+    code, manifests, message = render(resource, None, None)
+    assert code == 1 and not manifests
+    assert "sums to 60 but the model has 61 layers" in message
+    resource = copy.deepcopy(dsv3)
+    resource["spec"]["speculative"]["algorithm"] = "NONE"
+    resource["spec"]["model"]["config"]["numNextnPredictLayers"] = 0
+    resource["spec"]["speculative"] = {"algorithm": "EAGLE", "roles": ["decode"]}
+    code, manifests, message = render(resource, None, None)
+    assert code == 2 and "num_nextn_predict_layers 0" in message
+
+
+def test_render_needs_facts_without_inline_config(tmp_path: Any) -> None:
+    resource = load_example("deepseek-v3-pp2.yaml")
+    del resource["spec"]["model"]["config"]
+    code, _, message = render(resource, None, None)
+    assert code == 1 and "--model-config" in message
+    config = tmp_path / "config.json"
+    raw = {"num_hidden_layers": 61, "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+    config.write_text(json.dumps({**raw, "num_nextn_predict_layers": 1}))
+    code, manifests, _ = render(resource, str(config), None)
+    assert code == 0 and manifests
+
+
+def test_facts_from_config_json_equal_inline_facts() -> None:
+    resource = load_example("deepseek-v3.2.yaml")
+    spec = parse_spec(resource["spec"])
+    inline = inline_facts(spec)
+    from ascend_pd_runtime.plan_cli import example_config
+
+    raw = json.loads(example_config("deepseek-v3.2").read_text())
+    from_file = parse_model_facts(raw)
+    assert inline is not None
+    assert inline.kv_buf_groups == from_file.kv_buf_groups == 3
+    assert inline.total_kv_layers == from_file.total_kv_layers

@@ -1,0 +1,233 @@
+"""Pure status computation and model-facts resolution."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator.api import parse_spec
+from ascend_pd_operator.desired import desired_state, validate
+from ascend_pd_operator.model_source import (
+    InspectorState,
+    inspector_job,
+    inspector_state,
+    resolve_facts,
+)
+from ascend_pd_operator.naming import Owner
+from ascend_pd_operator.planning import inline_facts
+from ascend_pd_operator.status import Observation, compute_status, status_changed
+
+Json = dict[str, Any]
+OWNER = Owner("dsv3", "llm", uid="u-1", generation=2)
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
+
+
+def sts(name: str, replicas: int, ready: int, generation: int = 1) -> Json:
+    return {
+        "metadata": {"name": name, "generation": generation},
+        "spec": {"replicas": replicas},
+        "status": {
+            "observedGeneration": generation,
+            "readyReplicas": ready,
+            "updatedReplicas": replicas,
+        },
+    }
+
+
+def observe(resource: Json, children: dict[tuple[str, str], Json], previous: Json) -> Observation:
+    spec = parse_spec(resource["spec"])
+    facts = resolve_facts(spec)
+    assert facts.facts is not None
+    return Observation(
+        owner=OWNER,
+        spec=spec,
+        facts=facts,
+        desired=desired_state(OWNER, spec, facts.facts),
+        children=children,
+        previous=previous,
+    )
+
+
+def all_children(ready: bool) -> dict[tuple[str, str], Json]:
+    n = 2 if ready else 1
+    return {
+        ("StatefulSet", "dsv3-prefill-0"): sts("dsv3-prefill-0", 2, 2),
+        ("StatefulSet", "dsv3-prefill-1"): sts("dsv3-prefill-1", 2, n),
+        ("StatefulSet", "dsv3-decode-0"): sts("dsv3-decode-0", 2, 2),
+        ("Deployment", "dsv3-router"): {"status": {"readyReplicas": 1}},
+    }
+
+
+def conditions(status: Json) -> dict[str, Json]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_ready_status_with_layout(dsv3: Json) -> None:
+    status = compute_status(observe(dsv3, all_children(True), {}), T0)
+    assert status["phase"] == "Ready"
+    assert status["observedGeneration"] == 2
+    conds = conditions(status)
+    assert [c["type"] for c in status["conditions"]] == [
+        "Validated", "ModelResolved", "KVLayoutCompatible", "PrefillReady", "DecodeReady",
+        "RouterReady", "Ready",
+    ]  # fmt: skip
+    assert all(c["status"] == "True" for c in conds.values())
+    kv = status["kvLayout"]
+    assert kv["totalKvLayers"] == 61 and kv["kvBufGroups"] == 2
+    assert kv["prefillDraftLayers"] == 0 and kv["decodeDraftLayers"] == 1
+    assert kv["prefillStages"] == [
+        {"ppRank": 0, "startLayer": 0, "endLayer": 30},
+        {"ppRank": 1, "startLayer": 30, "endLayer": 61},
+    ]
+    assert status["prefill"] == {"replicas": 2, "readyReplicas": 2, "nodesPerInstance": 2}
+    assert status["router"] == {"replicas": 1, "readyReplicas": 1}
+    assert status["endpoint"] == "http://dsv3-router.llm.svc:8000"
+
+
+def test_progressing_then_degraded_and_stable_times(dsv3: Json) -> None:
+    first = compute_status(observe(dsv3, all_children(False), {}), T0)
+    assert first["phase"] == "Progressing"
+    assert conditions(first)["PrefillReady"]["message"].startswith("1/2 instances ready")
+    again = compute_status(observe(dsv3, all_children(False), first), T1)
+    assert not status_changed(first, again)  # nothing changed: no patch
+    ready = compute_status(observe(dsv3, all_children(True), first), T1)
+    assert conditions(ready)["Validated"]["lastTransitionTime"] == T0
+    assert conditions(ready)["Ready"]["lastTransitionTime"] == T1
+    degraded = compute_status(observe(dsv3, all_children(False), ready), T1)
+    assert degraded["phase"] == "Degraded"
+
+
+def test_pending_without_children(dsv3: Json) -> None:
+    status = compute_status(observe(dsv3, {}, {}), T0)
+    assert status["phase"] == "Pending"
+
+
+def test_invalid_update_keeps_the_last_applied_state(dsv3: Json) -> None:
+    ready = compute_status(observe(dsv3, all_children(True), {}), T0)
+    broken = copy.deepcopy(dsv3)
+    broken["spec"]["prefill"]["devicesPerNode"] = 6
+    validation = validate(OWNER, broken["spec"])
+    assert validation.spec is None
+    obs = Observation(
+        owner=OWNER,
+        spec=None,
+        validation_error=validation.error,
+        children=all_children(True),
+        previous=ready,
+    )
+    status = compute_status(obs, T1)
+    assert status["phase"] == "Invalid"
+    conds = conditions(status)
+    assert conds["Validated"]["status"] == "False"
+    assert "devicesPerNode 6" in conds["Validated"]["message"]
+    assert status["kvLayout"] == ready["kvLayout"]  # still describes what runs
+    assert conds["PrefillReady"]["status"] == "True"
+
+
+def test_incompatible_layout_sets_kvlayoutcompatible_false(dsv3: Json) -> None:
+    resource = copy.deepcopy(dsv3)
+    resource["spec"]["model"]["config"]["numNextnPredictLayers"] = 0
+    status = compute_status(observe(resource, {}, {}), T0)
+    assert status["phase"] == "Invalid"
+    cond = conditions(status)["KVLayoutCompatible"]
+    assert cond["status"] == "False" and cond["reason"] == "Incompatible"
+    assert "num_nextn_predict_layers 0" in cond["message"]
+
+
+def test_partition_sum_is_checked_at_reconcile(dsv3: Json) -> None:
+    resource = copy.deepcopy(dsv3)
+    resource["spec"]["prefill"]["layerPartition"] = [31, 31]
+    status = compute_status(observe(resource, {}, {}), T0)
+    cond = conditions(status)["KVLayoutCompatible"]
+    assert cond["reason"] == "InvalidLayout"
+    assert "sums to 62 but the model has 61 layers" in cond["message"]
+
+
+# --- model facts ------------------------------------------------------------------------
+
+
+def no_inline(dsv3: Json) -> Any:
+    resource = copy.deepcopy(dsv3)
+    del resource["spec"]["model"]["config"]
+    return parse_spec(resource["spec"])
+
+
+def test_inspector_lifecycle(dsv3: Json) -> None:
+    spec = no_inline(dsv3)
+    start = resolve_facts(spec)
+    assert start.start_inspector and start.reason == "InspectingModel" and start.status == "False"
+    running = resolve_facts(spec, inspector=InspectorState("Running", spec.model.path))
+    assert running.reason == "InspectingModel" and not running.start_inspector
+    config = {"num_hidden_layers": 61, "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+    done = resolve_facts(spec, inspector=InspectorState("Succeeded", spec.model.path, config))
+    assert done.facts is not None and done.store_config == config
+    moved = resolve_facts(spec, inspector=InspectorState("Succeeded", "/models/other", config))
+    assert moved.restart_inspector
+
+
+def test_inspector_failure_message_is_shown(dsv3: Json) -> None:
+    spec = no_inline(dsv3)
+    error = "/models/DeepSeek-V3/config.json: model config file not found"
+    job = inspector_job(OWNER, spec)
+    job["status"] = {"failed": 1}
+    pod = {
+        "metadata": {"creationTimestamp": T0},
+        "status": {
+            "containerStatuses": [
+                {"state": {"terminated": {"message": ec.encode_inspect_result(error=error)}}}
+            ]
+        },
+    }
+    state = inspector_state(job, [pod])
+    assert state.phase == "Failed" and state.model_path == spec.model.path
+    failed = resolve_facts(spec, inspector=state)
+    assert failed.reason == "InspectionFailed" and failed.message == error
+
+
+def test_inspected_config_missing_keys(dsv3: Json) -> None:
+    spec = no_inline(dsv3)
+    state = InspectorState("Succeeded", spec.model.path, {"kv_lora_rank": 512})
+    result = resolve_facts(spec, inspector=state)
+    assert result.facts is None and result.reason == "InvalidModelConfig"
+    assert "missing key 'num_hidden_layers'" in result.message
+
+
+def test_config_map_ref(dsv3: Json) -> None:
+    resource = copy.deepcopy(dsv3)
+    del resource["spec"]["model"]["config"]
+    resource["spec"]["model"]["configMapRef"] = {"name": "cfg"}
+    spec = parse_spec(resource["spec"])
+    assert resolve_facts(spec).reason == "ConfigMapNotFound"
+    assert resolve_facts(spec, user_configmap={"data": {}}).reason == "ConfigMapKeyMissing"
+    bad = resolve_facts(spec, user_configmap={"data": {"config.json": "{not json"}})
+    assert bad.reason == "InvalidModelConfig" and "not valid JSON" in bad.message
+    good = resolve_facts(
+        spec, user_configmap={"data": {"config.json": '{"num_hidden_layers": 27, '
+                                       '"kv_lora_rank": 512, "qk_rope_head_dim": 64}'}}
+    )  # fmt: skip
+    assert good.facts is not None and good.facts.num_hidden_layers == 27
+
+
+def test_stored_facts_configmap_skips_inspection(dsv3: Json) -> None:
+    spec = no_inline(dsv3)
+    stored = {
+        "metadata": {"annotations": {"ascendpd.io/model-path": spec.model.path}},
+        "data": {"config.json": '{"num_hidden_layers": 61, "kv_lora_rank": 512, '
+                 '"qk_rope_head_dim": 64}'},
+    }  # fmt: skip
+    result = resolve_facts(spec, facts_configmap=stored)
+    assert result.facts is not None and not result.start_inspector
+
+
+def test_inspector_job_shape(dsv3: Json) -> None:
+    spec = no_inline(dsv3)
+    job = inspector_job(OWNER, spec)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["ascend-pd-runtime", "inspect"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env == ec.inspector_env("/models/DeepSeek-V3")
+    assert container["terminationMessagePolicy"] == "File"
+    assert container["volumeMounts"][0]["mountPath"] == "/models/DeepSeek-V3"
+    assert "huawei.com/Ascend910" not in str(container["resources"])
+    assert inline_facts(spec) is None
