@@ -1,0 +1,104 @@
+"""``ascend-pd dev up|down|status``: a local Kubernetes 1.20 control plane, simulated Ascend nodes.
+
+``up`` builds the control plane once (cached per user), starts it on free loopback ports and
+prints the ``export KUBECONFIG=...`` line; a healthy cluster is left running. ``down`` stops
+exactly the processes ``up`` started (by their pid files). ``status`` exits 0 when the cluster
+is up and 3 when it is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ascend_pd_operator.dev import build, certs, cluster, kubelet_sim, paths, reflect2_fix
+
+
+def _progress(message: str) -> None:
+    print(f"ascend-pd dev: {message}", file=sys.stderr, flush=True)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="dev_command", required=True, metavar="ACTION")
+    up = sub.add_parser("up", help="start the local control plane (building it once)")
+    up.add_argument("--nodes", type=_positive, default=8,
+                    help="simulated Ascend nodes (default 8)")  # fmt: skip
+    up.add_argument("--ascend-per-node", type=_positive, default=8,
+                    help=f"{kubelet_sim.ASCEND_RESOURCE} per node (default 8)")  # fmt: skip
+    up.add_argument("--rebuild", action="store_true",
+                    help="rebuild the control-plane binaries even when cached")  # fmt: skip
+    down = sub.add_parser("down", help="stop the processes 'dev up' started")
+    down.add_argument("--purge", action="store_true",
+                      help="also delete its data, credentials and logs (.dev/)")  # fmt: skip
+    status = sub.add_parser("status", help="show whether the local control plane runs")
+    status.add_argument("--output", choices=["text", "json"], default="text")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    layout = cluster.Layout(paths.state_dir())
+    action = args.dev_command
+    try:
+        if action == "up":
+            return _up(layout, args)
+        if action == "down":
+            stopped = cluster.down(layout, _progress, purge=args.purge)
+            _progress("nothing was running" if not stopped else "down")
+            return 0
+        return _status(layout, args.output)
+    except (build.BuildError, cluster.ClusterError, certs.CertError,
+            reflect2_fix.Reflect2FixError) as err:  # fmt: skip
+        print(f"ascend-pd dev {action}: {err}", file=sys.stderr)
+        return 1
+
+
+def _up(layout: cluster.Layout, args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    state = cluster.up(layout, args.nodes, args.ascend_per_node, _progress, rebuild=args.rebuild)
+    _progress(f"up in {time.monotonic() - started:.0f}s: kube-apiserver {state.server}, "
+              f"{state.nodes} simulated Ascend nodes; logs in {layout.logs}")  # fmt: skip
+    _progress("stop it with: ascend-pd dev down")
+    print(f"export KUBECONFIG={layout.kubeconfig}")
+    return 0
+
+
+def _status(layout: cluster.Layout, output: str) -> int:
+    state = cluster.load_state(layout)
+    components = cluster.component_status(layout)
+    healthy = cluster.healthy(layout)
+    report = {
+        "up": healthy,
+        "server": state.server if state else None,
+        "kubeconfig": str(layout.kubeconfig) if layout.kubeconfig.is_file() else None,
+        "nodes": state.nodes if state else None,
+        "ascend_per_node": state.ascend_per_node if state else None,
+        "components": {
+            name: (record.pid if record else None) for name, record in components.items()
+        },
+        "binaries": str(build.bin_dir()) if build.binaries_ready() else None,
+    }
+    if output == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"local control plane: {'up' if healthy else 'down'}")
+        for name, record in components.items():
+            state_text = f"running (pid {record.pid})" if record else "stopped"
+            print(f"  {name:<24} {state_text}")
+        if state is not None:
+            print(f"  server                   {state.server}")
+            print(f"  simulated nodes          {state.nodes} x {state.ascend_per_node} "
+                  f"{kubelet_sim.ASCEND_RESOURCE}")  # fmt: skip
+        if healthy:
+            print(f"export KUBECONFIG={layout.kubeconfig}")
+    return 0 if healthy else 3

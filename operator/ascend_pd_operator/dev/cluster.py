@@ -1,0 +1,444 @@
+"""Run the dev cluster: etcd, kube-apiserver, kube-controller-manager and the simulated kubelet.
+
+Every process listens on loopback only, on free ports picked at ``up`` (and reused by later
+``up`` runs while still free), and is owned through a pid file under ``.dev/run``; ``down``
+stops exactly those processes. ``up`` is idempotent: a healthy cluster is left as it is (the
+simulated kubelet is restarted when its node options changed), a half-dead one is stopped and
+started again on its kept data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ascend_pd_operator.dev import build, certs, procs
+
+#: controllers the dev cluster runs: what workloads, ownership and namespaces need, no more
+CONTROLLERS = (
+    "deployment",
+    "replicaset",
+    "statefulset",
+    "job",
+    "garbagecollector",
+    "namespace",
+    "serviceaccount",
+    "serviceaccount-token",
+    "endpoint",
+)
+
+#: start order; ``down`` stops in reverse
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet-sim")
+
+Progress = Callable[[str], None]
+
+
+class ClusterError(RuntimeError):
+    """The cluster did not come up; the message names the component and its log."""
+
+
+@dataclass
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+
+
+@dataclass
+class ClusterState:
+    """What ``up`` chose, kept in ``.dev/cluster.json`` for ``status`` and the next ``up``."""
+
+    ports: Ports
+    nodes: int
+    ascend_per_node: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+
+class Layout:
+    """Paths under the state directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.pki = root / "pki"
+        self.etcd_data = root / "etcd"
+        self.run = root / "run"
+        self.logs = root / "logs"
+        self.state = root / "cluster.json"
+        self.kubeconfig = root / "kubeconfig"
+
+    def pid_file(self, component: str) -> Path:
+        return self.run / f"{component}.pid"
+
+    def log_file(self, component: str) -> Path:
+        return self.logs / f"{component}.log"
+
+    def component_kubeconfig(self, component: str) -> Path:
+        return self.pki / f"{component}.kubeconfig"
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(taken: set[int]) -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in taken:
+            return port
+
+
+def choose_ports(previous: Ports | None) -> Ports:
+    """Reuse the previous ports where still free (stable kubeconfig), else pick free ones."""
+    chosen: list[int] = []
+    wanted = asdict(previous).values() if previous else [0, 0, 0]
+    for port in wanted:
+        if port and port not in chosen and port_free(port):
+            chosen.append(port)
+        else:
+            chosen.append(free_port(set(chosen)))
+    return Ports(*chosen)
+
+
+def load_state(layout: Layout) -> ClusterState | None:
+    try:
+        data = json.loads(layout.state.read_text())
+        return ClusterState(
+            ports=Ports(**data["ports"]),
+            nodes=int(data["nodes"]),
+            ascend_per_node=int(data["ascend_per_node"]),
+            extra=dict(data.get("extra", {})),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_state(layout: Layout, state: ClusterState) -> None:
+    layout.state.write_text(json.dumps(asdict(state), indent=2) + "\n")
+
+
+def kubeconfig(server: str, ca_pem: str, user: str, token: str, context: str) -> dict[str, Any]:
+    """A kubeconfig with one cluster, one token user and one context."""
+    import base64
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": context,
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
+                },
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": user}}],
+        "current-context": context,
+    }
+
+
+def etcd_argv(etcd: Path, layout: Layout, ports: Ports) -> list[str]:
+    client = f"http://127.0.0.1:{ports.etcd_client}"
+    peer = f"http://127.0.0.1:{ports.etcd_peer}"
+    return [
+        str(etcd),
+        "--name=ascend-pd-dev",
+        f"--data-dir={layout.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=ascend-pd-dev={peer}",
+        "--initial-cluster-state=new",
+        "--log-level=warn",
+        "--logger=zap",
+    ]
+
+
+def apiserver_argv(binary: Path, layout: Layout, pki: certs.Pki, ports: Ports) -> list[str]:
+    return [
+        str(binary),
+        f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={ports.apiserver}",
+        "--insecure-port=0",
+        f"--cert-dir={layout.pki}",
+        f"--tls-cert-file={pki.serving_crt}",
+        f"--tls-private-key-file={pki.serving_key}",
+        f"--client-ca-file={pki.ca_crt}",
+        f"--token-auth-file={pki.tokens_csv}",
+        "--authorization-mode=RBAC",
+        "--anonymous-auth=false",
+        f"--service-cluster-ip-range={certs.SERVICE_CIDR}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki.sa_pub}",
+        f"--service-account-signing-key-file={pki.sa_key}",
+        "--allow-privileged=true",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def controller_manager_argv(binary: Path, layout: Layout, pki: certs.Pki) -> list[str]:
+    return [
+        str(binary),
+        f"--kubeconfig={layout.component_kubeconfig('kube-controller-manager')}",
+        f"--controllers={','.join(CONTROLLERS)}",
+        "--leader-elect=false",
+        "--port=0",
+        "--secure-port=0",
+        f"--service-account-private-key-file={pki.sa_key}",
+        f"--root-ca-file={pki.ca_crt}",
+        "--use-service-account-credentials=true",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def kubelet_sim_argv(layout: Layout, nodes: int, ascend_per_node: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "ascend_pd_operator.dev.kubelet_sim",
+        f"--kubeconfig={layout.component_kubeconfig('kubelet-sim')}",
+        f"--nodes={nodes}",
+        f"--ascend-per-node={ascend_per_node}",
+    ]
+
+
+def _ssl_context(pki: certs.Pki) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(pki.ca_crt))
+
+
+def api_get(
+    state: ClusterState, pki: certs.Pki, path: str, user: str = "admin", timeout: float = 5.0
+) -> tuple[int, bytes]:
+    """GET ``path`` on the API server as ``user``; (status, body), status 0 when unreachable."""
+    request = urllib.request.Request(
+        state.server + path, headers={"Authorization": f"Bearer {pki.tokens()[user]}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=_ssl_context(pki)) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as err:
+        return int(err.code), err.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(keepends=True)[-lines:])
+    except OSError:
+        return ""
+
+
+def _wait(
+    what: str, check: Callable[[], bool], component: str, layout: Layout, timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    pid_file = layout.pid_file(component)
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if procs.running(pid_file) is None:
+            log = layout.log_file(component)
+            raise ClusterError(
+                f"{component} exited while waiting for {what}; log {log}:\n{_tail(log)}"
+            )
+        time.sleep(0.25)
+    log = layout.log_file(component)
+    raise ClusterError(
+        f"timed out after {timeout:.0f}s waiting for {what}; log {log}:\n{_tail(log)}"
+    )
+
+
+def component_status(layout: Layout) -> dict[str, procs.PidRecord | None]:
+    return {c: procs.running(layout.pid_file(c)) for c in COMPONENTS}
+
+
+def healthy(layout: Layout) -> bool:
+    state = load_state(layout)
+    if state is None or not layout.kubeconfig.is_file():
+        return False
+    if any(record is None for record in component_status(layout).values()):
+        return False
+    status, _ = api_get(state, certs.Pki(layout.pki), "/readyz")
+    return status == 200
+
+
+def stop_all(layout: Layout, progress: Progress) -> list[str]:
+    """Stop every component this state directory started; return the names stopped."""
+    stopped = []
+    for component in reversed(COMPONENTS):
+        if procs.stop(layout.pid_file(component)):
+            stopped.append(component)
+            progress(f"stopped {component}")
+    return stopped
+
+
+def _write_kubeconfigs(layout: Layout, pki: certs.Pki, state: ClusterState) -> None:
+    ca_pem = pki.ca_crt.read_text()
+    tokens = pki.tokens()
+    files = {
+        layout.kubeconfig: ("admin", "ascend-pd-dev"),
+        layout.component_kubeconfig("kube-controller-manager"): (
+            "system:kube-controller-manager", "ascend-pd-dev"),
+        layout.component_kubeconfig("kubelet-sim"): ("ascend-pd:kubelet-sim", "ascend-pd-dev"),
+        layout.component_kubeconfig("nobody"): ("ascend-pd:nobody", "ascend-pd-dev"),
+    }  # fmt: skip
+    for path, (user, context) in files.items():
+        config = kubeconfig(state.server, ca_pem, user, tokens[user], context)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+
+
+def _start_kubelet_sim(
+    layout: Layout, state: ClusterState, pki: certs.Pki, progress: Progress
+) -> None:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    procs.start(
+        kubelet_sim_argv(layout, state.nodes, state.ascend_per_node),
+        layout.pid_file("kubelet-sim"),
+        layout.log_file("kubelet-sim"),
+        env=env,
+    )
+
+    def nodes_ready() -> bool:
+        status, body = api_get(
+            state, pki, "/api/v1/nodes?labelSelector=ascend-pd.dev%2Fsimulated%3Dtrue"
+        )
+        if status != 200:
+            return False
+        items = json.loads(body).get("items", [])
+        ready = [
+            n for n in items
+            if any(c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in n.get("status", {}).get("conditions", []))
+        ]  # fmt: skip
+        return len(ready) >= state.nodes
+
+    _wait(f"{state.nodes} simulated Ascend nodes", nodes_ready, "kubelet-sim", layout, 60)
+    progress(
+        f"kubelet-sim registered {state.nodes} simulated nodes "
+        f"({state.ascend_per_node} huawei.com/Ascend910 each; no containers run)"
+    )
+
+
+def up(
+    layout: Layout, nodes: int, ascend_per_node: int, progress: Progress, rebuild: bool = False
+) -> ClusterState:
+    """Bring the cluster up (or leave a healthy one as it is); return its state."""
+    bin_dir = build.ensure_binaries(progress, rebuild=rebuild)
+    etcd = build.etcd_binary()
+    for directory in (layout.root, layout.run, layout.logs):
+        directory.mkdir(parents=True, exist_ok=True)
+    pki = certs.ensure_pki(layout.pki)
+    previous = load_state(layout)
+
+    if previous is not None and healthy(layout) and not rebuild:
+        if (previous.nodes, previous.ascend_per_node) != (nodes, ascend_per_node):
+            procs.stop(layout.pid_file("kubelet-sim"))
+            previous.nodes, previous.ascend_per_node = nodes, ascend_per_node
+            save_state(layout, previous)
+            _start_kubelet_sim(layout, previous, pki, progress)
+        else:
+            progress(f"already up at {previous.server}")
+        return previous
+
+    stop_all(layout, progress)
+    state = ClusterState(choose_ports(previous.ports if previous else None), nodes, ascend_per_node)
+    save_state(layout, state)
+    _write_kubeconfigs(layout, pki, state)
+
+    progress(f"starting etcd on 127.0.0.1:{state.ports.etcd_client}")
+    procs.start(
+        etcd_argv(etcd, layout, state.ports),
+        layout.pid_file("etcd"),
+        layout.log_file("etcd"),
+        cwd=layout.root,
+    )
+
+    def etcd_healthy() -> bool:
+        url = f"http://127.0.0.1:{state.ports.etcd_client}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(json.loads(resp.read()).get("health") == "true")
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    _wait("etcd health", etcd_healthy, "etcd", layout, 60)
+
+    progress(f"starting kube-apiserver on {state.server}")
+    procs.start(
+        apiserver_argv(bin_dir / "kube-apiserver", layout, pki, state.ports),
+        layout.pid_file("kube-apiserver"),
+        layout.log_file("kube-apiserver"),
+        cwd=layout.root,
+    )
+    _wait(
+        "kube-apiserver /readyz",
+        lambda: api_get(state, pki, "/readyz")[0] == 200,
+        "kube-apiserver",
+        layout,
+        120,
+    )
+
+    progress(f"starting kube-controller-manager ({', '.join(CONTROLLERS)})")
+    procs.start(
+        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki),
+        layout.pid_file("kube-controller-manager"),
+        layout.log_file("kube-controller-manager"),
+        cwd=layout.root,
+    )
+    # the default ServiceAccount shows the controller manager works; pods need it anyway
+    _wait(
+        "the default ServiceAccount",
+        lambda: api_get(state, pki, "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
+        "kube-controller-manager",
+        layout,
+        120,
+    )
+
+    _start_kubelet_sim(layout, state, pki, progress)
+    return state
+
+
+def down(layout: Layout, progress: Progress, purge: bool = False) -> list[str]:
+    """Stop this project's cluster processes; with ``purge`` also delete data and credentials."""
+    stopped = stop_all(layout, progress)
+    if purge:
+        for path in (layout.etcd_data, layout.pki, layout.logs, layout.run):
+            shutil.rmtree(path, ignore_errors=True)
+        for path in (layout.state, layout.kubeconfig):
+            path.unlink(missing_ok=True)
+    return stopped

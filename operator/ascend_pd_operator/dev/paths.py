@@ -1,0 +1,43 @@
+"""Where the dev cluster keeps things: the build cache (per user), the runtime state (per project).
+
+The build cache outlives checkouts (``~/.cache/ascend-pd/k8s-1.20.2``); the runtime state
+(certificates, etcd data, pid files, logs, the kubeconfig) lives in the project's git-ignored
+``.dev/`` so two checkouts never share a cluster. ``ASCEND_PD_DEV_DIR`` moves the state.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: the Kubernetes version the dev cluster runs (Debian bookworm's ``kubernetes`` source package)
+K8S_VERSION = "1.20.2"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ascend-pd"
+
+
+def build_cache() -> Path:
+    """The per-user cache of the built control-plane binaries."""
+    return cache_root() / f"k8s-{K8S_VERSION}"
+
+
+def project_root() -> Path:
+    """The checkout this package was installed from (editable install), else the cwd."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "pyproject.toml").is_file() and (parent / "operator").is_dir():
+            return parent
+    return Path.cwd()
+
+
+def state_dir() -> Path:
+    """The runtime state of this project's dev cluster (``.dev/``)."""
+    override = os.environ.get("ASCEND_PD_DEV_DIR")
+    return Path(override) if override else project_root() / ".dev"
+
+
+def kubeconfig_path() -> Path:
+    return state_dir() / "kubeconfig"

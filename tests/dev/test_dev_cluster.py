@@ -1,0 +1,62 @@
+"""Pure parts of running the dev cluster: ports, command lines, kubeconfigs."""
+
+from __future__ import annotations
+
+import base64
+import socket
+from pathlib import Path
+
+from ascend_pd_operator.dev import certs, cluster
+
+
+def test_previous_ports_are_reused_while_free_and_replaced_when_taken() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        free = cluster.free_port({taken})
+        chosen = cluster.choose_ports(cluster.Ports(free, taken, 0))
+    assert chosen.etcd_client == free
+    assert chosen.etcd_peer != taken
+    assert len({chosen.etcd_client, chosen.etcd_peer, chosen.apiserver}) == 3
+
+
+def test_command_lines_bind_loopback_and_enable_rbac(tmp_path: Path) -> None:
+    layout = cluster.Layout(tmp_path)
+    pki = certs.Pki(layout.pki)
+    ports = cluster.Ports(2379, 2380, 6443)
+    api = cluster.apiserver_argv(Path("/b/kube-apiserver"), layout, pki, ports)
+    assert "--authorization-mode=RBAC" in api and "--bind-address=127.0.0.1" in api
+    assert "--insecure-port=0" in api and "--secure-port=6443" in api
+    assert f"--token-auth-file={pki.tokens_csv}" in api
+    cm = cluster.controller_manager_argv(Path("/b/kcm"), layout, pki)
+    (controllers,) = [a for a in cm if a.startswith("--controllers=")]
+    assert set(controllers.split("=", 1)[1].split(",")) >= {
+        "deployment",
+        "replicaset",
+        "statefulset",
+        "job",
+        "garbagecollector",
+        "namespace",
+        "serviceaccount",
+        "serviceaccount-token",
+    }
+    etcd = cluster.etcd_argv(Path("/usr/bin/etcd"), layout, ports)
+    assert not [a for a in etcd + api + cm if "=0.0.0.0" in a or "//0.0.0.0" in a]
+
+
+def test_kubeconfig_has_one_token_user_and_the_ca() -> None:
+    config = cluster.kubeconfig("https://127.0.0.1:1", "PEM", "admin", "tok", "ctx")
+    assert config["current-context"] == "ctx"
+    assert config["users"] == [{"name": "admin", "user": {"token": "tok"}}]
+    ca = config["clusters"][0]["cluster"]["certificate-authority-data"]
+    assert base64.b64decode(ca) == b"PEM"
+
+
+def test_state_round_trips(tmp_path: Path) -> None:
+    layout = cluster.Layout(tmp_path)
+    state = cluster.ClusterState(cluster.Ports(1, 2, 3), 8, 8)
+    cluster.save_state(layout, state)
+    assert cluster.load_state(layout) == state
+    layout.state.write_text("{")
+    assert cluster.load_state(layout) is None
