@@ -1,0 +1,104 @@
+"""The chart's RBAC is exactly the operator's API allow-list (api_access.py), per mode.
+
+Every rule the chart renders is flattened to (apiGroup, resource, verb) and compared
+with what the allow-list says the code uses in that mode: a grant missing from the chart
+is a 403 at runtime, an extra one is privilege nobody uses. No wildcards anywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, RELEASE, Render
+
+from ascend_pd_operator import api_access
+from ascend_pd_operator.rbac import Grant, RBACError, grants_by_role, grants_from_rules
+
+FULLNAME = f"{RELEASE}-ascend-pd-operator"
+#: cluster-scoped reads kopf makes only when it watches every namespace
+ALL_NAMESPACES_ONLY = {"namespaces", "customresourcedefinitions"}
+LEADER_ELECTION_ONLY = {"leases"}
+
+
+def allowed(*, cluster_scoped: bool, gang: bool, leases: bool = False) -> set[Grant]:
+    """The grants the allow-list asks for in one mode (subresources with their resource)."""
+    wanted = {
+        res.plural
+        for res in api_access.RESOURCES
+        if (gang or not res.optional)
+        and (res.plural in LEADER_ELECTION_ONLY) == leases
+        and (cluster_scoped or res.namespaced)
+    }
+    return {
+        (group, resource, verb)
+        for group, resource, verbs in api_access.RBAC_RULES
+        if resource.split("/")[0] in wanted
+        for verb in verbs
+    }
+
+
+def test_allow_list_is_fully_classified() -> None:
+    # a new cluster-scoped resource in the allow-list must be placed in a mode here
+    cluster = {r.plural for r in api_access.RESOURCES if not r.namespaced}
+    assert cluster == ALL_NAMESPACES_ONLY
+    assert {r.plural for r in api_access.RESOURCES if r.optional} == {"podgroups"}
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+@pytest.mark.parametrize("gang", [False, True])
+def test_all_namespaces_cluster_role_is_the_allow_list(
+    render: Render, kube: str, gang: bool
+) -> None:
+    sets = [f"gangScheduling.enabled={str(gang).lower()}"]
+    roles = grants_by_role(render([], kube, sets))
+    operator = roles.pop(f"ClusterRole/-/{FULLNAME}")
+    assert operator == allowed(cluster_scoped=True, gang=gang)
+    # what is left is the helm test's own Role
+    assert set(roles) == {f"Role/{NAMESPACE}/{FULLNAME}-test"}
+
+
+def test_namespaced_roles_are_the_namespaced_allow_list(render: Render) -> None:
+    values = CHART / "ci" / "namespaced-values.yaml"
+    roles = grants_by_role(render([values]))
+    for key, grants in roles.items():
+        if key.endswith("-test"):
+            continue
+        assert key.startswith("Role/team-"), key
+        assert grants == allowed(cluster_scoped=False, gang=False), key
+
+
+def test_leader_election_grants_leases_in_the_release_namespace_only(render: Render) -> None:
+    roles = grants_by_role(render(set_values=["leaderElection.enabled=true", "replicaCount=2"]))
+    lease_role = roles.pop(f"Role/{NAMESPACE}/{FULLNAME}-leader-election")
+    assert lease_role == allowed(cluster_scoped=False, gang=False, leases=True) - allowed(
+        cluster_scoped=False, gang=False
+    )
+    assert lease_role == {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+    assert not any(g[1] == "leases" for grants in roles.values() for g in grants)
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=[p.stem for p in CI_VALUES])
+def test_every_grant_is_in_the_allow_list(render: Render, values: Path) -> None:
+    everything = allowed(cluster_scoped=True, gang=True, leases=True) | allowed(
+        cluster_scoped=True, gang=True
+    )
+    for key, grants in grants_by_role(render([values])).items():
+        if key.endswith("-test"):
+            continue
+        assert grants <= everything, (key, grants - everything)
+
+
+def test_rbac_check_refuses_wildcards_and_names() -> None:
+    ok = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}
+    assert grants_from_rules([ok]) == {("", "pods", "get")}
+    for field, bad in (
+        ("verbs", ["*"]),
+        ("resources", ["*"]),
+        ("apiGroups", ["*"]),
+        ("resourceNames", ["x"]),
+        ("nonResourceURLs", ["/metrics"]),
+        ("verbs", []),
+    ):
+        with pytest.raises(RBACError, match=field):
+            grants_from_rules([{**ok, field: bad}])
