@@ -80,6 +80,9 @@ def _structural(node: Any, defs: Json) -> Any:
     for key, value in node.items():
         if key in _DROP:
             continue
+        # Kubernetes 1.20 rejects `default: ""` (it reads it as null); absent means "" anyway.
+        if key == "default" and value == "":
+            continue
         if key == "properties":
             out[key] = {name: _structural(prop, defs) for name, prop in value.items()}
         else:
@@ -115,6 +118,15 @@ def _schema(model: type[BaseModel], with_cel: bool) -> Json:
     return result
 
 
+def _without_defaults(node: Any) -> Any:
+    """Status is written by the operator whole; defaults there would only add noise."""
+    if isinstance(node, dict):
+        return {k: _without_defaults(v) for k, v in node.items() if k != "default"}
+    if isinstance(node, list):
+        return [_without_defaults(v) for v in node]
+    return node
+
+
 def openapi_schema(with_cel: bool = True) -> Json:
     """The ``openAPIV3Schema`` of the served version."""
     root: Json = {
@@ -125,9 +137,10 @@ def openapi_schema(with_cel: bool = True) -> Json:
         "properties": {
             "apiVersion": {"type": "string", "description": "API version."},
             "kind": {"type": "string", "description": "Kind."},
-            "metadata": {"type": "object", "description": "Object metadata."},
+            # The API server allows nothing else here (not even a description).
+            "metadata": {"type": "object"},
             "spec": _schema(api.PDDeploymentSpec, with_cel),
-            "status": _schema(api.PDDeploymentStatus, with_cel=False),
+            "status": _without_defaults(_schema(api.PDDeploymentStatus, with_cel=False)),
         },
     }
     if with_cel:

@@ -75,6 +75,13 @@ def build_registry(
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
+    @kopf.on.login(registry=registry)
+    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # A private registry has none of kopf's default login handlers: use the same
+        # in-cluster service account or $KUBECONFIG as the reconciler's client.
+        info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+        return info
+
     @kopf.on.startup(registry=registry)
     def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)

@@ -81,7 +81,10 @@ class Kube:
         response = self.api.call_api(method, full_url, header_params=header_params, body=serialized)
         response.read()  # type: ignore[no-untyped-call]
         data = response.data or b"{}"
-        doc = json.loads(data) if data else {}
+        try:
+            doc = json.loads(data)
+        except json.JSONDecodeError:  # e.g. "404 page not found" for an unknown API group
+            doc = {"message": data.decode(errors="replace").strip()}
         if response.status >= 400:
             cls = NotFound if response.status == 404 else KubeError
             raise cls(response.status, str(doc.get("reason", "")), str(doc.get("message", data)))

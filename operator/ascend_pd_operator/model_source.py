@@ -23,6 +23,9 @@ from .workloads import model_volume, scheduling_fields
 Json = dict[str, Any]
 
 ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
+#: The PDDeployment generation an inspector Job was started for: a failed inspection is
+#: retried after the next spec change (the user's fix), never in a tight loop.
+ANNOTATION_GENERATION = f"{PREFIX}/generation"
 COMPONENT_INSPECTOR = "model-inspector"
 COMPONENT_FACTS = "model-facts"
 
@@ -35,6 +38,7 @@ class InspectorState:
     model_path: str = ""
     config: Json | None = None
     error: str = ""
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ def resolve_facts(
     user_configmap: Json | None = None,
     facts_configmap: Json | None = None,
     inspector: InspectorState | None = None,
+    generation: int = 0,
 ) -> FactsResolution:
     """Decide the model facts from the sources, in the API's order of precedence."""
     model = spec.model
@@ -94,7 +99,10 @@ def resolve_facts(
             restart_inspector=True,
         )
     if inspector.phase == "Failed":
-        return FactsResolution(None, "False", "InspectionFailed", inspector.error)
+        retry = inspector.generation != generation
+        return FactsResolution(
+            None, "False", "InspectionFailed", inspector.error, restart_inspector=retry
+        )
     if inspector.phase == "Succeeded" and inspector.config is not None:
         found = _parsed(inspector.config, f"inspected {model.path}/config.json", "Inspected")
         if found.facts is None:
@@ -141,6 +149,7 @@ def inspector_state(job: Json, pods: list[Json]) -> InspectorState:
     """Read the Job's outcome and its pod's termination message (the inspector's result)."""
     annotations = job.get("metadata", {}).get("annotations") or {}
     model_path = annotations.get(ANNOTATION_MODEL_PATH, "")
+    generation = int(annotations.get(ANNOTATION_GENERATION, "0") or 0)
     status = job.get("status") or {}
     message = ""
     for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("creationTimestamp", "")):
@@ -151,16 +160,16 @@ def inspector_state(job: Json, pods: list[Json]) -> InspectorState:
     if status.get("succeeded"):
         config, error = ec.decode_inspect_result(message)
         if config is not None:
-            return InspectorState("Succeeded", model_path, config=config)
-        return InspectorState("Failed", model_path, error=error)
+            return InspectorState("Succeeded", model_path, config=config, generation=generation)
+        return InspectorState("Failed", model_path, error=error, generation=generation)
     if status.get("failed"):
         if message:
             _, error = ec.decode_inspect_result(message)
         else:
             reasons = [c.get("message") or c.get("reason") for c in status.get("conditions") or []]
             error = "; ".join(r for r in reasons if r) or "the model inspector Job failed"
-        return InspectorState("Failed", model_path, error=error)
-    return InspectorState("Running", model_path)
+        return InspectorState("Failed", model_path, error=error, generation=generation)
+    return InspectorState("Running", model_path, generation=generation)
 
 
 def inspector_job(owner: Owner, spec: PDDeploymentSpec) -> Json:
@@ -169,7 +178,10 @@ def inspector_job(owner: Owner, spec: PDDeploymentSpec) -> Json:
         owner,
         inspector_name(owner),
         COMPONENT_INSPECTOR,
-        annotations={ANNOTATION_MODEL_PATH: spec.model.path},
+        annotations={
+            ANNOTATION_MODEL_PATH: spec.model.path,
+            ANNOTATION_GENERATION: str(owner.generation),
+        },
     )
     container: Json = {
         "name": "inspect",

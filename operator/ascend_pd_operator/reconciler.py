@@ -44,6 +44,16 @@ PRUNED_KINDS = ("StatefulSet", "Service", "Deployment", "ConfigMap", "PodGroup")
 KEPT_COMPONENTS = (COMPONENT_FACTS, COMPONENT_INSPECTOR)
 
 
+def _apply_error(manifest: Json, exc: KubeError) -> str:
+    what = f"{manifest['kind']} {manifest['metadata']['name']}"
+    if manifest["kind"] == "PodGroup" and exc.status == 404:
+        return (
+            f"applying {what}: scheduling.gang is volcano but the cluster has no PodGroup API "
+            "(scheduling.volcano.sh/v1beta1); install Volcano or set scheduling.gang: none"
+        )
+    return f"applying {what}: {exc}"
+
+
 def utc_now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -82,27 +92,24 @@ class Reconciler:
         facts: FactsResolution | None = None
         desired: Desired | None = None
         applied = deleted = 0
+        apply_error = ""
         live: dict[tuple[str, str], Json] = {}
         if spec is not None:
             facts = self._resolve_facts(owner, spec)
             if facts.facts is not None:
                 desired = desired_state(owner, spec, facts.facts)
             if desired is not None and desired.ok:
-                for manifest in desired.children:
-                    try:
+                current: Json = {"kind": "stale", "metadata": {"name": "children (pruning)"}}
+                try:
+                    for manifest in desired.children:
+                        current = manifest
                         obj = self.kube.apply(manifest)
-                    except KubeError as exc:
-                        if manifest["kind"] == "PodGroup" and exc.status == 404:
-                            raise KubeError(
-                                exc.status,
-                                "VolcanoMissing",
-                                "scheduling.gang is volcano but the cluster has no "
-                                "PodGroup API (scheduling.volcano.sh/v1beta1)",
-                            ) from None
-                        raise
-                    live[(obj["kind"], obj["metadata"]["name"])] = obj
-                    applied += 1
-                deleted = self._prune(owner, desired)
+                        live[(obj["kind"], obj["metadata"]["name"])] = obj
+                        applied += 1
+                    deleted = self._prune(owner, desired)
+                except KubeError as exc:
+                    apply_error = _apply_error(current, exc)
+                    live = {}
         if not live:
             live = self._observe(owner)
         status = compute_status(
@@ -114,6 +121,7 @@ class Reconciler:
                 desired=desired,
                 children=live,
                 previous=previous,
+                apply_error=apply_error,
             ),
             now=self.clock(),
         )
@@ -142,7 +150,9 @@ class Reconciler:
             selector = f"{LABEL_DEPLOYMENT}={owner.name},{LABEL_ROLE}={COMPONENT_INSPECTOR}"
             pods = self.kube.list("Pod", owner.namespace, selector)
             state = inspector_state(job, pods)
-        resolution = resolve_facts(spec, facts_configmap=stored, inspector=state)
+        resolution = resolve_facts(
+            spec, facts_configmap=stored, inspector=state, generation=owner.generation
+        )
         if resolution.start_inspector:
             self.kube.apply(inspector_job(owner, spec))
         elif resolution.restart_inspector:
@@ -192,9 +202,9 @@ class Reconciler:
         """A Warning Event when a rule rejects the spec or the layout (once per message)."""
         before = {c["type"]: c for c in previous.get("conditions") or []}
         for cond in status["conditions"]:
-            if cond["type"] not in ("Validated", "KVLayoutCompatible", "ModelResolved"):
+            if cond["type"] not in ("Validated", "KVLayoutCompatible", "ModelResolved", "Ready"):
                 continue
-            if cond["status"] != "False" or cond["reason"] == "InspectingModel":
+            if cond["status"] != "False" or cond["reason"] in ("InspectingModel", "NotReady"):
                 continue
             old = before.get(cond["type"])
             if old and old.get("message") == cond["message"] and old.get("status") == "False":

@@ -56,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.debug:
+        # kopf logs every handler call at INFO; our reconciler logs what it changes.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     if not args.namespace and not args.all_namespaces:
         print("error: pass --namespace NS (repeatable) or --all-namespaces", file=sys.stderr)
         return 1

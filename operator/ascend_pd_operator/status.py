@@ -22,6 +22,8 @@ from .workloads import layout_fingerprint
 
 Json = dict[str, Any]
 
+INVALID_MODEL_REASONS = ("InvalidModelConfig", "InspectionFailed", "ConfigMapKeyMissing")
+
 CONDITION_TYPES = (
     "Validated",
     "ModelResolved",
@@ -44,6 +46,8 @@ class Observation:
     desired: Desired | None = None
     children: dict[tuple[str, str], Json] = field(default_factory=dict)
     previous: Json = field(default_factory=dict)
+    #: Why applying the children failed (the API server refused one), if it did.
+    apply_error: str = ""
 
 
 def _condition(type_: str, status: str, reason: str, message: str) -> Json:
@@ -133,6 +137,8 @@ def compute_status(obs: Observation, now: str) -> Json:
         conds.append(_condition("ModelResolved", "Unknown", "NotValidated", "spec is invalid"))
     else:
         conds.append(_condition("ModelResolved", facts.status, facts.reason, facts.message))
+        # A model that cannot be read needs the user's fix, like a rejected spec.
+        invalid = invalid or facts.reason in INVALID_MODEL_REASONS
 
     desired = obs.desired
     if desired is None:
@@ -200,7 +206,10 @@ def compute_status(obs: Observation, now: str) -> Json:
             else:
                 conds.append(_condition(type_, "Unknown", "NotApplied", "children not applied"))
 
-    if all_ready:
+    if obs.apply_error:
+        all_ready = False
+        conds.append(_condition("Ready", "False", "ApplyFailed", obs.apply_error))
+    elif all_ready:
         conds.append(_condition("Ready", "True", "Ready", "every instance and the router ready"))
     else:
         waiting = [c["type"] for c in conds if c["status"] != "True"]

@@ -231,3 +231,25 @@ def test_inspector_job_shape(dsv3: Json) -> None:
     assert container["volumeMounts"][0]["mountPath"] == "/models/DeepSeek-V3"
     assert "huawei.com/Ascend910" not in str(container["resources"])
     assert inline_facts(spec) is None
+
+
+def test_failed_inspection_is_retried_after_a_spec_change(dsv3: Json) -> None:
+    spec = no_inline(dsv3)
+    failed = InspectorState("Failed", spec.model.path, error="boom", generation=2)
+    same = resolve_facts(spec, inspector=failed, generation=2)
+    assert same.reason == "InspectionFailed" and not same.restart_inspector
+    edited = resolve_facts(spec, inspector=failed, generation=3)
+    assert edited.restart_inspector and edited.message == "boom"
+    job = inspector_job(Owner("dsv3", "llm", uid="u", generation=7), spec)
+    job["status"] = {"active": 1}
+    assert inspector_state(job, []).generation == 7
+
+
+def test_unreadable_model_makes_the_phase_invalid(dsv3: Json) -> None:
+    spec = no_inline(dsv3)
+    facts = resolve_facts(spec, inspector=InspectorState("Failed", spec.model.path, error="x"))
+    status = compute_status(Observation(owner=OWNER, spec=spec, facts=facts), T0)
+    assert status["phase"] == "Invalid"
+    inspecting = resolve_facts(spec)
+    status = compute_status(Observation(owner=OWNER, spec=spec, facts=inspecting), T0)
+    assert status["phase"] == "Pending"
