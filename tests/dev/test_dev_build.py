@@ -122,3 +122,20 @@ def test_reflect2_fix_refuses_an_unknown_source_and_changes_nothing(tmp_path: Pa
         reflect2_fix.apply(tree)
     assert (pkg / "unsafe_link.go").read_text() == V101_LINK
     assert not (pkg / "go_above_118.go").exists()
+
+
+def test_run_echoes_the_build_steps_and_logs_everything(tmp_path: Path) -> None:
+    script = (
+        "echo '+++ [1129 16:46:02] Building go targets for linux/amd64:'; "
+        "echo '    cmd/kube-apiserver'; echo 'noise'; echo '    indented noise'"
+    )
+    seen: list[str] = []
+    build._run(["bash", "-c", script], tmp_path / "log", "step", echo=seen.append)
+    assert seen == ["  Building go targets for linux/amd64:", "    cmd/kube-apiserver"]
+    assert "indented noise" in (tmp_path / "log").read_text()
+
+
+def test_a_failed_step_names_itself_its_exit_code_and_its_log(tmp_path: Path) -> None:
+    with pytest.raises(build.BuildError, match=r"the step failed \(exit 3\)") as err:
+        build._run(["bash", "-c", "echo boom; exit 3"], tmp_path / "log", "the step")
+    assert str(tmp_path / "log") in str(err.value) and "boom" in str(err.value)

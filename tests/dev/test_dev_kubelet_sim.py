@@ -174,3 +174,14 @@ def test_ip_pool_gives_unique_loopback_addresses_and_skips_reserved_ones() -> No
 def test_quantities() -> None:
     assert ks.parse_quantity("500m") == Decimal("0.5")
     assert ks.parse_quantity("2Gi") == 2 * 1024**3
+
+
+@pytest.mark.parametrize(
+    ("restart", "phase"),
+    [(None, "Running"), ("Always", "Running"), ("Never", "Succeeded"), ("OnFailure", "Succeeded")],
+)
+def test_without_annotation_servers_run_and_run_to_completion_pods_succeed(
+    restart: str | None, phase: str
+) -> None:
+    p = pod("a", node="sim-ascend-0", spec={"restartPolicy": restart} if restart else {})
+    assert ks.desired_status(p, "127.0.1.1", "127.1.0.9", NOW)["phase"] == phase

@@ -211,23 +211,39 @@ def _lock(path: Path) -> Iterator[None]:
 
 
 def _run(
-    cmd: list[str], log: Path, step: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    cmd: list[str],
+    log: Path,
+    step: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    echo: Progress | None = None,
 ) -> None:
+    """Run ``cmd`` with its output appended to ``log``; ``echo`` also gets make's step lines."""
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(cmd)}\n")
         out.flush()
-        done = subprocess.run(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=cwd,
-            check=False,
-        )
-    if done.returncode != 0:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, cwd=cwd, text=True, errors="replace",
+        )  # fmt: skip
+        assert proc.stdout is not None
+        announcing = False
+        for line in proc.stdout:
+            out.write(line)
+            if echo is None:
+                continue
+            # the Kubernetes build announces each step with '+++', its Go targets indented below
+            if line.startswith("+++"):
+                announcing = True
+                echo("  " + line.split("]", 1)[-1].strip())
+            elif announcing and line[:1].isspace() and line.strip():
+                echo("    " + line.strip())
+            else:
+                announcing = False
+        returncode = proc.wait()
+    if returncode != 0:
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise BuildError(f"{step} failed (exit {done.returncode}); log: {log}\n{tail}")
+        raise BuildError(f"{step} failed (exit {returncode}); log: {log}\n{tail}")
 
 
 def ensure_apt_packages(log: Path, progress: Progress) -> None:
@@ -285,7 +301,7 @@ def fetch_source(work: Path, log: Path, progress: Progress) -> Path:
 def _heartbeat(progress: Progress, started: float, stop: threading.Event) -> None:
     while not stop.wait(30):
         minutes, seconds = divmod(int(time.monotonic() - started), 60)
-        progress(f"  still compiling ({minutes}m{seconds:02d}s; about 3-5 minutes on 2 cores)")
+        progress(f"  still compiling ({minutes}m{seconds:02d}s; usually 4-7 minutes on 2 cores)")
 
 
 def compile_binaries(tree: Path, work: Path, log: Path, progress: Progress) -> None:
@@ -298,7 +314,12 @@ def compile_binaries(tree: Path, work: Path, log: Path, progress: Progress) -> N
     beat.start()
     try:
         _run(
-            make_command(), log, "make (kube-apiserver, kube-controller-manager)", env=env, cwd=tree
+            make_command(),
+            log,
+            "make (kube-apiserver, kube-controller-manager)",
+            env=env,
+            cwd=tree,
+            echo=progress,
         )
     finally:
         stop.set()

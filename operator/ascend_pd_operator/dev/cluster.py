@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_operator.dev import build, certs, procs
+from ascend_pd_operator.dev import build, certs, kubelet_sim, procs
 
 #: controllers the dev cluster runs: what workloads, ownership and namespaces need, no more
 CONTROLLERS = (
@@ -326,7 +326,7 @@ def _start_kubelet_sim(
     layout: Layout, state: ClusterState, pki: certs.Pki, progress: Progress
 ) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    procs.start(
+    record = procs.start(
         kubelet_sim_argv(layout, state.nodes, state.ascend_per_node),
         layout.pid_file("kubelet-sim"),
         layout.log_file("kubelet-sim"),
@@ -340,9 +340,12 @@ def _start_kubelet_sim(
         if status != 200:
             return False
         items = json.loads(body).get("items", [])
+        # nodes served by this very process (an older one may have left Ready nodes behind)
         ready = [
             n for n in items
-            if any(c.get("type") == "Ready" and c.get("status") == "True"
+            if (n["metadata"].get("annotations") or {}).get(kubelet_sim.OWNER_ANNOTATION)
+            == str(record.pid)
+            and any(c.get("type") == "Ready" and c.get("status") == "True"
                    for c in n.get("status", {}).get("conditions", []))
         ]  # fmt: skip
         return len(ready) >= state.nodes
@@ -351,6 +354,34 @@ def _start_kubelet_sim(
     progress(
         f"kubelet-sim registered {state.nodes} simulated nodes "
         f"({state.ascend_per_node} huawei.com/Ascend910 each; no containers run)"
+    )
+
+
+def _core_healthy(layout: Layout, state: ClusterState, pki: certs.Pki) -> bool:
+    """etcd and the API server of this state directory run, and the API server is ready."""
+    for component in ("etcd", "kube-apiserver"):
+        if procs.running(layout.pid_file(component)) is None:
+            return False
+    return api_get(state, pki, "/readyz")[0] == 200
+
+
+def _start_controller_manager(
+    layout: Layout, state: ClusterState, pki: certs.Pki, bin_dir: Path, progress: Progress
+) -> None:
+    progress(f"starting kube-controller-manager ({', '.join(CONTROLLERS)})")
+    procs.start(
+        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki),
+        layout.pid_file("kube-controller-manager"),
+        layout.log_file("kube-controller-manager"),
+        cwd=layout.root,
+    )
+    # the default ServiceAccount shows the controller manager works; pods need it anyway
+    _wait(
+        "the default ServiceAccount",
+        lambda: api_get(state, pki, "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
+        "kube-controller-manager",
+        layout,
+        120,
     )
 
 
@@ -365,15 +396,23 @@ def up(
     pki = certs.ensure_pki(layout.pki)
     previous = load_state(layout)
 
-    if previous is not None and healthy(layout) and not rebuild:
-        if (previous.nodes, previous.ascend_per_node) != (nodes, ascend_per_node):
+    if previous is not None and not rebuild and _core_healthy(layout, previous, pki):
+        # etcd and the API server keep running; start whatever else is missing or changed
+        state = previous
+        if (state.nodes, state.ascend_per_node) != (nodes, ascend_per_node):
             procs.stop(layout.pid_file("kubelet-sim"))
-            previous.nodes, previous.ascend_per_node = nodes, ascend_per_node
-            save_state(layout, previous)
-            _start_kubelet_sim(layout, previous, pki, progress)
-        else:
-            progress(f"already up at {previous.server}")
-        return previous
+            state.nodes, state.ascend_per_node = nodes, ascend_per_node
+            save_state(layout, state)
+        started = False
+        if procs.running(layout.pid_file("kube-controller-manager")) is None:
+            _start_controller_manager(layout, state, pki, bin_dir, progress)
+            started = True
+        if procs.running(layout.pid_file("kubelet-sim")) is None:
+            _start_kubelet_sim(layout, state, pki, progress)
+            started = True
+        if not started:
+            progress(f"already up at {state.server}")
+        return state
 
     stop_all(layout, progress)
     state = ClusterState(choose_ports(previous.ports if previous else None), nodes, ascend_per_node)
@@ -413,22 +452,7 @@ def up(
         120,
     )
 
-    progress(f"starting kube-controller-manager ({', '.join(CONTROLLERS)})")
-    procs.start(
-        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki),
-        layout.pid_file("kube-controller-manager"),
-        layout.log_file("kube-controller-manager"),
-        cwd=layout.root,
-    )
-    # the default ServiceAccount shows the controller manager works; pods need it anyway
-    _wait(
-        "the default ServiceAccount",
-        lambda: api_get(state, pki, "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
-        "kube-controller-manager",
-        layout,
-        120,
-    )
-
+    _start_controller_manager(layout, state, pki, bin_dir, progress)
     _start_kubelet_sim(layout, state, pki, progress)
     return state
 

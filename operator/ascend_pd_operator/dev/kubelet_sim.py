@@ -11,16 +11,19 @@ for the scheduler and the kubelets of N Ascend nodes, and does only what those d
   its ``nodeSelector``, required node affinity and required pod anti-affinity on
   ``kubernetes.io/hostname``; a pod that fits nowhere stays Pending with condition
   ``PodScheduled=False, reason=Unschedulable`` saying why;
-- reports every bound pod Running and Ready with a loopback pod IP (127.1.0.0/16 and up; no
-  traffic is ever sent there), and removes pods being deleted (grace period 0).
+- reports every bound pod Running and Ready with a loopback pod IP (127.1.0.1 and up; a
+  ``hostNetwork`` pod gets its node's 127.0.1.x; no traffic is ever sent to any of them), and
+  removes pods being deleted (grace period 0).
 
 A pod (or its template) chooses what the simulated containers do with the annotation
 ``kubelet-sim.ascend-pd.dev/outcome`` (read every cycle, so tests may change it on a live pod):
 
-- ``ready`` (default): Running, every container running and ready;
+- ``ready``: Running, every container running and ready (the default when the pod's
+  ``restartPolicy`` is ``Always``: a server);
 - ``unready``: Running, containers running but not ready (a failing readiness probe);
 - ``crash``: Running, containers waiting in ``CrashLoopBackOff``, not ready;
-- ``succeed``: Succeeded, containers terminated with exit code 0 (Jobs, helm test hooks);
+- ``succeed``: Succeeded, containers terminated with exit code 0 (the default for
+  ``restartPolicy`` ``Never`` or ``OnFailure``: Jobs and helm test hooks run to completion);
 - ``fail``: Failed, containers terminated with exit code 1.
 
 Succeeded and Failed are final, as with a real kubelet. ``kubectl logs``/``exec`` cannot work:
@@ -35,6 +38,7 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -45,6 +49,7 @@ from typing import Any
 
 SIM_LABEL = "ascend-pd.dev/simulated"
 OUTCOME_ANNOTATION = "kubelet-sim.ascend-pd.dev/outcome"
+OWNER_ANNOTATION = "kubelet-sim.ascend-pd.dev/pid"
 OUTCOMES = ("ready", "unready", "crash", "succeed", "fail")
 ASCEND_RESOURCE = "huawei.com/Ascend910"
 NODE_PREFIX = "sim-ascend-"
@@ -81,7 +86,7 @@ def node_ip(index: int) -> str:
     return f"127.0.1.{index + 1}"
 
 
-def node_manifest(index: int, ascend_per_node: int, timestamp: str) -> Obj:
+def node_manifest(index: int, ascend_per_node: int, timestamp: str, owner: str = "") -> Obj:
     """The Node object of simulated node ``index``, status included."""
     name = node_name(index)
     capacity = {**NODE_CAPACITY, ASCEND_RESOURCE: str(ascend_per_node)}
@@ -109,7 +114,8 @@ def node_manifest(index: int, ascend_per_node: int, timestamp: str) -> Obj:
                 "kubernetes.io/arch": "amd64",
                 "accelerator": "huawei-Ascend910",
             },
-            "annotations": {"ascend-pd.dev/note": note},
+            # which kubelet-sim process serves the node (its pid), so starters can wait for it
+            "annotations": {"ascend-pd.dev/note": note, OWNER_ANNOTATION: owner},
         },
         "spec": {},
         "status": {
@@ -307,8 +313,12 @@ def _node_order(name: str) -> tuple[int, str]:
 
 
 def outcome_of(pod: Obj) -> str:
+    """The annotation's outcome, else: servers become ready, run-to-completion pods succeed."""
     annotations = pod.get("metadata", {}).get("annotations") or {}
-    return str(annotations.get(OUTCOME_ANNOTATION, "ready"))
+    if OUTCOME_ANNOTATION in annotations:
+        return str(annotations[OUTCOME_ANNOTATION])
+    restart = pod.get("spec", {}).get("restartPolicy") or "Always"
+    return "ready" if restart == "Always" else "succeed"
 
 
 def _condition(
@@ -487,6 +497,7 @@ class Simulator:
     api: Any  # kubernetes.client.CoreV1Api
     nodes: int = 8
     ascend_per_node: int = 8
+    owner: str = field(default_factory=lambda: str(os.getpid()))
     ips: IpPool = field(default_factory=IpPool)
     _unschedulable: dict[str, str] = field(default_factory=dict)
 
@@ -510,7 +521,7 @@ class Simulator:
                 self.api.delete_node(name)
         result = []
         for name, index in wanted.items():
-            manifest = node_manifest(index, self.ascend_per_node, now_iso())
+            manifest = node_manifest(index, self.ascend_per_node, now_iso(), self.owner)
             found = existing.get(name)
             if found is None:
                 try:
@@ -524,6 +535,10 @@ class Simulator:
                 )
                 result.append(manifest)
                 continue
+            annotations = found["metadata"].get("annotations") or {}
+            if annotations.get(OWNER_ANNOTATION) != self.owner:
+                patch = {"metadata": {"annotations": {OWNER_ANNOTATION: self.owner}}}
+                self.api.patch_node(name, patch, _preload_content=False)
             status = found.get("status") or {}
             ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                         for c in status.get("conditions") or [])  # fmt: skip
@@ -541,16 +556,24 @@ class Simulator:
         names = {n["metadata"]["name"] for n in nodes}
         pods = self._list(self.api.list_pod_for_all_namespaces)
         node_ips = {n["metadata"]["name"]: _internal_ip(n) for n in nodes}
-        for pod in pods:
-            ip = (pod.get("status") or {}).get("podIP")
-            if ip and pod.get("spec", {}).get("nodeName") in names and not is_terminal(pod):
-                self.ips.reserve(ip)
+        # the addresses in use are those of live pods: a restarted simulator recovers them
+        self.ips.used = {
+            ip
+            for pod in pods
+            if (ip := (pod.get("status") or {}).get("podIP"))
+            and pod.get("spec", {}).get("nodeName") in names
+            and not is_terminal(pod)
+            and not pod.get("spec", {}).get("hostNetwork")
+        }
         pending = sorted(
             (p for p in pods if not p.get("spec", {}).get("nodeName")
              and not p["metadata"].get("deletionTimestamp")
              and (p.get("spec", {}).get("schedulerName") or SCHEDULER_NAME) == SCHEDULER_NAME),
             key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]),
         )  # fmt: skip
+        pending_keys = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pending}
+        for key in set(self._unschedulable) - pending_keys:
+            del self._unschedulable[key]
         for pod in pending:
             self._schedule(pod, nodes, pods)
         for pod in pods:
@@ -614,7 +637,10 @@ class Simulator:
         if is_terminal(pod):
             return
         current = pod.get("status") or {}
-        pod_ip = current.get("podIP") or self.ips.allocate()
+        if pod.get("spec", {}).get("hostNetwork"):
+            pod_ip = host_ip  # host-network pods share their node's address
+        else:
+            pod_ip = current.get("podIP") or self.ips.allocate()
         wanted = desired_status(pod, host_ip, pod_ip, now_iso())
         if status_signature(wanted) == status_signature(current):
             return
