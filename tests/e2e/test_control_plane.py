@@ -330,7 +330,6 @@ def _apply_check(kubectl: Any, manifest: dict[str, Any], namespace: str) -> Any:
                    "-f", "-", input=yaml.safe_dump(manifest), check=False)  # fmt: skip
 
 
-@pytest.mark.local
 def test_server_side_apply_on_1_20_needs_the_protocol_of_every_service_port(
     cluster: Any, kubectl: Any, namespace: str
 ) -> None:
