@@ -200,7 +200,8 @@ def build_environment(base: dict[str, str], gocache: Path) -> dict[str, str]:
 
 
 @contextmanager
-def _lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (created if missing), held for the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -335,7 +336,7 @@ def ensure_binaries(progress: Progress = _default_progress, rebuild: bool = Fals
     if binaries_ready() and not rebuild:
         return bin_dir()
     log = cache / "build.log"
-    with _lock(cache / ".build.lock"):
+    with file_lock(cache / ".build.lock"):
         # another process may have finished the build while we waited for the lock
         if binaries_ready() and not rebuild:
             return bin_dir()

@@ -2,13 +2,15 @@
 
 Every process listens on loopback only, on free ports picked at ``up`` (and reused by later
 ``up`` runs while still free), and is owned through a pid file under ``.dev/run``; ``down``
-stops exactly those processes. ``up`` is idempotent: a healthy cluster is left as it is (the
-simulated kubelet is restarted when its node options changed), a half-dead one is stopped and
-started again on its kept data.
+stops exactly those processes. ``up`` is idempotent: a healthy cluster is left as it is; while
+etcd and the API server are healthy, only a missing controller manager or kubelet-sim is started
+(kubelet-sim is also restarted when its node options changed); otherwise whatever is left is
+stopped and everything starts again on the kept data and credentials.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -19,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +66,6 @@ class ClusterState:
     ports: Ports
     nodes: int
     ascend_per_node: int
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def server(self) -> str:
@@ -82,6 +83,7 @@ class Layout:
         self.logs = root / "logs"
         self.state = root / "cluster.json"
         self.kubeconfig = root / "kubeconfig"
+        self.lock = root / ".lock"
 
     def pid_file(self, component: str) -> Path:
         return self.run / f"{component}.pid"
@@ -131,7 +133,6 @@ def load_state(layout: Layout) -> ClusterState | None:
             ports=Ports(**data["ports"]),
             nodes=int(data["nodes"]),
             ascend_per_node=int(data["ascend_per_node"]),
-            extra=dict(data.get("extra", {})),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -143,8 +144,6 @@ def save_state(layout: Layout, state: ClusterState) -> None:
 
 def kubeconfig(server: str, ca_pem: str, user: str, token: str, context: str) -> dict[str, Any]:
     """A kubeconfig with one cluster, one token user and one context."""
-    import base64
-
     return {
         "apiVersion": "v1",
         "kind": "Config",
@@ -388,8 +387,25 @@ def _start_controller_manager(
 def up(
     layout: Layout, nodes: int, ascend_per_node: int, progress: Progress, rebuild: bool = False
 ) -> ClusterState:
-    """Bring the cluster up (or leave a healthy one as it is); return its state."""
+    """Bring the cluster up (or leave a healthy one as it is); return its state.
+
+    Concurrent ``up``/``down`` calls on one state directory run one at a time, so a second
+    caller finds the cluster the first one started instead of restarting it.
+    """
     bin_dir = build.ensure_binaries(progress, rebuild=rebuild)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with build.file_lock(layout.lock):
+        return _up_locked(layout, nodes, ascend_per_node, progress, rebuild, bin_dir)
+
+
+def _up_locked(
+    layout: Layout,
+    nodes: int,
+    ascend_per_node: int,
+    progress: Progress,
+    rebuild: bool,
+    bin_dir: Path,
+) -> ClusterState:
     etcd = build.etcd_binary()
     for directory in (layout.root, layout.run, layout.logs):
         directory.mkdir(parents=True, exist_ok=True)
@@ -459,6 +475,13 @@ def up(
 
 def down(layout: Layout, progress: Progress, purge: bool = False) -> list[str]:
     """Stop this project's cluster processes; with ``purge`` also delete data and credentials."""
+    if not layout.root.is_dir():
+        return []
+    with build.file_lock(layout.lock):
+        return _down_locked(layout, progress, purge)
+
+
+def _down_locked(layout: Layout, progress: Progress, purge: bool) -> list[str]:
     stopped = stop_all(layout, progress)
     if purge:
         for path in (layout.etcd_data, layout.pki, layout.logs, layout.run):

@@ -706,6 +706,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.3, help="seconds between cycles")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s kubelet-sim %(message)s")
+    import urllib3
     from kubernetes.client.exceptions import ApiException
 
     sim = Simulator(make_api(args.kubeconfig), args.nodes, args.ascend_per_node)
@@ -726,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     while not stopping:
         try:
             sim.step()
-        except (ApiException, OSError) as err:
+        except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
             # the API server may restart under us; keep going
             log.warning("cycle failed: %s", str(err).splitlines()[0] if str(err) else err)
         except Exception:
