@@ -214,8 +214,6 @@ def sglang_command(env: LaunchEnv, dist_init: str, python: str) -> list[str]:
         argv += ["--served-model-name", env.served_model_name]
     if env.role == "prefill" and env.bootstrap_port is not None:
         argv += ["--disaggregation-bootstrap-port", str(env.bootstrap_port)]
-    if env.dp_size > 1:
-        argv += ["--enable-dp-attention"]
     if env.speculative_here:
         argv += [
             "--speculative-algorithm", env.speculative_algorithm,

@@ -111,14 +111,14 @@ def test_prefill_second_node_command(tmp_path):
     assert "total_kv_layers=61" in launch.summary
 
 
-def test_decode_runs_speculative_and_dp_attention(tmp_path):
+def test_decode_runs_speculative(tmp_path):
     launch = plan_launch(
         _env(tmp_path, role="decode", pod="dsv3-decode-0-0"), resolver, python="py"
     )
     argv = launch.argv
     assert _flag(argv, "--speculative-algorithm") == "NEXTN"
     assert _flag(argv, "--speculative-num-steps") == "3"
-    assert "--enable-dp-attention" in argv
+    assert _flag(argv, "--dp-size") == "16"
     assert "--disaggregation-bootstrap-port" not in argv
     assert "draft=1" in launch.summary
 
