@@ -28,7 +28,18 @@ from pathlib import Path
 from ascend_pd_operator.dev import paths, reflect2_fix
 
 #: apt packages the build and the cluster need
-APT_PACKAGES = ("etcd-server", "golang-1.19-go", "rsync", "make", "openssl")
+APT_PACKAGES = (
+    "etcd-server",
+    "golang-1.19-go",
+    "rsync",
+    "make",
+    "openssl",
+    # unpacking the source package
+    "dpkg-dev",
+    "xz-utils",
+)
+#: apt packages a running dev cluster needs (etcd; openssl for its credentials)
+RUNTIME_PACKAGES = ("etcd-server", "openssl")
 SOURCE_PACKAGE = "kubernetes"
 SOURCE_VERSION = "1.20.5+really1.20.2-1.1+deb12u1"
 GO_ROOT = Path("/usr/lib/go-1.19")
@@ -247,8 +258,10 @@ def _run(
         raise BuildError(f"{step} failed (exit {returncode}); log: {log}\n{tail}")
 
 
-def ensure_apt_packages(log: Path, progress: Progress) -> None:
-    missing = missing_apt_packages()
+def ensure_apt_packages(
+    log: Path, progress: Progress, packages: tuple[str, ...] = APT_PACKAGES
+) -> None:
+    missing = missing_apt_packages(packages)
     if not missing:
         return
     if os.geteuid() != 0:
@@ -372,6 +385,13 @@ def ensure_binaries(progress: Progress = _default_progress, rebuild: bool = Fals
         shutil.rmtree(work, ignore_errors=True)
         progress(f"built in {elapsed / 60:.1f} min; cached in {bin_dir()}")
     return bin_dir()
+
+
+def ensure_runtime_packages(progress: Progress = _default_progress) -> None:
+    """What a running cluster needs even when the binaries came from the cache."""
+    log = paths.build_cache() / "runtime-packages.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    ensure_apt_packages(log, progress, RUNTIME_PACKAGES)
 
 
 def etcd_binary() -> Path:

@@ -393,6 +393,7 @@ def up(
     caller finds the cluster the first one started instead of restarting it.
     """
     bin_dir = build.ensure_binaries(progress, rebuild=rebuild)
+    build.ensure_runtime_packages(progress)
     layout.root.mkdir(parents=True, exist_ok=True)
     with build.file_lock(layout.lock):
         return _up_locked(layout, nodes, ascend_per_node, progress, rebuild, bin_dir)
