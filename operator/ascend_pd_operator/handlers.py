@@ -144,5 +144,7 @@ def worker(queue: WorkQueue, reconciler: Reconciler, stop: threading.Event) -> N
             continue
         try:
             reconciler.reconcile(*key)
+        except KubeError as exc:  # e.g. a conflict or the namespace going away: retried
+            log.warning("reconcile of %s/%s: %s", *key, exc)
         except Exception:  # keep the worker alive; the next trigger retries
             log.exception("reconcile of %s/%s failed", *key)

@@ -10,6 +10,7 @@ running children stay exactly as they were.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -20,7 +21,7 @@ from typing import Any
 from . import api
 from .children import child_key
 from .desired import Desired, desired_state, validate
-from .kube import Kube, KubeError
+from .kube import Kube, KubeError, NotFound
 from .model_source import (
     COMPONENT_FACTS,
     COMPONENT_INSPECTOR,
@@ -131,7 +132,9 @@ class Reconciler:
             for key in previous:
                 if key not in status and key != "kopf":
                     patch[key] = None
-            self.kube.patch_status(api.KIND, owner.namespace, owner.name, patch)
+            # Deleted meanwhile: garbage collection does the rest.
+            with contextlib.suppress(NotFound):
+                self.kube.patch_status(api.KIND, owner.namespace, owner.name, patch)
         return Result(status, applied, deleted)
 
     # --- model facts ---------------------------------------------------------------------

@@ -1,0 +1,218 @@
+"""The operator on a real API server: reconcile, status, rules, restore, prune, GC, inspector.
+
+Each test runs ``ascend-pd run --namespace <its namespace>`` as a local process against the
+cluster (the local control plane runs no containers) and drives it with kubectl, as a user
+would. Pods become Ready through kubelet-sim, hence the ``simulated`` marker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ascend_pd_operator.crd import crd_yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def crd(cluster: Any, kubectl: Any) -> None:
+    with_cel = cluster.server_version >= (1, 25)
+    kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e-operator",
+            "-f", "-", input=crd_yaml(with_cel))  # fmt: skip
+    kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
+
+
+@pytest.fixture
+def operator(cluster: Any, crd: None, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    log = tmp_path / "operator.log"
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    cmd = [sys.executable, "-m", "ascend_pd_operator.cli", "run", "--namespace", namespace,
+           "--health-port", str(_free_port()), "--resync-seconds", "5"]  # fmt: skip
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    try:
+        yield log
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        text = log.read_text()
+        assert "Traceback" not in text, text[-4000:]
+
+
+def example(name: str, namespace: str) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+    for doc in docs:
+        doc["metadata"]["namespace"] = namespace
+    return docs
+
+
+def apply(kubectl: Any, docs: list[dict[str, Any]]) -> None:
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+
+def get(kubectl: Any, namespace: str, *what: str) -> dict[str, Any] | None:
+    done = kubectl("get", *what, "-n", namespace, "-o", "json", check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def status(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
+    obj = get(kubectl, namespace, "pdd", name) or {}
+    return obj.get("status") or {}
+
+
+def condition(st: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in st.get("conditions", []) if c["type"] == type_), {})
+
+
+def versions(kubectl: Any, namespace: str) -> dict[str, str]:
+    items = get(kubectl, namespace, "statefulsets,services,deployments,configmaps")
+    # Workloads: their generation (controllers keep changing their status, not their spec).
+    return {
+        f"{i['kind']}/{i['metadata']['name']}": str(
+            i["metadata"].get("generation") or i["metadata"]["resourceVersion"]
+        )
+        for i in (items or {}).get("items", [])
+        if i["kind"] != "ConfigMap" or i["metadata"]["name"].endswith("-kv-layout")
+    }
+
+
+def test_example_becomes_ready_with_its_layout(
+    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+) -> None:
+    apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
+    st = wait_until(
+        lambda: (s := status(kubectl, namespace, "dsv2-lite")).get("phase") == "Ready" and s,
+        "dsv2-lite Ready",
+    )
+    assert st["kvLayout"]["totalKvLayers"] == 27 and st["kvLayout"]["kvBufGroups"] == 2
+    assert st["decode"] == {"replicas": 2, "readyReplicas": 2, "nodesPerInstance": 1}
+    assert st["endpoint"] == f"http://dsv2-lite-router.{namespace}.svc:8000"
+    assert condition(st, "ModelResolved")["reason"] == "ConfigMap"
+    cr = get(kubectl, namespace, "pdd", "dsv2-lite")
+    assert cr is not None
+    assert not cr["metadata"].get("finalizers")  # deletion never waits for the operator
+    assert not any(k.startswith("kopf.zalando.org") for k in cr["metadata"].get("annotations", {}))
+    sts = get(kubectl, namespace, "statefulset", "dsv2-lite-decode-1")
+    assert sts is not None
+    assert sts["metadata"]["ownerReferences"][0]["uid"] == cr["metadata"]["uid"]
+    plan = get(kubectl, namespace, "configmap", "dsv2-lite-kv-layout")
+    assert plan is not None
+    assert json.loads(plan["data"]["plan.json"])["fingerprint"] == st["kvLayout"]["fingerprint"]
+    printed = kubectl("get", "pdd", "-n", namespace).stdout.split("\n")[0].split()
+    assert printed[:8] == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "PP", "LAYERS", "AGE"]
+
+
+def test_invalid_update_leaves_the_deployment_as_it_was(
+    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+) -> None:
+    apply(kubectl, example("deepseek-v3-pp2.yaml", namespace))
+    before = wait_until(lambda: len(v := versions(kubectl, namespace)) == 9 and v, "9 children")
+    done = kubectl("patch", "pdd", "dsv3", "-n", namespace, "--type=merge",
+                   "-p", '{"spec": {"prefill": {"devicesPerNode": 6}}}', check=False)  # fmt: skip
+    if done.returncode != 0:  # a server with CEL refuses it outright
+        assert "must be divisible by devicesPerNode" in done.stderr
+    else:  # no CEL (Kubernetes < 1.25): the operator refuses it
+        st = wait_until(
+            lambda: (s := status(kubectl, namespace, "dsv3")).get("phase") == "Invalid" and s,
+            "dsv3 Invalid",
+        )
+        assert "devicesPerNode 6" in condition(st, "Validated")["message"]
+        events = get(kubectl, namespace, "events", "--field-selector", "reason=InvalidSpec")
+        assert events is not None and events["items"], "no InvalidSpec event"
+    assert versions(kubectl, namespace) == before
+
+
+def test_deleted_or_edited_children_are_restored(
+    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+) -> None:
+    apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
+    wait_until(lambda: get(kubectl, namespace, "service", "dsv2-lite-prefill-0"), "service")
+    kubectl("delete", "service", "dsv2-lite-prefill-0", "-n", namespace)
+    wait_until(lambda: get(kubectl, namespace, "service", "dsv2-lite-prefill-0"), "restored")
+    kubectl("scale", "statefulset", "dsv2-lite-decode-0", "-n", namespace, "--replicas=3")
+    wait_until(
+        lambda: (
+            (get(kubectl, namespace, "statefulset", "dsv2-lite-decode-0") or {})["spec"]["replicas"]
+            == 1
+        ),
+        "replicas restored",
+    )
+
+
+def test_scaling_prunes_instances_and_rewrites_the_router(
+    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+) -> None:
+    apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
+    wait_until(lambda: get(kubectl, namespace, "statefulset", "dsv2-lite-decode-1"), "decode-1")
+    kubectl("patch", "pdd", "dsv2-lite", "-n", namespace, "--type=merge",
+            "-p", '{"spec": {"decode": {"replicas": 1}}}')  # fmt: skip
+    wait_until(lambda: not get(kubectl, namespace, "statefulset", "dsv2-lite-decode-1"), "pruned")
+    wait_until(lambda: not get(kubectl, namespace, "service", "dsv2-lite-decode-1"), "svc pruned")
+
+    def router_args() -> list[str]:
+        dep = get(kubectl, namespace, "deployment", "dsv2-lite-router") or {}
+        return list(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    wait_until(lambda: router_args().count("--decode") == 1, "router follows scaling")
+
+
+def test_deleting_the_deployment_collects_every_child(
+    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+) -> None:
+    apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
+    wait_until(lambda: len(versions(kubectl, namespace)) == 9, "children")
+    kubectl("delete", "pdd", "dsv2-lite", "-n", namespace, "--wait=true", "--timeout=60s")
+    wait_until(lambda: not versions(kubectl, namespace), "garbage collected")
+
+
+def test_inspector_failure_is_shown_in_the_condition(
+    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+) -> None:
+    docs = [d for d in example("deepseek-v2-lite.yaml", namespace) if d["kind"] != "ConfigMap"]
+    del docs[0]["spec"]["model"]["configMapRef"]
+    apply(kubectl, docs)
+    wait_until(
+        lambda: (
+            condition(status(kubectl, namespace, "dsv2-lite"), "ModelResolved").get("reason")
+            == "InspectingModel"
+        ),
+        "InspectingModel",
+    )
+    pods = wait_until(
+        lambda: (get(kubectl, namespace, "pods", "-l", "job-name=dsv2-lite-inspect") or {}).get(
+            "items"
+        ),
+        "inspector pod",
+    )
+    kubectl("annotate", "pod", pods[0]["metadata"]["name"], "-n", namespace,
+            "kubelet-sim.ascend-pd.dev/outcome=fail")  # fmt: skip
+    st = wait_until(
+        lambda: (s := status(kubectl, namespace, "dsv2-lite")).get("phase") == "Invalid" and s,
+        "Invalid after the inspector failed",
+    )
+    assert condition(st, "ModelResolved")["reason"] == "InspectionFailed"
+    assert not get(kubectl, namespace, "statefulset", "dsv2-lite-prefill-0")
