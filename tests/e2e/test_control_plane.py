@@ -176,11 +176,9 @@ def test_crash_outcome_shows_crash_loop_backoff(
 
 
 @pytest.mark.simulated
-@pytest.mark.parametrize(
-    ("outcome", "condition"), [(None, "Complete"), ("succeed", "Complete"), ("fail", "Failed")]
-)
+@pytest.mark.parametrize(("outcome", "condition"), [("succeed", "Complete"), ("fail", "Failed")])
 def test_job_pods_run_to_the_chosen_outcome(
-    kubectl: Any, namespace: str, wait_until: Any, outcome: str | None, condition: str
+    kubectl: Any, namespace: str, wait_until: Any, outcome: str, condition: str
 ) -> None:
     job = {
         "apiVersion": "batch/v1",
@@ -189,7 +187,7 @@ def test_job_pods_run_to_the_chosen_outcome(
         "spec": {
             "backoffLimit": 0,
             "template": {
-                "metadata": {"annotations": {ks.OUTCOME_ANNOTATION: outcome} if outcome else {}},
+                "metadata": {"annotations": {ks.OUTCOME_ANNOTATION: outcome}},
                 "spec": {"restartPolicy": "Never", "containers": [
                     {"name": "check", "image": "example.invalid/check:1"}]},
             },
@@ -202,7 +200,7 @@ def test_job_pods_run_to_the_chosen_outcome(
     )
     assert cond["status"] == "True"
     pods = _get(kubectl, "pods", "-n", namespace, "-l", "job-name=once")["items"]
-    expected = "Failed" if outcome == "fail" else "Succeeded"
+    expected = "Succeeded" if outcome == "succeed" else "Failed"
     assert [p["status"]["phase"] for p in pods] == [expected]
 
 
@@ -349,3 +347,31 @@ def test_server_side_apply_on_1_20_needs_the_protocol_of_every_service_port(
         kubectl, service("full", {"name": "http", "port": 80, "protocol": "TCP"}), namespace
     )
     assert accepted.returncode == 0, accepted.stderr
+
+
+@pytest.mark.simulated
+def test_a_job_pod_without_an_outcome_runs_until_told_then_completes(
+    kubectl: Any, namespace: str, wait_until: Any
+) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "told"},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+                 "containers": [{"name": "check", "image": "example.invalid/check:1"}]}}},
+    }  # fmt: skip
+    _apply(kubectl, job, "-n", namespace)
+
+    def pod() -> dict[str, Any] | None:
+        items = _get(kubectl, "pods", "-n", namespace, "-l", "job-name=told")["items"]
+        return items[0] if items and items[0]["status"].get("phase") == "Running" else None
+
+    running = wait_until(pod, "the Job's pod to run")
+    assert _get(kubectl, "job", "told", "-n", namespace)["status"].get("active") == 1
+    kubectl("annotate", "pod", running["metadata"]["name"], "-n", namespace,
+            f"{ks.OUTCOME_ANNOTATION}=succeed")  # fmt: skip
+    wait_until(
+        lambda: (_condition(_get(kubectl, "job", "told", "-n", namespace), "Complete") or {}).get(
+            "status") == "True",
+        "the Job to complete",
+    )  # fmt: skip

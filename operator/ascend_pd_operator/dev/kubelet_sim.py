@@ -18,13 +18,15 @@ for the scheduler and the kubelets of N Ascend nodes, and does only what those d
 A pod (or its template) chooses what the simulated containers do with the annotation
 ``kubelet-sim.ascend-pd.dev/outcome`` (read every cycle, so tests may change it on a live pod):
 
-- ``ready``: Running, every container running and ready (the default when the pod's
-  ``restartPolicy`` is ``Always``: a server);
+- ``ready`` (default): Running, every container running and ready;
 - ``unready``: Running, containers running but not ready (a failing readiness probe);
 - ``crash``: Running, containers waiting in ``CrashLoopBackOff``, not ready;
-- ``succeed``: Succeeded, containers terminated with exit code 0 (the default for
-  ``restartPolicy`` ``Never`` or ``OnFailure``: Jobs and helm test hooks run to completion);
+- ``succeed``: Succeeded, containers terminated with exit code 0;
 - ``fail``: Failed, containers terminated with exit code 1.
+
+A pod that would run to completion (a Job's, a helm test hook) also stays Running until its
+annotation says ``succeed`` or ``fail``: kubelet-sim cannot know how a container would end, so
+it never invents a success; a test runs the real work itself and then reports the outcome.
 
 Succeeded and Failed are final, as with a real kubelet. ``kubectl logs``/``exec`` cannot work:
 there is no container. Run it as ``python -m ascend_pd_operator.dev.kubelet_sim --kubeconfig
@@ -313,12 +315,8 @@ def _node_order(name: str) -> tuple[int, str]:
 
 
 def outcome_of(pod: Obj) -> str:
-    """The annotation's outcome, else: servers become ready, run-to-completion pods succeed."""
     annotations = pod.get("metadata", {}).get("annotations") or {}
-    if OUTCOME_ANNOTATION in annotations:
-        return str(annotations[OUTCOME_ANNOTATION])
-    restart = pod.get("spec", {}).get("restartPolicy") or "Always"
-    return "ready" if restart == "Always" else "succeed"
+    return str(annotations.get(OUTCOME_ANNOTATION, "ready"))
 
 
 def _condition(
