@@ -68,6 +68,7 @@ def _up(layout: cluster.Layout, args: argparse.Namespace) -> int:
     state = cluster.up(layout, args.nodes, args.ascend_per_node, _progress, rebuild=args.rebuild)
     _progress(f"up in {time.monotonic() - started:.0f}s: kube-apiserver {state.server}, "
               f"{state.nodes} simulated Ascend nodes; logs in {layout.logs}")  # fmt: skip
+    _progress(f"look around: KUBECONFIG={layout.kubeconfig} kubectl get nodes -L accelerator")
     _progress("stop it with: ascend-pd dev down")
     print(f"export KUBECONFIG={layout.kubeconfig}")
     return 0
