@@ -112,3 +112,31 @@ def test_script_reads_validated_of_the_current_generation() -> None:
     # a verdict about an older generation is not the verdict about this resource
     assert script.validated(condition("True", generation=2, observed=1)) is None
     assert script.validated(condition("True", observed=None))["status"] == "True"
+
+
+def test_script_waits_out_rbac_propagation_but_not_a_real_denial() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    script = load_script()
+    calls: list[int] = []
+
+    def refused_twice() -> str:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise ApiException(status=403)
+        return "ok"
+
+    assert script.retry_forbidden(refused_twice, seconds=30, pause=0) == "ok"
+    assert len(calls) == 3
+
+    def always_refused() -> None:
+        raise ApiException(status=403)
+
+    with pytest.raises(ApiException):
+        script.retry_forbidden(always_refused, seconds=0, pause=0)
+
+    def not_found() -> None:
+        raise ApiException(status=404)
+
+    with pytest.raises(ApiException):  # only 403 is waited out
+        script.retry_forbidden(not_found, seconds=30, pause=0)

@@ -14,10 +14,11 @@ from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, RELEASE, Rende
 
 from ascend_pd_operator import api_access
 from ascend_pd_operator.rbac import Grant, RBACError, grants_by_role, grants_from_rules
+from ascend_pd_operator.reconciler import PRUNED_KINDS
 
 FULLNAME = f"{RELEASE}-ascend-pd-operator"
-#: cluster-scoped reads kopf makes only when it watches every namespace
-ALL_NAMESPACES_ONLY = {"namespaces", "customresourcedefinitions"}
+#: cluster-scoped reads kopf makes in every mode (its discovery)
+CLUSTER_READS = {"namespaces", "customresourcedefinitions"}
 LEADER_ELECTION_ONLY = {"leases"}
 
 
@@ -30,18 +31,26 @@ def allowed(*, cluster_scoped: bool, gang: bool, leases: bool = False) -> set[Gr
         and (res.plural in LEADER_ELECTION_ONLY) == leases
         and (cluster_scoped or res.namespaced)
     }
-    return {
+    grants = {
         (group, resource, verb)
         for group, resource, verbs in api_access.RBAC_RULES
         if resource.split("/")[0] in wanted
         for verb in verbs
     }
+    if not gang:
+        # the reconciler lists every kind it prunes on each pass, gang scheduling or not
+        grants |= {
+            (res.group, res.plural, "list")
+            for res in api_access.RESOURCES
+            if res.optional and res.kind in PRUNED_KINDS
+        }
+    return grants
 
 
 def test_allow_list_is_fully_classified() -> None:
     # a new cluster-scoped resource in the allow-list must be placed in a mode here
     cluster = {r.plural for r in api_access.RESOURCES if not r.namespaced}
-    assert cluster == ALL_NAMESPACES_ONLY
+    assert cluster == CLUSTER_READS
     assert {r.plural for r in api_access.RESOURCES if r.optional} == {"podgroups"}
 
 
@@ -61,6 +70,11 @@ def test_all_namespaces_cluster_role_is_the_allow_list(
 def test_namespaced_roles_are_the_namespaced_allow_list(render: Render) -> None:
     values = CHART / "ci" / "namespaced-values.yaml"
     roles = grants_by_role(render([values]))
+    discovery = roles.pop(f"ClusterRole/-/{FULLNAME}-discovery")
+    assert discovery == allowed(cluster_scoped=True, gang=False) - allowed(
+        cluster_scoped=False, gang=False
+    )
+    assert {g[1] for g in discovery} == CLUSTER_READS
     for key, grants in roles.items():
         if key.endswith("-test"):
             continue

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import yaml
 from kubernetes import client, config
@@ -21,6 +22,9 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 PLURAL = "pddeployments"
+#: how long a 403 may be the authorizer's cache catching up with the hook's RoleBinding
+RBAC_SETTLE_SECONDS = 30.0
+T = TypeVar("T")
 
 
 def log(message: str) -> None:
@@ -47,6 +51,24 @@ def validated(resource: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def retry_forbidden(call: Callable[[], T], seconds: float, pause: float = 1.0) -> T:
+    """``call()``, retried while it is refused with 403 for up to ``seconds``.
+
+    The hook's Role and RoleBinding are created just before this Job, and the API
+    server's authorizer learns of new bindings from a cache: the first requests may be
+    refused for a moment. A 403 that outlasts that is a real missing grant and raises.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except ApiException as exc:
+            if exc.status != 403 or time.monotonic() > deadline:
+                raise
+            log("refused (403); waiting for the hook's RoleBinding to take effect")
+            time.sleep(pause)
+
+
 def main() -> int:
     namespace = os.environ["TEST_NAMESPACE"]
     name = os.environ["TEST_NAME"]
@@ -66,7 +88,7 @@ def main() -> int:
             if exc.status != 404:
                 raise
 
-    delete()  # a resource left by an interrupted earlier run
+    retry_forbidden(delete, RBAC_SETTLE_SECONDS)  # also removes a leftover of an earlier run
     deadline = time.monotonic() + timeout
     while True:
         try:
