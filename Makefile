@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint unit e2e demo plan bench clean
+.PHONY: venv test lint unit e2e demo demo-down bench clean
 
 venv: $(STAMP)
 
@@ -29,8 +29,10 @@ unit: venv
 
 # The README's main command.
 demo: venv
-	$(BIN)/ascend-pd plan --model-config runtime/ascend_pd_runtime/examples/deepseek-v3.json \
-		--prefill-pp 2 --speculative nextn --speculative-roles decode --output table
+	$(BIN)/ascend-pd demo
+
+demo-down: venv
+	$(BIN)/ascend-pd demo --down
 
 bench: venv
 	$(BIN)/python -m bench
