@@ -370,3 +370,16 @@ def test_notes_tell_the_next_step(helm: Path) -> None:
     assert "kubectl apply" in notes
     assert "helm test apd" in notes
     assert "kubectl get pdd" in notes
+
+
+def test_values_typo_fails_helm_install(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "my-values.yaml"
+    values.write_text("image:\n  repository: r\nwatch:\n  namespace: [team-a]\n")
+    done = subprocess.run(
+        [str(helm), "install", "apd", str(CHART), "--dry-run=client", "--values", str(values)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "at '/watch': additional properties 'namespace' not allowed" in done.stderr

@@ -183,6 +183,33 @@ def run_hook_pod_locally(
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
 
+def helm_test_with_hook_run_locally(
+    helm: Helm, kubectl: Any, cluster: Any, ns: str, wait_until: Any, workdir: Path
+) -> tuple[subprocess.CompletedProcess[str], bool, str]:
+    """`helm test`, its hook pod's command run here; (script result, helm passed, output)."""
+    helm_test = subprocess.Popen(
+        helm.command("test", RELEASE, "--namespace", ns, "--timeout", "5m"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    selector = f"job-name={FULLNAME}-test"
+
+    def hook_pods() -> list[dict[str, Any]]:
+        if helm_test.poll() is not None:
+            output = helm_test.stdout.read() if helm_test.stdout else ""
+            pytest.fail(f"helm test exited {helm_test.returncode} early:\n{output}")
+        return list(get_json(kubectl, "-n", ns, "pods", "-l", selector)["items"])
+
+    (pod,) = wait_until(hook_pods, "the helm test hook pod")
+    script = run_hook_pod_locally(kubectl, cluster, ns, pod, workdir)
+    outcome = "succeed" if script.returncode == 0 else "fail"
+    kubectl("-n", ns, "annotate", "pod", pod["metadata"]["name"], f"{OUTCOME}={outcome}",
+            "--overwrite")  # fmt: skip
+    output, _ = helm_test.communicate(timeout=600)
+    return script, helm_test.returncode == 0, output
+
+
 def test_install_test_upgrade_uninstall(
     cluster: Any, kubectl: Any, helm: Helm, release_ns: str, wait_until: Any, tmp_path: Path
 ) -> None:
@@ -209,31 +236,12 @@ def test_install_test_upgrade_uninstall(
         wait_until(operator.healthy, "the operator's /healthz")
 
         # -- helm test ---------------------------------------------------------------
-        helm_test = subprocess.Popen(
-            helm.command("test", RELEASE, "--namespace", ns, "--timeout", "5m"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        script, passed, helm_output = helm_test_with_hook_run_locally(
+            helm, kubectl, cluster, ns, wait_until, tmp_path / "hook"
         )
-        selector = f"job-name={FULLNAME}-test"
-
-        def hook_pods() -> list[dict[str, Any]]:
-            if helm_test.poll() is not None:
-                output = helm_test.stdout.read() if helm_test.stdout else ""
-                pytest.fail(f"helm test exited {helm_test.returncode} early:\n{output}")
-            return list(get_json(kubectl, "-n", ns, "pods", "-l", selector)["items"])
-
-        pods = wait_until(hook_pods, "the helm test hook pod")
-        (pod,) = pods
-        script = run_hook_pod_locally(kubectl, cluster, ns, pod, tmp_path / "hook")
-        outcome = "succeed" if script.returncode == 0 else "fail"
-        marked = kubectl("-n", ns, "annotate", "pod", pod["metadata"]["name"],
-                         f"{OUTCOME}={outcome}", "--overwrite", check=False)  # fmt: skip
-        helm_output, _ = helm_test.communicate(timeout=600)
         assert script.returncode == 0, script.stdout + script.stderr
-        assert marked.returncode == 0, marked.stderr
         assert "Validated=True" in script.stdout
-        assert helm_test.returncode == 0, helm_output
+        assert passed, helm_output
         assert "Succeeded" in helm_output
 
         # -- a live PDDeployment -----------------------------------------------------
@@ -318,3 +326,24 @@ def test_all_namespaces_rbac_on_the_api_server(
             assert not can_i(api_client, user, verb, group, resource), (verb, resource)
     finally:
         helm("uninstall", release, "--namespace", ns)
+
+
+def test_helm_test_fails_without_a_working_operator(
+    cluster: Any, kubectl: Any, helm: Helm, release_ns: str, wait_until: Any, tmp_path: Path
+) -> None:
+    """No operator watches the namespace: the hook's verdict is a failure, and so is helm's."""
+    ns = release_ns
+    helm("install", RELEASE, str(CHART), "--namespace", ns, "--set", f"watch.namespaces={{{ns}}}",
+         "--set", "crds.install=false", "--set", "test.timeoutSeconds=10")  # fmt: skip
+    try:
+        script, passed, output = helm_test_with_hook_run_locally(
+            helm, kubectl, cluster, ns, wait_until, tmp_path / "hook"
+        )
+        assert script.returncode == 1, script.stdout + script.stderr
+        assert "is the operator running?" in script.stdout
+        assert not passed, output
+        # the resource it applied is cleaned up on failure too
+        left = get_json(kubectl, "-n", ns, "pdd")["items"]
+        assert left == []
+    finally:
+        helm("uninstall", RELEASE, "--namespace", ns)
