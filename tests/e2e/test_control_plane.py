@@ -118,6 +118,9 @@ def test_statefulset_of_whole_node_pods_becomes_ready_one_pod_per_node(
     pods = _get(kubectl, "pods", "-n", namespace, "-l", "app=prefill")["items"]
     assert len(pods) == 2
     assert len({p["spec"]["nodeName"] for p in pods}) == 2, "8 devices each: one pod per node"
+    scheduled = _get(kubectl, "events", "-n", namespace, "--field-selector", "reason=Scheduled")
+    assert sorted(e["involvedObject"]["name"] for e in scheduled["items"]) == [
+        "prefill-0", "prefill-1"]  # fmt: skip
     for p in pods:
         assert p["status"]["phase"] == "Running"
         assert p["status"]["podIP"].startswith("127.")
@@ -141,6 +144,9 @@ def test_a_pod_that_fits_no_node_stays_pending_and_says_why(
     pod = _get(kubectl, "pod", "too-big", "-n", namespace)
     assert not pod["spec"].get("nodeName")
     assert pod["status"]["phase"] == "Pending"
+    events = _get(kubectl, "events", "-n", namespace,
+                  "--field-selector", "involvedObject.name=too-big")["items"]  # fmt: skip
+    assert [e["reason"] for e in events] == ["FailedScheduling"]
 
 
 @pytest.mark.simulated

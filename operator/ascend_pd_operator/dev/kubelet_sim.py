@@ -6,7 +6,8 @@ for the scheduler and the kubelets of N Ascend nodes, and does only what those d
 
 - registers Node objects ``sim-ascend-<i>`` with ``huawei.com/Ascend910`` capacity (8 by
   default), labelled ``ascend-pd.dev/simulated=true``, kubelet version ``v1.20.2-sim``;
-- binds each pending pod (default scheduler) to the first node where it fits: its requests
+- binds each pending pod (default scheduler) to the first node where it fits (recording the
+  ``Scheduled``/``FailedScheduling`` events a scheduler would): its requests
   (cpu, memory, pods, ``huawei.com/Ascend910``, any resource) against what the node has left,
   its ``nodeSelector``, required node affinity and required pod anti-affinity on
   ``kubernetes.io/hostname``; a pod that fits nowhere stays Pending with condition
@@ -592,6 +593,7 @@ class Simulator:
             if self._unschedulable.get(key) != message:
                 self._unschedulable[key] = message
                 log.info("cannot place %s: %s", key, message)
+                self._event(pod, "Warning", "FailedScheduling", message)
                 body = {"status": {"conditions": [{
                     "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                     "message": message, "lastProbeTime": None,
@@ -622,8 +624,35 @@ class Simulator:
                 return
             raise
         log.info("bound %s to %s", key, chosen)
+        self._event(pod, "Normal", "Scheduled", f"Successfully assigned {key} to {chosen}")
         # later pods of this cycle must see the capacity this one takes
         pod.setdefault("spec", {})["nodeName"] = chosen
+
+    def _event(self, pod: Obj, kind: str, reason: str, message: str) -> None:
+        """Record what a scheduler would (``kubectl describe pod`` shows it); best effort."""
+        from kubernetes.client.exceptions import ApiException
+
+        meta = pod["metadata"]
+        timestamp = now_iso()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "type": kind,
+            "reason": reason,
+            "message": message,
+            "source": {"component": "kubelet-sim"},
+            "firstTimestamp": timestamp,
+            "lastTimestamp": timestamp,
+            "count": 1,
+        }  # fmt: skip
+        try:
+            self.api.create_namespaced_event(meta["namespace"], event, _preload_content=False)
+        except ApiException as err:
+            log.warning("event %s for %s/%s not recorded: %s", reason, meta["namespace"],
+                        meta["name"], err.reason)  # fmt: skip
 
     def _sync_pod(self, pod: Obj, host_ip: str) -> None:
         from kubernetes.client.exceptions import ApiException
