@@ -1,0 +1,24 @@
+"""Session-wide SGLang environments: each version is patched once per test session."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# The suite runs with --import-mode=importlib: make the harness modules importable.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sglang_harness as harness
+
+
+@pytest.fixture(scope="session")
+def sglang_envs() -> Iterator[harness.Envs]:
+    root = harness.workdir()
+    try:
+        yield harness.Envs(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

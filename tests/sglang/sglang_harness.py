@@ -1,0 +1,271 @@
+"""Cached environments that run the real SGLang code from PyPI on a CPU-only machine.
+
+* one virtualenv (``venv``) with the CPU torch wheel and the pure-Python packages
+  SGLang's disaggregation modules import, pinned;
+* per SGLang version, the wheel (``pip download --no-deps``) installed with
+  ``--no-deps --target`` into ``sg-<version>``, plus the transformers release that
+  version pins (they conflict with each other, so each version gets its own);
+* per test session, a hard-linked copy of that directory that
+  ``runtime/install-and-patch.sh`` (what the Dockerfile runs) patches.
+
+Only the hardware modules are stubbed (``stubs/``: torch_npu, torchvision);
+memfabric and mooncake are imported lazily by SGLang and are simply absent.
+Everything lives under ``~/.cache/ascend-pd/`` and is reused across runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("ASCEND_PD_CACHE", Path.home() / ".cache" / "ascend-pd"))
+WHEELS = CACHE / "wheels"
+HARNESS = CACHE / "sglang-harness"
+VENV = HARNESS / "venv"
+PYTHON = VENV / "bin" / "python"
+STUBS = Path(__file__).resolve().parent / "stubs"
+DRIVER = Path(__file__).resolve().parent / "driver.py"
+
+VERSIONS = ("0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.19", "0.5.20", "0.5.23")
+
+TORCH = "torch==2.13.0"
+#: What SGLang 0.5.10–0.5.23 import on the way to the Ascend connector, pinned.
+BASE_REQUIREMENTS = (
+    "numpy==2.4.6",
+    "aiohttp==3.14.5",
+    "apache-tvm-ffi==0.1.15.post2",
+    "compressed-tensors==0.20.1",
+    "dill==0.4.1",
+    "einops==0.8.2",
+    "gguf==0.19.0",
+    "httpx==0.28.1",
+    "ipython==9.18.1",
+    "msgspec==0.23.0",
+    "openai==3.57.0",
+    "orjson==3.13.0",
+    "packaging==26.4",
+    "partial-json-parser==0.2.1.1.post7",
+    "pillow==13.0.0",
+    "prometheus_client==0.26.0",
+    "psutil==7.2.2",
+    "pybase64==1.5.1",
+    "pydantic==2.14.4",
+    "pyzmq==27.3.0",
+    "requests==2.34.2",
+    "sentencepiece==0.2.3",
+    "starlette==1.10.0",
+    "tqdm==4.70.1",
+    "triton==3.9.0",
+    "xgrammar==0.2.9",
+)
+
+
+def _log(message: str) -> None:
+    print(f"[sglang-harness] {message}", file=sys.stderr, flush=True)
+
+
+def _run(cmd: list[str], **kwargs: object) -> None:
+    subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
+
+
+def _pip(*args: str) -> None:
+    cmd = [str(PYTHON), "-m", "pip", "--disable-pip-version-check", "-q", *args]
+    _run(["nice", *cmd], stdout=subprocess.DEVNULL)
+
+
+def _stamp(path: Path, content: str) -> bool:
+    stamp = path / ".ascend-pd-stamp"
+    return stamp.exists() and stamp.read_text() == content
+
+
+def _write_stamp(path: Path, content: str) -> None:
+    (path / ".ascend-pd-stamp").write_text(content)
+
+
+def ensure_venv() -> Path:
+    """The shared virtualenv; torch never resolves to a CUDA build (it is pinned and
+    installed on its own with --no-deps, the CPU wheel found through --find-links)."""
+    content = "\n".join((TORCH, *BASE_REQUIREMENTS))
+    if _stamp(VENV, content):
+        return PYTHON
+    _log(f"creating {VENV} (CPU torch and SGLang's pure-Python imports)")
+    shutil.rmtree(VENV, ignore_errors=True)
+    _run([sys.executable, "-m", "venv", str(VENV)])
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    constraints = HARNESS / "constraints.txt"
+    constraints.write_text(TORCH + "\n")
+    links = ["--find-links", str(WHEELS)]
+    _pip("install", "--no-deps", *links, TORCH)
+    _pip(
+        "install",
+        *links,
+        "-c",
+        str(constraints),
+        "filelock",
+        "typing_extensions",
+        "sympy",
+        "networkx",
+        "jinja2",
+        "fsspec",
+        *BASE_REQUIREMENTS,
+    )
+    _write_stamp(VENV, content)
+    return PYTHON
+
+
+def wheel_for(version: str) -> Path:
+    found = sorted(WHEELS.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        _log(f"downloading sglang {version} (pip download --no-deps)")
+        WHEELS.mkdir(parents=True, exist_ok=True)
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-d",
+                str(WHEELS),
+                f"sglang=={version}",
+            ],
+        )
+        found = sorted(WHEELS.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        raise RuntimeError(f"no wheel of sglang {version} in {WHEELS}")
+    return found[-1]
+
+
+def ensure_version(version: str) -> Path:
+    """``sg-<version>``: the pristine SGLang of that version and its transformers."""
+    ensure_venv()
+    target = HARNESS / f"sg-{version}"
+    wheel = wheel_for(version)
+    if _stamp(target, wheel.name):
+        return target
+    _log(f"installing {wheel.name} into {target}")
+    shutil.rmtree(target, ignore_errors=True)
+    _pip("install", "--no-deps", "--no-compile", "--target", str(target), str(wheel))
+    pin = transformers_pin(target, version)
+    _pip(
+        "install",
+        "--no-compile",
+        "--target",
+        str(target),
+        "-c",
+        str(HARNESS / "constraints.txt"),
+        pin,
+    )
+    _write_stamp(target, wheel.name)
+    return target
+
+
+def transformers_pin(target: Path, version: str) -> str:
+    metadata = target / f"sglang-{version}.dist-info" / "METADATA"
+    for line in metadata.read_text().splitlines():
+        if line.startswith("Requires-Dist: transformers=="):
+            return line.split(":", 1)[1].strip().split(";")[0].strip()
+    raise RuntimeError(f"{metadata}: no transformers pin")
+
+
+def patched_copy(version: str, workdir: Path) -> tuple[Path, str]:
+    """A hard-linked copy of ``sg-<version>``'s sglang, patched by install-and-patch.sh.
+
+    Returns the copy and the script's output. The patcher replaces files through
+    ``os.replace``, so the pristine files behind the hard links stay untouched.
+    """
+    pristine = ensure_version(version)
+    copy = workdir / f"sg-{version}-patched"
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.mkdir(parents=True)
+    for name in ("sglang", f"sglang-{version}.dist-info"):
+        _run(["cp", "-al", str(pristine / name), str(copy / name)])
+    out = run_install_and_patch(copy, pristine, version)
+    if out.returncode != 0:
+        raise RuntimeError(f"install-and-patch.sh failed for {version}:\n{out.stdout}{out.stderr}")
+    return copy, out.stdout
+
+
+def pythonpath(*dirs: Path) -> str:
+    return os.pathsep.join(str(d) for d in (*dirs, STUBS))
+
+
+def run_install_and_patch(
+    copy: Path, pristine: Path, version: str, *extra_env: tuple[str, str]
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.update(
+        PYTHON=str(PYTHON),
+        PYTHONPATH=pythonpath(copy, pristine),
+        SGLANG_VERSION=version,
+        ASCEND_PD_SRC=str(REPO),
+    )
+    env.update(dict(extra_env))
+    return subprocess.run(
+        ["bash", str(REPO / "runtime" / "install-and-patch.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def workdir() -> Path:
+    path = HARNESS / "run" / f"{os.getpid()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_driver(dirs: tuple[Path, ...], cases: list[dict[str, object]], tmp: Path) -> dict[str, Any]:
+    """Run ``driver.py`` in the harness venv with ``dirs`` first on the path."""
+    cases_path, results_path = tmp / "cases.json", tmp / "results.json"
+    cases_path.write_text(json.dumps({"cases": cases}))
+    env = dict(os.environ, PYTHONPATH=pythonpath(*dirs), PYTHONDONTWRITEBYTECODE="")
+    out = subprocess.run(
+        ["nice", str(PYTHON), str(DRIVER), str(cases_path), str(results_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"driver failed ({out.returncode}):\n{out.stderr[-5000:]}")
+    result: dict[str, Any] = json.loads(results_path.read_text())
+    return result
+
+
+@dataclass
+class SGLangEnv:
+    version: str
+    pristine: Path
+    patched: Path
+    patch_output: str
+    workdir: Path
+
+    @property
+    def version_tuple(self) -> tuple[int, int, int]:
+        major, minor, patch = (int(p) for p in self.version.split("."))
+        return (major, minor, patch)
+
+
+class Envs:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.envs: dict[str, SGLangEnv] = {}
+
+    def get(self, version: str) -> SGLangEnv:
+        if version not in self.envs:
+            work = self.root / version
+            work.mkdir(parents=True, exist_ok=True)
+            patched, output = patched_copy(version, work)
+            self.envs[version] = SGLangEnv(version, ensure_version(version), patched, output, work)
+        return self.envs[version]

@@ -1,0 +1,158 @@
+"""The patched Ascend connector, driven through the real SGLang code of every listed release.
+
+For each version: ``runtime/install-and-patch.sh`` (what the Dockerfile runs)
+patches a copy of the PyPI release; ``AscendKVManager.send_kvcache`` then sends
+one fragmented request per prefill PP stage of many layouts to a recording
+transfer engine. The descriptors must equal the layout core's plan (and an
+oracle written from the README's layout rules); upstream's own code must agree
+wherever upstream is correct; a decode with the wrong pointer count must be
+refused before anything is sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sglang_harness as harness
+from sglang_cases import Case, layout_cases, mismatch_cases
+
+pytestmark = [pytest.mark.sglang, pytest.mark.timeout(1800)]
+
+VERSIONS = harness.VERSIONS
+_RESULTS: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def _cases(env: harness.SGLangEnv) -> list[Case]:
+    return layout_cases(env.version_tuple) + mismatch_cases()
+
+
+def _results(env: harness.SGLangEnv, mode: str) -> dict[str, Any]:
+    key = (env.version, mode)
+    if key not in _RESULTS:
+        dirs = (env.patched, env.pristine) if mode == "patched" else (env.pristine,)
+        tmp = env.workdir / mode
+        tmp.mkdir(exist_ok=True)
+        _RESULTS[key] = harness.run_driver(dirs, [c.to_json() for c in _cases(env)], tmp)
+        assert _RESULTS[key]["version"] == env.version
+        assert _RESULTS[key]["patched"] is (mode == "patched")
+    return _RESULTS[key]["results"]
+
+
+@pytest.fixture(params=VERSIONS)
+def env(request: pytest.FixtureRequest, sglang_envs: harness.Envs) -> harness.SGLangEnv:
+    return sglang_envs.get(request.param)
+
+
+def test_install_and_patch_applies_every_patch_of_the_version(env: harness.SGLangEnv) -> None:
+    lines = env.patch_output.splitlines()
+    expected = {"vectorized-send"}
+    if env.version_tuple <= (0, 5, 11):
+        expected |= {"mla-pp-kv-args", "torch-npu-optional"}
+    if env.version_tuple == (0, 5, 12):
+        expected.add("index-buffer-guard")
+    applied = {line.split()[0] for line in lines if line.split()[1:2] == ["applied"]}
+    assert applied == expected
+    assert f"SGLang {env.version} at {env.patched / 'sglang'}: patched" in env.patch_output
+
+
+def test_second_run_is_a_no_op(env: harness.SGLangEnv) -> None:
+    before = (env.patched / "sglang/srt/disaggregation/ascend/conn.py").read_text()
+    out = harness.run_install_and_patch(env.patched, env.pristine, env.version)
+    assert out.returncode == 0, out.stderr
+    assert "already applied" in out.stdout
+    assert " applied\n" not in out.stdout.replace("already applied", "")
+    assert (env.patched / "sglang/srt/disaggregation/ascend/conn.py").read_text() == before
+    # the pristine release behind the hard links is untouched
+    pristine = (env.pristine / "sglang/srt/disaggregation/ascend/conn.py").read_text()
+    assert "ascend-pd patch" not in pristine
+
+
+def test_wrong_sglang_version_fails_the_build(env: harness.SGLangEnv) -> None:
+    out = harness.run_install_and_patch(
+        env.patched, env.pristine, env.version, ("SGLANG_VERSION", "0.5.99")
+    )
+    assert out.returncode == 1
+    assert f"SGLANG_VERSION is 0.5.99 but the base image has SGLang {env.version}" in out.stderr
+
+
+def test_patched_send_kvcache_sends_the_layout_core_plan(env: harness.SGLangEnv) -> None:
+    results = _results(env, "patched")
+    checked = 0
+    for case in layout_cases(env.version_tuple):
+        result = results[case.name]
+        assert "error" not in result, f"{case.name}: {result['message']}"
+        expected = case.expected()
+        assert expected == case.oracle(), case.name
+        assert result["descriptors"] == expected, case.name
+        assert result["status"] == 0
+        if case.custom_mem_pool and expected:
+            assert result["calls"] == case.prefill.kv_buf_groups * (
+                case.prefill.num_layers + case.prefill.draft_layers
+            )
+        elif expected:
+            assert result["calls"] == 1, case.name
+        checked += 1
+    assert checked >= 30
+
+
+def test_guard_refuses_a_decode_with_the_wrong_pointer_count(env: harness.SGLangEnv) -> None:
+    results = _results(env, "patched")
+    for case in mismatch_cases():
+        result = results[case.name]
+        assert result.get("error") == "LayoutMismatch", f"{case.name}: {_brief(result)}"
+        message = result["message"]
+        assert f"decode registered {case.decode.kv_pointer_count} KV pointers" in message
+        prefill = case.prefill
+        assert f"layers [{prefill.start_layer}, {prefill.end_layer})" in message
+        assert f"{prefill.kv_pointer_count} pointers" in message
+        assert f"{case.total_kv_layers} target layers" in message
+
+
+def _brief(result: dict[str, Any]) -> str:
+    return str({k: v for k, v in result.items() if k != "descriptors"})
+
+
+def _upstream_is_correct(case: Case, version: tuple[int, int, int]) -> bool:
+    """Where upstream's own send_kvcache maps KV correctly (established by these tests)."""
+    if "mismatch" in case.tags:
+        return False
+    if case.pp_size == 1:
+        return True
+    if version <= (0, 5, 11):
+        # no MLA branch: the MHA slicing splits MLA's groups in two
+        return "mha" in case.tags
+    return True
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= "0.5.12"])
+def test_unpatched_upstream_sends_the_same_where_it_is_correct(
+    version: str, sglang_envs: harness.Envs
+) -> None:
+    env = sglang_envs.get(version)
+    patched, upstream = _results(env, "patched"), _results(env, "upstream")
+    compared = 0
+    for case in layout_cases(env.version_tuple):
+        if not _upstream_is_correct(case, env.version_tuple):
+            continue
+        assert upstream[case.name].get("descriptors") == patched[case.name]["descriptors"], (
+            f"{version} {case.name}: upstream differs"
+        )
+        compared += 1
+    assert compared >= 30
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.11"])
+def test_mla_under_pp_is_new_in_0_5_10_and_0_5_11(version: str, sglang_envs: harness.Envs) -> None:
+    """Upstream sends MLA KV under PP to the wrong decode entries; patched follows the core."""
+    env = sglang_envs.get(version)
+    patched, upstream = _results(env, "patched"), _results(env, "upstream")
+    pp_mla = [c for c in layout_cases(env.version_tuple) if "pp" in c.tags and c.mla]
+    differing = [
+        c.name
+        for c in pp_mla
+        if c.expected() and upstream[c.name].get("descriptors") != c.expected()
+    ]
+    assert differing
+    for case in pp_mla:
+        assert patched[case.name]["descriptors"] == case.expected()
