@@ -18,10 +18,13 @@ import yaml
 from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, REPO, Render, run_template
 from pod_security import pod_specs, restricted_violations
 
-#: the newest schemas kubernetes-validate ships, and the oldest (for the 1.20 renders: they
-#: contain no kind that changed between 1.20 and 1.25 except the PDB checked separately)
-CURRENT_SCHEMA = "1.31.0"
-OLDEST_SCHEMA = "1.25.0"
+#: the schemas of the current render's Kubernetes, and the oldest kubernetes-validate ships
+#: for the 1.20 renders (they contain no kind that changed between 1.20 and 1.25 except the
+#: policy/v1beta1 PDB, checked separately)
+CURRENT_SCHEMA = KUBE_VERSIONS[-1]
+OLDEST_SCHEMA = min(
+    kubernetes_validate.utils.all_versions(), key=lambda v: tuple(map(int, v.split(".")))
+)
 
 MATRIX = [(values, kube) for values in CI_VALUES for kube in KUBE_VERSIONS]
 MATRIX_IDS = [f"{values.stem}-k8s{kube}" for values, kube in MATRIX]

@@ -214,7 +214,9 @@ def test_install_test_upgrade_uninstall(
     cluster: Any, kubectl: Any, helm: Helm, release_ns: str, wait_until: Any, tmp_path: Path
 ) -> None:
     ns = release_ns
+    # the optional objects on too: the 1.20 API server must take the policy/v1beta1 PDB
     common = ["--namespace", ns, "--set", f"watch.namespaces={{{ns}}}"]
+    common += ["--set", "podDisruptionBudget.enabled=true", "--set", "metrics.enabled=true"]
 
     # -- install the "previous version" ----------------------------------------------
     helm("install", RELEASE, str(old_chart(tmp_path)), *common, "--take-ownership",
@@ -226,6 +228,11 @@ def test_install_test_upgrade_uninstall(
         assert "x-kubernetes-validations" not in yaml.safe_dump(crd)
     deployment = get_json(kubectl, "-n", ns, "deployment", FULLNAME)
     assert deployment["status"].get("readyReplicas") == 1
+    pdb = get_json(kubectl, "-n", ns, "pdb", FULLNAME)
+    expected_policy = "policy/v1" if cluster.server_version >= (1, 21) else "policy/v1beta1"
+    assert pdb["apiVersion"] == expected_policy
+    service = get_json(kubectl, "-n", ns, "service", f"{FULLNAME}-metrics")
+    assert service["spec"]["ports"][0]["targetPort"] == "health"
 
     # -- the operator, as the chart's ServiceAccount ---------------------------------
     operator_config = service_account_kubeconfig(
