@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
             clusterwide=bool(args.all_namespaces),
             namespaces=namespaces or (),
             liveness_endpoint=liveness,
-            stop_flag=stop,
+            # No stop_flag: kopf waits for a threading.Event in an executor thread that
+            # would keep the process alive after SIGTERM; kopf handles the signals itself.
         )
     finally:
         stop.set()

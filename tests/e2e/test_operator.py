@@ -54,13 +54,16 @@ def operator(cluster: Any, crd: None, namespace: str, tmp_path: Path) -> Iterato
         yield log
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
+        stopped = True
         try:
             proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # a pod would be SIGKILLed after its grace period
+            stopped = False
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         text = log.read_text()
         assert "Traceback" not in text, text[-4000:]
+        assert stopped, "the operator did not stop on SIGTERM within 30 s"
 
 
 def example(name: str, namespace: str) -> list[dict[str, Any]]:
