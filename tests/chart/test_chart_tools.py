@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -73,3 +74,28 @@ def test_cached_helm_is_the_pinned_version() -> None:
         [str(helm), "version", "--short"], capture_output=True, text=True, check=True
     )
     assert done.stdout.startswith(tools.HELM_VERSION)
+
+
+def test_cli_prints_the_helm_path() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ascend_pd_operator.cli", "tools", "helm"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == tools.ensure_helm(quiet=True)
+
+
+def test_cli_reports_a_broken_override(tmp_path: Path) -> None:
+    env = {**os.environ, "ASCEND_PD_HELM": str(tmp_path / "missing-helm")}
+    done = subprocess.run(
+        [sys.executable, "-m", "ascend_pd_operator.cli", "tools", "helm"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 1
+    assert "ASCEND_PD_HELM" in done.stderr and "missing-helm" in done.stderr
+    assert done.stdout == ""
