@@ -38,7 +38,7 @@ from ascend_pd_operator import api_access
 from ascend_pd_operator.rbac import service_account_kubeconfig
 from ascend_pd_operator.tools import ensure_helm
 
-pytestmark = [pytest.mark.simulated, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ascend-pd-operator"
@@ -210,6 +210,7 @@ def helm_test_with_hook_run_locally(
     return script, helm_test.returncode == 0, output
 
 
+@pytest.mark.simulated
 def test_install_test_upgrade_uninstall(
     cluster: Any, kubectl: Any, helm: Helm, release_ns: str, wait_until: Any, tmp_path: Path
 ) -> None:
@@ -335,6 +336,7 @@ def test_all_namespaces_rbac_on_the_api_server(
         helm("uninstall", release, "--namespace", ns)
 
 
+@pytest.mark.simulated
 def test_helm_test_fails_without_a_working_operator(
     cluster: Any, kubectl: Any, helm: Helm, release_ns: str, wait_until: Any, tmp_path: Path
 ) -> None:
