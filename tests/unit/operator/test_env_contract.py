@@ -103,3 +103,17 @@ def test_inspect_result_round_trip() -> None:
     msg = "/models/x/config.json: model config file not found"
     assert ec.decode_inspect_result(ec.encode_inspect_result(error=msg)) == (None, msg)
     assert ec.decode_inspect_result("Error: boom") == (None, "Error: boom")
+
+
+def test_every_variable_is_documented() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "operator.md").read_text()
+    names = [
+        v
+        for k, v in vars(ec).items()
+        if isinstance(v, str) and v.startswith(ec.PREFIX) and k != "PREFIX"
+    ]
+    assert len(names) > 30
+    missing = [n for n in names if f"`{n}`" not in doc]
+    assert not missing, f"docs/operator.md does not document {missing}"

@@ -253,3 +253,43 @@ def test_unreadable_model_makes_the_phase_invalid(dsv3: Json) -> None:
     inspecting = resolve_facts(spec)
     status = compute_status(Observation(owner=OWNER, spec=spec, facts=inspecting), T0)
     assert status["phase"] == "Pending"
+
+
+def test_inspector_job_and_facts_configmap_are_valid_kubernetes(dsv3: Json) -> None:
+    import kubernetes_validate
+
+    from ascend_pd_operator.model_source import model_facts_configmap
+
+    spec = no_inline(dsv3)
+    version = kubernetes_validate.latest_version()
+    for manifest in (
+        inspector_job(OWNER, spec),
+        model_facts_configmap(OWNER, spec, {"num_hidden_layers": 61}),
+    ):
+        kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def test_mooncake_on_mla_with_prefill_pp_is_refused_at_reconcile(dsv3: Json) -> None:
+    """CEL cannot see the model when it is inspected; the layout core refuses it then."""
+    resource = copy.deepcopy(dsv3)
+    resource["spec"]["runtime"]["transferBackend"] = "mooncake"
+    del resource["spec"]["model"]["config"]
+    spec = parse_spec(resource["spec"])  # accepted: no inline facts to judge by
+    config = {"num_hidden_layers": 61, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+              "num_nextn_predict_layers": 1}  # fmt: skip
+    facts = resolve_facts(spec, inspector=InspectorState("Succeeded", spec.model.path, config))
+    assert facts.facts is not None
+    desired = desired_state(OWNER, spec, facts.facts)
+    assert not desired.ok and desired.reason == "Incompatible"
+    assert "mooncake" in desired.message and not desired.children
+
+
+def test_work_queue_keeps_one_entry_per_key() -> None:
+    from ascend_pd_operator.handlers import WorkQueue
+
+    queue = WorkQueue()
+    for key in [("a", "x"), ("a", "x"), ("b", "y"), ("a", "x")]:
+        queue.put(key)
+    assert len(queue) == 2
+    assert queue.get(0) == ("a", "x") and queue.get(0) == ("b", "y")
+    assert queue.get(0) is None
