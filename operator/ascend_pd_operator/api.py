@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from .rules import MAX_REPLICAS, violations
@@ -188,6 +195,14 @@ class Speculative(_Model):
         description="Roles that run speculative decoding (and hold draft KV layers).",
         json_schema_extra={"default": ["prefill", "decode"], "x-kubernetes-list-type": "set"},
     )
+
+    @field_validator("roles")
+    @classmethod
+    def _unique_roles(cls, roles: list[Role]) -> list[Role]:
+        # The CRD declares a set, so the API server refuses duplicates too.
+        if len(set(roles)) != len(roles):
+            raise ValueError(f"roles {roles} has duplicates; list each role once")
+        return roles
 
 
 # --- roles ----------------------------------------------------------------------------

@@ -123,8 +123,8 @@ def _managed(args: list[str]) -> list[str]:
 RULES: tuple[Rule, ...] = (
     Rule(
         where="root",
-        cel=f"self.metadata.name.matches('{NAME_PATTERN}') && "
-        f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+        cel=f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && "
+        f"self.metadata.name.matches('{NAME_PATTERN}')",
         message=f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters "
         "starting with a letter, so every child name is valid",
         check=lambda name: bool(re.match(NAME_PATTERN, name)) and len(name) <= MAX_NAME_LENGTH,

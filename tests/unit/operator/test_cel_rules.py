@@ -238,3 +238,9 @@ def test_pydantic_message_names_field_and_value() -> None:
     error = pydantic_error(resource)
     assert error.startswith("spec.prefill: ")
     assert "8 × 2 = 16, devicesPerNode 6" in error
+
+
+def test_duplicate_speculative_roles_are_refused() -> None:
+    resource = copy.deepcopy(base())
+    resource["spec"]["speculative"]["roles"] = ["decode", "decode"]
+    assert "has duplicates" in pydantic_error(resource)
