@@ -386,3 +386,15 @@ def test_values_typo_fails_helm_install(helm: Path, tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "at '/watch': additional properties 'namespace' not allowed" in done.stderr
+
+
+def test_template_names_are_chart_prefixed() -> None:
+    # defines are global across a chart and its parents: unprefixed ones collide
+    defines = [
+        name
+        for path in (CHART / "templates").rglob("*")
+        if path.is_file()
+        for name in re.findall(r'define "([^"]+)"', path.read_text())
+    ]
+    assert defines
+    assert [d for d in defines if not d.startswith("ascend-pd-operator.")] == []
