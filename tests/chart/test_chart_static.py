@@ -398,3 +398,9 @@ def test_template_names_are_chart_prefixed() -> None:
     ]
     assert defines
     assert [d for d in defines if not d.startswith("ascend-pd-operator.")] == []
+
+
+def test_clusters_older_than_1_20_are_refused(helm: Path) -> None:
+    done = run_template(helm, kube_version="1.19.16")
+    assert done.returncode != 0
+    assert "kubeVersion" in done.stderr or ">=1.20.0-0" in done.stderr, done.stderr
