@@ -269,3 +269,17 @@ class Envs:
             patched, output = patched_copy(version, work)
             self.envs[version] = SGLangEnv(version, ensure_version(version), patched, output, work)
         return self.envs[version]
+
+
+def run_python(
+    dirs: tuple[Path, ...], code: str, stubs: Path = STUBS
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in the harness venv with ``dirs`` and ``stubs`` on the path."""
+    path = os.pathsep.join(str(d) for d in (*dirs, stubs))
+    return subprocess.run(
+        ["nice", str(PYTHON), "-c", code],
+        env=dict(os.environ, PYTHONPATH=path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
