@@ -147,3 +147,23 @@ def service_account_kubeconfig(
     target.write_text(yaml.safe_dump(document, sort_keys=False))
     target.chmod(0o600)
     return target
+
+
+def local_operator_command(
+    deployment: Mapping[str, Any], health_port: int
+) -> tuple[list[str], dict[str, str]]:
+    """``ascend-pd run`` argv and env that reproduce the chart's operator pod locally.
+
+    The args are the live Deployment's own (so the watch scope is the chart's), with the
+    health port replaced (the pod's port may be taken here); the env adds what the pod
+    gets from the downward API. Pair it with ``service_account_kubeconfig`` for its rights.
+    """
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "operator"]
+    args = [
+        f"--health-port={health_port}" if arg.startswith("--health-port") else arg
+        for arg in container.get("args") or []
+    ]
+    meta = deployment["metadata"]
+    env = {"POD_NAMESPACE": str(meta["namespace"]), "POD_NAME": f"{meta['name']}-local"}
+    return ["run", *args], env

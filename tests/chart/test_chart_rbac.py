@@ -13,7 +13,13 @@ import pytest
 from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, RELEASE, Render
 
 from ascend_pd_operator import api_access
-from ascend_pd_operator.rbac import Grant, RBACError, grants_by_role, grants_from_rules
+from ascend_pd_operator.rbac import (
+    Grant,
+    RBACError,
+    grants_by_role,
+    grants_from_rules,
+    local_operator_command,
+)
 from ascend_pd_operator.reconciler import PRUNED_KINDS
 
 FULLNAME = f"{RELEASE}-ascend-pd-operator"
@@ -116,3 +122,11 @@ def test_rbac_check_refuses_wildcards_and_names() -> None:
     ):
         with pytest.raises(RBACError, match=field):
             grants_from_rules([{**ok, field: bad}])
+
+
+def test_local_operator_command_is_the_pods(render: Render) -> None:
+    values = CHART / "ci" / "namespaced-values.yaml"
+    (deployment,) = [d for d in render([values]) if d["kind"] == "Deployment"]
+    argv, env = local_operator_command(deployment, 18080)
+    assert argv == ["run", "--namespace=team-a", "--namespace=team-b", "--health-port=18080"]
+    assert env == {"POD_NAMESPACE": NAMESPACE, "POD_NAME": f"{FULLNAME}-local"}

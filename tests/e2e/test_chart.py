@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from ascend_pd_operator import api_access
-from ascend_pd_operator.rbac import service_account_kubeconfig
+from ascend_pd_operator.rbac import local_operator_command, service_account_kubeconfig
 from ascend_pd_operator.tools import ensure_helm
 
 pytestmark = [pytest.mark.timeout(1200)]
@@ -107,21 +107,12 @@ class LocalOperator:
     """`ascend-pd run` with the chart Deployment's args, as the chart's ServiceAccount."""
 
     def __init__(self, deployment: dict[str, Any], kubeconfig: Path, log: Path) -> None:
-        container = deployment["spec"]["template"]["spec"]["containers"][0]
         self.health_port = free_port()
-        args = [
-            f"--health-port={self.health_port}" if a.startswith("--health-port") else a
-            for a in container["args"]
-        ]
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(kubeconfig),
-            "POD_NAMESPACE": deployment["metadata"]["namespace"],
-            "POD_NAME": f"{deployment['metadata']['name']}-local",
-        }
+        argv, pod_env = local_operator_command(deployment, self.health_port)
+        env = {**os.environ, **pod_env, "KUBECONFIG": str(kubeconfig)}
         self.log = log
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ascend_pd_operator.cli", "run", *args],
+            [sys.executable, "-m", "ascend_pd_operator.cli", *argv],
             env=env,
             stdout=log.open("w"),
             stderr=subprocess.STDOUT,
