@@ -339,6 +339,9 @@ def test_helm_test_fails_without_a_working_operator(
         script, passed, output = helm_test_with_hook_run_locally(
             helm, kubectl, cluster, ns, wait_until, tmp_path / "hook"
         )
+        assert "Validated=True" not in script.stdout, (
+            "an operator outside this test watches every namespace (a leftover process?)"
+        )
         assert script.returncode == 1, script.stdout + script.stderr
         assert "is the operator running?" in script.stdout
         assert not passed, output
