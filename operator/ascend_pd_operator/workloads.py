@@ -172,6 +172,23 @@ def scheduling_fields(spec: PDDeploymentSpec) -> Json:
     return out
 
 
+def readiness_probe(owner: Owner, role: str, index: int) -> Json:
+    """Ready when the instance leader's SGLang answers /health.
+
+    Only pod 0 of a multi-node SGLang instance serves HTTP, and it answers /health only
+    once every rank is up, so every pod of the instance asks the leader: the instance
+    becomes ready (and routable) as a whole.
+    """
+    url = f"http://{leader_host(owner, role, index)}:{HTTP_PORT}/health"
+    check = f"import urllib.request; urllib.request.urlopen('{url}', timeout=4)"
+    return {
+        "exec": {"command": ["python3", "-c", check]},
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 3,
+    }
+
+
 def pod_template(
     owner: Owner, spec: PDDeploymentSpec, layout: KVLayout, role: str, index: int
 ) -> Json:
@@ -190,6 +207,7 @@ def pod_template(
         "ports": _ports(role, index),
         "resources": _resources(spec, role),
         "volumeMounts": mounts,
+        "readinessProbe": readiness_probe(owner, role, index),
     }
     pod_spec: Json = {
         "automountServiceAccountToken": False,

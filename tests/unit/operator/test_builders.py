@@ -255,3 +255,12 @@ def test_facts_from_config_json_equal_inline_facts() -> None:
     assert inline is not None
     assert inline.kv_buf_groups == from_file.kv_buf_groups == 3
     assert inline.total_kv_layers == from_file.total_kv_layers
+
+
+def test_every_pod_of_an_instance_is_ready_when_its_leader_is(dsv3: Json) -> None:
+    sts = by_kind(children_of(dsv3), "StatefulSet")["dsv3-prefill-1"]
+    probe = sts["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    command = probe["exec"]["command"]
+    assert command[:2] == ["python3", "-c"]
+    assert "http://dsv3-prefill-1-0.dsv3-prefill-1.llm.svc:30000/health" in command[2]
+    compile(command[2], "<probe>", "exec")  # the probe is valid Python
