@@ -20,7 +20,8 @@ import kopf
 from . import api
 from .api_access import resource_for
 from .kube import Kube, KubeError
-from .naming import LABEL_DEPLOYMENT, PREFIX
+from .model_source import COMPONENT_INSPECTOR
+from .naming import LABEL_DEPLOYMENT, LABEL_ROLE, PREFIX
 from .reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -99,13 +100,14 @@ def build_registry(
 
     for kind in WATCHED_CHILDREN:
         res = resource_for(kind)
-        kopf.on.event(
-            res.group,
-            res.version,
-            res.plural,
-            labels={LABEL_DEPLOYMENT: kopf.PRESENT},
-            registry=registry,
-        )(_child_handler(queue))
+        labels: dict[str, Any] = {LABEL_DEPLOYMENT: kopf.PRESENT}
+        if kind == "Pod":
+            # Runtime pods reach us through their StatefulSet's status; only the
+            # inspector's pod carries news of its own (its termination message).
+            labels[LABEL_ROLE] = COMPONENT_INSPECTOR
+        kopf.on.event(res.group, res.version, res.plural, labels=labels, registry=registry)(
+            _child_handler(queue)
+        )
     return registry
 
 
