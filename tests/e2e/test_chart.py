@@ -239,7 +239,7 @@ def test_install_test_upgrade_uninstall(
             helm, kubectl, cluster, ns, wait_until, tmp_path / "hook"
         )
         assert script.returncode == 0, script.stdout + script.stderr
-        assert "Validated=True" in script.stdout
+        assert "Validated=True (" in script.stdout
         assert passed, helm_output
         assert "Succeeded" in helm_output
 
@@ -339,7 +339,7 @@ def test_helm_test_fails_without_a_working_operator(
         script, passed, output = helm_test_with_hook_run_locally(
             helm, kubectl, cluster, ns, wait_until, tmp_path / "hook"
         )
-        assert "Validated=True" not in script.stdout, (
+        assert "Validated=True (" not in script.stdout, (
             "an operator outside this test watches every namespace (a leftover process?)"
         )
         assert script.returncode == 1, script.stdout + script.stderr
