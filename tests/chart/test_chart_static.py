@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tarfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -404,3 +405,25 @@ def test_clusters_older_than_1_20_are_refused(helm: Path) -> None:
     done = run_template(helm, kube_version="1.19.16")
     assert done.returncode != 0
     assert "kubeVersion" in done.stderr or ">=1.20.0-0" in done.stderr, done.stderr
+
+
+def test_packaged_chart_carries_its_files(helm: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(helm), "package", str(CHART), "--destination", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (package,) = tmp_path.glob("ascend-pd-operator-*.tgz")
+    with tarfile.open(package) as tar:
+        names = {n.removeprefix("ascend-pd-operator/") for n in tar.getnames()}
+    for needed in (
+        "files/crds/pddeployments-cel.yaml",
+        "files/crds/pddeployments-nocel.yaml",
+        "files/helm-test/smoke_test.py",
+        "files/helm-test/pddeployment.yaml",
+        "values.schema.json",
+        "templates/NOTES.txt",
+    ):
+        assert needed in names, needed
