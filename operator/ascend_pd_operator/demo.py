@@ -87,7 +87,7 @@ def _demo(layout: cluster.Layout, pid_file: Path, timeout: float) -> int:
         [helm, "--kubeconfig", str(kubeconfig), "upgrade", "--install", RELEASE,
          str(root / "charts" / "ascend-pd-operator"), "--namespace", RELEASE_NAMESPACE,
          "--create-namespace", "--set", f"fullnameOverride={FULLNAME}",
-         "--set", f"watch.namespaces={{{DEMO_NAMESPACE}}}", "--take-ownership",
+         "--set", f"watch.namespaces={{{DEMO_NAMESPACE}}}", "--take-ownership", "--force-conflicts",
          "--wait", "--timeout", "5m"],
         check=True, capture_output=True, text=True,
     )  # fmt: skip

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .api_access import HEALTH_PATH
+from .rbac import local_operator_command
 
 
 def free_port() -> int:
@@ -36,32 +37,21 @@ class LocalOperator:
         deployment: dict[str, Any],
         kubeconfig: Path,
         log: Path,
-        detach: bool = False,
         extra_args: tuple[str, ...] = (),
     ) -> None:
-        container = deployment["spec"]["template"]["spec"]["containers"][0]
         self.health_port = free_port()
-        args = [
-            f"--health-port={self.health_port}" if a.startswith("--health-port") else a
-            for a in container.get("args") or []
-        ]
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(kubeconfig),
-            "POD_NAMESPACE": deployment["metadata"]["namespace"],
-            "POD_NAME": f"{deployment['metadata']['name']}-local",
-        }
+        argv, pod_env = local_operator_command(deployment, self.health_port)
+        env = {**os.environ, **pod_env, "KUBECONFIG": str(kubeconfig)}
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ascend_pd_operator.cli", "run", *args, *extra_args],
+            [sys.executable, "-m", "ascend_pd_operator.cli", *argv, *extra_args],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log.open("w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() ends all of it
         )
-        self.detached = detach
 
     @property
     def pid(self) -> int:

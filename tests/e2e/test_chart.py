@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +32,8 @@ import pytest
 import yaml
 
 from ascend_pd_operator import api_access
-from ascend_pd_operator.rbac import local_operator_command, service_account_kubeconfig
+from ascend_pd_operator.local_run import LocalOperator
+from ascend_pd_operator.rbac import service_account_kubeconfig
 from ascend_pd_operator.tools import ensure_helm
 
 pytestmark = [pytest.mark.timeout(1200)]
@@ -47,12 +45,6 @@ FULLNAME = f"{RELEASE}-ascend-pd-operator"
 CRD_NAME = "pddeployments.ascendpd.io"
 OUTCOME = "kubelet-sim.ascend-pd.dev/outcome"
 OLD_SCHEMA_MARK = "ascend-pd e2e: the schema of the previous chart version"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Helm:
@@ -101,41 +93,6 @@ def old_chart(tmp_path: Path) -> Path:
 def schema_description(kubectl: Any) -> str:
     crd = get_json(kubectl, "crd", CRD_NAME)
     return str(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].get("description", ""))
-
-
-class LocalOperator:
-    """`ascend-pd run` with the chart Deployment's args, as the chart's ServiceAccount."""
-
-    def __init__(self, deployment: dict[str, Any], kubeconfig: Path, log: Path) -> None:
-        self.health_port = free_port()
-        argv, pod_env = local_operator_command(deployment, self.health_port)
-        env = {**os.environ, **pod_env, "KUBECONFIG": str(kubeconfig)}
-        self.log = log
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ascend_pd_operator.cli", *argv],
-            env=env,
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def healthy(self) -> bool:
-        assert self.process.poll() is None, f"operator exited:\n{self.log.read_text()[-4000:]}"
-        try:
-            url = f"http://127.0.0.1:{self.health_port}{api_access.HEALTH_PATH}"
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
 
 
 def run_hook_pod_locally(
