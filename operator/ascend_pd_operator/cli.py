@@ -1,16 +1,14 @@
 """``ascend-pd``: the user CLI.
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
-``run(args) -> int``; only the chosen one is imported, so ``plan`` works with
-the runtime core alone and ``dev`` does not pay for kopf.
+Subcommands are dispatched lazily (``ascend_pd_runtime.subcommands.dispatch``), so
+``plan`` works with the runtime core alone and ``dev`` does not pay for kopf.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
-from types import ModuleType
+
+from ascend_pd_runtime.subcommands import dispatch
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -25,19 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    doc = (__doc__ or "").splitlines()[0]
-    parser = argparse.ArgumentParser(prog="ascend-pd", description=doc)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    modules: dict[str, ModuleType] = {}
-    for name, (module_name, help_text) in COMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
-        if name == chosen:
-            modules[name] = importlib.import_module(module_name)
-            modules[name].add_arguments(sub_parser)
-    args = parser.parse_args(argv)
-    return int(modules[args.command].run(args))
+    description = (__doc__ or "").splitlines()[0]
+    return dispatch("ascend-pd", description, COMMANDS, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,13 @@
 """``ascend-pd-runtime``: the serving container's entrypoint.
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
-``run(args) -> int``; only the chosen one is imported, so the launcher starts
-fast and ``plan`` needs nothing but the layout core.
+Subcommands are dispatched lazily (``subcommands.dispatch``).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
-from types import ModuleType
+
+from .subcommands import dispatch
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -22,19 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    doc = (__doc__ or "").splitlines()[0]
-    parser = argparse.ArgumentParser(prog="ascend-pd-runtime", description=doc)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    modules: dict[str, ModuleType] = {}
-    for name, (module_name, help_text) in COMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
-        if name == chosen:
-            modules[name] = importlib.import_module(module_name)
-            modules[name].add_arguments(sub_parser)
-    args = parser.parse_args(argv)
-    return int(modules[args.command].run(args))
+    description = (__doc__ or "").splitlines()[0]
+    return dispatch(
+        "ascend-pd-runtime", description, COMMANDS, sys.argv[1:] if argv is None else argv
+    )
 
 
 if __name__ == "__main__":
