@@ -65,14 +65,17 @@ def run(args: argparse.Namespace) -> int:
         return 1
     kube = Kube(load_config())
     stop = threading.Event()
-    if args.leader_elect:
-        _wait_for_leadership(stop)
     queue = WorkQueue()
     namespaces = None if args.all_namespaces else list(args.namespace)
     registry = build_registry(queue, kube, namespaces, args.resync_seconds, stop)
-    threading.Thread(
-        target=worker, args=(queue, Reconciler(kube), stop), name="reconciler", daemon=True
-    ).start()
+
+    def reconcile_forever() -> None:
+        # A standby watches (and answers its liveness probe) but never writes.
+        if args.leader_elect:
+            _wait_for_leadership(stop)
+        worker(queue, Reconciler(kube), stop)
+
+    threading.Thread(target=reconcile_forever, name="reconciler", daemon=True).start()
     liveness = f"http://0.0.0.0:{args.health_port}{HEALTH_PATH}" if args.health_port else None
     try:
         kopf.run(
@@ -108,4 +111,7 @@ def _wait_for_leadership(stop: threading.Event) -> None:
         identity=os.environ.get("POD_NAME", socket.gethostname()),
         on_lost=lost,
     )
+    log = logging.getLogger(__name__)
+    log.info("leader election: waiting for lease %s/ascend-pd-operator", namespace)
     elector.wait_for_leadership()
+    log.info("leader election: leading; reconciling")

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,29 +42,56 @@ def crd(cluster: Any, kubectl: Any) -> None:
     kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
 
 
-@pytest.fixture
-def operator(cluster: Any, crd: None, namespace: str, tmp_path: Path) -> Iterator[Path]:
-    log = tmp_path / "operator.log"
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-    cmd = [sys.executable, "-m", "ascend_pd_operator.cli", "run", "--namespace", namespace,
-           "--health-port", str(_free_port()), "--resync-seconds", "5"]  # fmt: skip
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-    try:
-        yield log
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+class Operator:
+    """``ascend-pd run`` as a local process; ``stop`` checks it exits on SIGTERM."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log: Path, *extra: str,
+                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.log = log
+        self.health_port = _free_port()
+        cmd = [sys.executable, "-m", "ascend_pd_operator.cli", "run", "--namespace", namespace,
+               "--health-port", str(self.health_port), "--resync-seconds", "5", *extra]  # fmt: skip
+        full_env = {**os.environ, "KUBECONFIG": str(kubeconfig), **(env or {})}
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)  # fmt: skip
+
+    def healthy(self) -> bool:
+        try:
+            url = f"http://127.0.0.1:{self.health_port}/healthz"
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, which leaves its lease to expire."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
         stopped = True
         try:
-            proc.wait(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:  # a pod would be SIGKILLed after its grace period
             stopped = False
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        text = log.read_text()
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        text = self.log.read_text()
         assert "Traceback" not in text, text[-4000:]
         assert stopped, "the operator did not stop on SIGTERM within 30 s"
+
+
+@pytest.fixture
+def operator(cluster: Any, crd: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
+    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log")
+    try:
+        yield op
+    finally:
+        op.stop()
 
 
 def example(name: str, namespace: str) -> list[dict[str, Any]]:
@@ -104,7 +132,7 @@ def versions(kubectl: Any, namespace: str) -> dict[str, str]:
 
 
 def test_example_becomes_ready_with_its_layout(
-    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     st = wait_until(
@@ -130,7 +158,7 @@ def test_example_becomes_ready_with_its_layout(
 
 
 def test_invalid_update_leaves_the_deployment_as_it_was(
-    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v3-pp2.yaml", namespace))
     before = wait_until(lambda: len(v := versions(kubectl, namespace)) == 9 and v, "9 children")
@@ -150,7 +178,7 @@ def test_invalid_update_leaves_the_deployment_as_it_was(
 
 
 def test_deleted_or_edited_children_are_restored(
-    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     wait_until(lambda: get(kubectl, namespace, "service", "dsv2-lite-prefill-0"), "service")
@@ -167,7 +195,7 @@ def test_deleted_or_edited_children_are_restored(
 
 
 def test_scaling_prunes_instances_and_rewrites_the_router(
-    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     wait_until(lambda: get(kubectl, namespace, "statefulset", "dsv2-lite-decode-1"), "decode-1")
@@ -184,7 +212,7 @@ def test_scaling_prunes_instances_and_rewrites_the_router(
 
 
 def test_deleting_the_deployment_collects_every_child(
-    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     wait_until(lambda: len(versions(kubectl, namespace)) == 9, "children")
@@ -193,7 +221,7 @@ def test_deleting_the_deployment_collects_every_child(
 
 
 def test_inspector_failure_is_shown_in_the_condition(
-    kubectl: Any, namespace: str, operator: Path, wait_until: Any
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     docs = [d for d in example("deepseek-v2-lite.yaml", namespace) if d["kind"] != "ConfigMap"]
     del docs[0]["spec"]["model"]["configMapRef"]
@@ -219,3 +247,38 @@ def test_inspector_failure_is_shown_in_the_condition(
     )
     assert condition(st, "ModelResolved")["reason"] == "InspectionFailed"
     assert not get(kubectl, namespace, "statefulset", "dsv2-lite-prefill-0")
+
+
+def test_leader_election_one_writer_and_a_standby_that_takes_over(
+    cluster: Any, crd: None, kubectl: Any, namespace: str, tmp_path: Path, wait_until: Any
+) -> None:
+    def start(name: str) -> Operator:
+        env = {"POD_NAMESPACE": namespace, "POD_NAME": name}
+        log = tmp_path / f"{name}.log"
+        return Operator(cluster.kubeconfig, namespace, log, "--leader-elect", env=env)
+
+    ops = {name: start(name) for name in ("op-a", "op-b")}
+    try:
+        wait_until(lambda: all(op.healthy() for op in ops.values()), "both answer /healthz")
+        lease = wait_until(
+            lambda: (get(kubectl, namespace, "lease", "ascend-pd-operator") or {}).get("spec"),
+            "the lease",
+        )
+        leader = lease["holderIdentity"]
+        standby = next(name for name in ops if name != leader)
+        apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
+        wait_until(lambda: status(kubectl, namespace, "dsv2-lite").get("phase") == "Ready", "Ready")
+        assert ops[standby].healthy()  # a standby stays alive for its liveness probe
+        assert "leading; reconciling" not in ops[standby].log.read_text()
+        ops[leader].kill()
+        kubectl("delete", "service", "dsv2-lite-prefill-0", "-n", namespace)
+        wait_until(
+            lambda: get(kubectl, namespace, "service", "dsv2-lite-prefill-0"),
+            "the standby takes over (after the lease expires) and restores the service",
+            timeout=120,
+        )
+        holder = get(kubectl, namespace, "lease", "ascend-pd-operator") or {}
+        assert holder["spec"]["holderIdentity"] == standby
+    finally:
+        for op in ops.values():
+            op.stop()
