@@ -315,7 +315,7 @@ def fetch_source(work: Path, log: Path, progress: Progress) -> Path:
 def _heartbeat(progress: Progress, started: float, stop: threading.Event) -> None:
     while not stop.wait(30):
         minutes, seconds = divmod(int(time.monotonic() - started), 60)
-        progress(f"  still compiling ({minutes}m{seconds:02d}s; usually 4-7 minutes on 2 cores)")
+        progress(f"  still compiling ({minutes}m{seconds:02d}s; usually 5-10 minutes on 2 cores)")
 
 
 def compile_binaries(tree: Path, work: Path, log: Path, progress: Progress) -> None:
