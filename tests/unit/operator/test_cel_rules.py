@@ -244,3 +244,28 @@ def test_duplicate_speculative_roles_are_refused() -> None:
     resource = copy.deepcopy(base())
     resource["spec"]["speculative"]["roles"] = ["decode", "decode"]
     assert "has duplicates" in pydantic_error(resource)
+
+
+def test_cel_rules_use_no_backslash_escapes() -> None:
+    """CEL-go rejects escapes like ``\\.`` in string literals that cel-python tolerates."""
+    for rule in RULES:
+        assert "\\" not in rule.cel, rule.cel
+
+
+@pytest.mark.parametrize(
+    "name", ["a", "dsv3", "a-1", "a" * 41, "1dsv3", "ds.v3", "a" * 42, "-a", "Dsv3"]
+)
+def test_name_rule_agrees_with_the_dns_label_pattern(name: str) -> None:
+    """CEL checks only what DNS-1123 subdomain validation leaves open; together they are
+    the DNS-label pattern the pydantic side checks."""
+    import re
+
+    from ascend_pd_operator.rules import MAX_NAME_LENGTH, NAME_PATTERN
+
+    subdomain = re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) is not None
+    resource = copy.deepcopy(base())
+    resource["metadata"]["name"] = name
+    api_server_accepts = subdomain and not cel_failures(resource)
+    label = re.fullmatch(NAME_PATTERN.strip("^$"), name) is not None
+    assert api_server_accepts == (label and len(name) <= MAX_NAME_LENGTH)
+    assert (pydantic_error(resource) == "") == api_server_accepts
