@@ -129,9 +129,5 @@ class Kube:
             "PATCH", url, body={"status": status}, content_type="application/merge-patch+json"
         )
 
-    def replace_status(self, kind: str, namespace: str, name: str, obj: Json) -> Json:
-        url = path(resource_for(kind), namespace, name) + "/status"
-        return self.request("PUT", url, body=obj)
-
     def create(self, kind: str, namespace: str, body: Json) -> Json:
         return self.request("POST", path(resource_for(kind), namespace), body=body)

@@ -8,11 +8,8 @@ core's compatibility problems both reach the user through KVLayoutCompatible.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ascend_pd_runtime.layout import KVLayout, LayoutRequest, compute_layout
 from ascend_pd_runtime.model_facts import ModelFacts, parse_model_facts
-from ascend_pd_runtime.plan import plan_document
 
 from .api import PDDeploymentSpec
 
@@ -40,8 +37,3 @@ def inline_facts(spec: PDDeploymentSpec) -> ModelFacts | None:
     if spec.model.config is None:
         return None
     return parse_model_facts(spec.model.config.to_config_json(), source="spec.model.config")
-
-
-def plan_json(layout: KVLayout) -> dict[str, Any]:
-    doc: dict[str, Any] = plan_document(layout)
-    return doc

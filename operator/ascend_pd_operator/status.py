@@ -24,16 +24,6 @@ Json = dict[str, Any]
 
 INVALID_MODEL_REASONS = ("InvalidModelConfig", "InspectionFailed", "ConfigMapKeyMissing")
 
-CONDITION_TYPES = (
-    "Validated",
-    "ModelResolved",
-    "KVLayoutCompatible",
-    "PrefillReady",
-    "DecodeReady",
-    "RouterReady",
-    "Ready",
-)
-
 
 @dataclass(frozen=True)
 class Observation:
