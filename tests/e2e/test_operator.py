@@ -282,3 +282,24 @@ def test_leader_election_one_writer_and_a_standby_that_takes_over(
     finally:
         for op in ops.values():
             op.stop()
+
+
+def test_layout_the_model_cannot_take_is_refused_at_reconcile(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    """A partition that does not sum to the model's layers needs the model: no CEL sees it."""
+    docs = example("deepseek-v2-lite.yaml", namespace)
+    docs[1]["spec"]["prefill"]["parallelism"] = {"tensor": 2, "pipeline": 2}
+    docs[1]["spec"]["prefill"]["devicesPerNode"] = 4
+    docs[1]["spec"]["prefill"]["layerPartition"] = [13, 13]
+    apply(kubectl, docs)
+    st = wait_until(
+        lambda: (s := status(kubectl, namespace, "dsv2-lite")).get("phase") == "Invalid" and s,
+        "Invalid",
+    )
+    cond = condition(st, "KVLayoutCompatible")
+    assert cond["reason"] == "InvalidLayout"
+    assert "sums to 26 but the model has 27 layers" in cond["message"]
+    assert not versions(kubectl, namespace)  # nothing created
+    events = get(kubectl, namespace, "events", "--field-selector", "reason=InvalidLayout")
+    assert events is not None and events["items"]
