@@ -303,3 +303,14 @@ def test_layout_the_model_cannot_take_is_refused_at_reconcile(
     assert not versions(kubectl, namespace)  # nothing created
     events = get(kubectl, namespace, "events", "--field-selector", "reason=InvalidLayout")
     assert events is not None and events["items"]
+
+
+def test_kubectl_explain_teaches_the_api(kubectl: Any, crd: None, wait_until: Any) -> None:
+    def explain() -> str:
+        done = kubectl("explain", "pdd.spec.prefill.layerPartition", check=False)
+        return done.stdout if done.returncode == 0 else ""
+
+    text = wait_until(explain, "the CRD's OpenAPI is published")
+    assert "SGLANG_PP_LAYER_PARTITION" in text
+    status_doc = kubectl("explain", "pdd.status.kvLayout.fingerprint").stdout
+    assert "fingerprint" in status_doc.lower()
