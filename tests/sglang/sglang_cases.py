@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ascend_pd_runtime.layout import LayoutRequest, StageLayout, compute_layout
+from ascend_pd_runtime.layout import LayoutRequest, StageLayout, compute_layout, stage_transfers
 from ascend_pd_runtime.model_facts import ModelFacts, load_model_facts
 from ascend_pd_runtime.plan_cli import example_config
 from ascend_pd_runtime.transfer_plan import build_transfer_descriptors, per_block_loop_reference
@@ -23,6 +23,7 @@ SRC_BASE = 0x10_0000_0000
 DST_BASE = 0x900_0000_0000
 ENTRY_SPAN = 0x1_0000_0000
 PAGE_SIZE = 16
+_EXPECTED: dict[str, list[list[int]]] = {}
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,11 @@ class Case:
 
     def expected(self) -> list[list[int]]:
         """The layout core's plan for this stage pair."""
-        from ascend_pd_runtime.layout import stage_transfers
+        if self.name not in _EXPECTED:
+            _EXPECTED[self.name] = self._expected()
+        return _EXPECTED[self.name]
 
+    def _expected(self) -> list[list[int]]:
         plan = build_transfer_descriptors(
             self.src_ptrs,
             self.dst_ptrs,
@@ -137,7 +141,7 @@ def stage_cases(
     name: str,
     model: str,
     request: LayoutRequest,
-    pages: int = 300,
+    pages: int = 120,
     seed: int = 0,
     tags: frozenset[str] = frozenset(),
     custom_mem_pool: bool = False,
@@ -190,6 +194,12 @@ def layout_cases(version: tuple[int, int, int]) -> list[Case]:
             "v32-pp3-explicit", v32, LayoutRequest(prefill_pp=3, layer_partition=(30, 16, 15))
         ),
         *stage_cases("v3-pp2-decode-pp2", v3, LayoutRequest(prefill_pp=2, decode_pp=2), seed=5),
+        *stage_cases(
+            "v3-pp2-decode-pp2-draft-decode",
+            v3,
+            LayoutRequest(prefill_pp=2, decode_pp=2, **decode_spec),
+            tags=frozenset({"decode-pp-draft"}),
+        ),
         *stage_cases(
             "v3-pp2-custom-pool", v3, LayoutRequest(prefill_pp=2), custom_mem_pool=True, pages=64
         ),

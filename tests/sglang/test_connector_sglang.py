@@ -20,6 +20,7 @@ from sglang_cases import Case, layout_cases, mismatch_cases
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(1800)]
 
 VERSIONS = harness.VERSIONS
+FROM_0_5_12 = [v for v in VERSIONS if tuple(map(int, v.split("."))) >= (0, 5, 12)]
 _RESULTS: dict[tuple[str, str], dict[str, Any]] = {}
 
 
@@ -58,7 +59,8 @@ def test_install_and_patch_applies_every_patch_of_the_version(env: harness.SGLan
 
 def test_second_run_is_a_no_op(env: harness.SGLangEnv) -> None:
     before = (env.patched / "sglang/srt/disaggregation/ascend/conn.py").read_text()
-    out = harness.run_install_and_patch(env.patched, env.pristine, env.version)
+    code = "from ascend_pd_runtime.cli import main; raise SystemExit(main(['patch-sglang']))"
+    out = harness.run_python((env.patched, env.pristine), code)
     assert out.returncode == 0, out.stderr
     assert "already applied" in out.stdout
     assert " applied\n" not in out.stdout.replace("already applied", "")
@@ -119,13 +121,17 @@ def _upstream_is_correct(case: Case, version: tuple[int, int, int]) -> bool:
         return False
     if case.pp_size == 1:
         return True
+    if "decode-pp-draft" in case.tags and case.decode.draft_layers:
+        # decode's last PP stage holds its own layers plus the draft layers: upstream
+        # slices that list as if it were a whole decode's
+        return False
     if version <= (0, 5, 11):
         # no MLA branch: the MHA slicing splits MLA's groups in two
         return "mha" in case.tags
     return True
 
 
-@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= "0.5.12"])
+@pytest.mark.parametrize("version", FROM_0_5_12)
 def test_unpatched_upstream_sends_the_same_where_it_is_correct(
     version: str, sglang_envs: harness.Envs
 ) -> None:
@@ -156,3 +162,19 @@ def test_mla_under_pp_is_new_in_0_5_10_and_0_5_11(version: str, sglang_envs: har
     assert differing
     for case in pp_mla:
         assert patched[case.name]["descriptors"] == case.expected()
+
+
+@pytest.mark.parametrize("version", FROM_0_5_12)
+def test_upstream_misplaces_kv_for_a_pp_decode_holding_draft_layers(
+    version: str, sglang_envs: harness.Envs
+) -> None:
+    """The one layout where upstream 0.5.12+ is wrong: patched sends the core's plan."""
+    env = sglang_envs.get(version)
+    patched, upstream = _results(env, "patched"), _results(env, "upstream")
+    cases = [c for c in layout_cases(env.version_tuple) if "decode-pp-draft" in c.tags]
+    wrong = [c for c in cases if c.decode.draft_layers]
+    assert len(cases) == 2 and len(wrong) == 1
+    for case in cases:
+        assert patched[case.name]["descriptors"] == case.expected() == case.oracle()
+    for case in cases:
+        assert (upstream[case.name].get("descriptors") == case.expected()) is (case not in wrong)

@@ -15,88 +15,80 @@ import sglang_harness as harness
 
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(1800)]
 
-POOL = """
+#: For a pool without and with an index buffer: build the real NPU MLA pool of
+#: 3 layers on CPU, then run SET_UP on it; print one line per pool.
+POOLS = """
 import inspect, torch
+from sglang.srt.hardware_backend.npu import memory_pool_npu
 from sglang.srt.hardware_backend.npu.memory_pool_npu import NPUMLATokenToKVPool
 from sglang.srt.disaggregation.base.conn import KVArgs
+print("torch_npu", getattr(memory_pool_npu, "torch_npu", None))
 params = inspect.signature(NPUMLATokenToKVPool.__init__).parameters
-kwargs = dict(size=8, page_size=1, dtype=torch.bfloat16, kv_lora_rank=4, qk_rope_head_dim=2,
-              index_head_dim=INDEX, layer_num=3, device="cpu", enable_memory_saver=False,
-              start_layer=0, end_layer=2)
-pool = NPUMLATokenToKVPool(**{k: v for k, v in kwargs.items() if k in params})
-kv_args = KVArgs()
-kv_args.kv_data_ptrs, kv_args.kv_data_lens, kv_args.kv_item_lens = pool.get_contiguous_buf_infos()
+for index in (None, 2):
+    kwargs = dict(size=8, page_size=1, dtype=torch.bfloat16, kv_lora_rank=4,
+                  qk_rope_head_dim=2, index_head_dim=index, layer_num=3, device="cpu",
+                  enable_memory_saver=False, start_layer=0, end_layer=2)
+    pool = NPUMLATokenToKVPool(**{k: v for k, v in kwargs.items() if k in params})
+    kv_args = KVArgs()
+    kv_args.kv_data_ptrs, kv_args.kv_data_lens, kv_args.kv_item_lens = (
+        pool.get_contiguous_buf_infos())
+    try:
+        SET_UP
+        print("index", index, "groups", kv_args.kv_buf_groups, "layers",
+              kv_args.total_kv_layers, "pointers", len(kv_args.kv_data_ptrs))
+    except Exception as exc:
+        print("index", index, type(exc).__name__, exc)
 """
 
-SETUP = (
-    POOL
-    + """
-from sglang.srt.disaggregation.utils import setup_state_kv_args
-setup_state_kv_args(kv_args, pool, None, 3)
-print("groups", kv_args.kv_buf_groups, "layers", kv_args.total_kv_layers,
-      "pointers", len(kv_args.kv_data_ptrs))
-"""
+SETUP_STATE = "from sglang.srt.disaggregation.utils import setup_state_kv_args; " + (
+    "setup_state_kv_args(kv_args, pool, None, 3)"
 )
-
-HOOK = (
-    POOL
-    + """
-from ascend_pd_runtime.sglang_patch.hooks import set_kv_layout_args
-set_kv_layout_args(kv_args, pool, 3)
-print("groups", kv_args.kv_buf_groups, "layers", kv_args.total_kv_layers,
-      "pointers", len(kv_args.kv_data_ptrs))
-"""
+HOOK = "from ascend_pd_runtime.sglang_patch.hooks import set_kv_layout_args; " + (
+    "set_kv_layout_args(kv_args, pool, 3)"
 )
 
 
-def _last_line(out: str) -> str:
-    return out.strip().splitlines()[-1] if out.strip() else ""
+def _lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(("index", "torch_npu"))]
 
 
-@pytest.mark.parametrize(("index", "groups"), [("None", 2), ("2", 3)])
-def test_0_5_12_set_up_survives_a_model_without_index_buffer(
-    index: str, groups: int, sglang_envs: harness.Envs
-) -> None:
+def test_0_5_12_set_up_survives_a_model_without_index_buffer(sglang_envs: harness.Envs) -> None:
     env = sglang_envs.get("0.5.12")
-    code = SETUP.replace("INDEX", index)
+    code = POOLS.replace("SET_UP", SETUP_STATE)
     patched = harness.run_python((env.patched, env.pristine), code)
     assert patched.returncode == 0, patched.stderr[-3000:]
-    assert _last_line(patched.stdout) == f"groups {groups} layers 3 pointers {groups * 3}"
+    assert _lines(patched.stdout)[1:] == [
+        "index None groups 2 layers 3 pointers 6",
+        "index 2 groups 3 layers 3 pointers 9",
+    ]
     upstream = harness.run_python((env.pristine,), code)
-    if index == "None":
-        assert upstream.returncode != 0
-        assert "TypeError: 'NoneType' object is not subscriptable" in upstream.stderr
-    else:
-        assert upstream.returncode == 0, upstream.stderr[-3000:]
-        assert _last_line(upstream.stdout) == _last_line(patched.stdout)
+    assert upstream.returncode == 0, upstream.stderr[-3000:]
+    assert _lines(upstream.stdout)[1:] == [
+        "index None TypeError 'NoneType' object is not subscriptable",
+        "index 2 groups 3 layers 3 pointers 9",
+    ]
 
 
 @pytest.mark.parametrize("version", ["0.5.10", "0.5.11"])
-def test_npu_pool_imports_without_torch_npu_once_patched(
+def test_patched_pool_imports_without_torch_npu_and_the_hook_records_its_layout(
     version: str, sglang_envs: harness.Envs, tmp_path: Path
 ) -> None:
     env = sglang_envs.get(version)
     no_torch_npu = tmp_path / "stubs"
     no_torch_npu.mkdir()
     (no_torch_npu / "torchvision").symlink_to(harness.STUBS / "torchvision")
-    code = "import sglang.srt.hardware_backend.npu.memory_pool_npu as m; print(m.torch_npu)"
+    code = POOLS.replace("SET_UP", HOOK)
     patched = harness.run_python((env.patched, env.pristine), code, stubs=no_torch_npu)
     assert patched.returncode == 0, patched.stderr[-3000:]
-    assert _last_line(patched.stdout) == "None"
+    assert _lines(patched.stdout) == [
+        "torch_npu None",
+        "index None groups 2 layers 3 pointers 6",
+        "index 2 groups 3 layers 3 pointers 9",
+    ]
     upstream = harness.run_python((env.pristine,), code, stubs=no_torch_npu)
+    assert upstream.returncode != 0
     assert "No module named 'torch_npu'" in upstream.stderr
-
-
-@pytest.mark.parametrize("version", ["0.5.10", "0.5.11"])
-@pytest.mark.parametrize(("index", "groups"), [("None", 2), ("2", 3)])
-def test_start_up_hook_records_the_real_pool_layout(
-    version: str, index: str, groups: int, sglang_envs: harness.Envs
-) -> None:
-    env = sglang_envs.get(version)
-    out = harness.run_python((env.patched, env.pristine), HOOK.replace("INDEX", index))
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert _last_line(out.stdout) == f"groups {groups} layers 3 pointers {groups * 3}"
-    # and the patched prefill and decode call it right after setting kv_item_lens
+    # the patched prefill and decode call the hook right after setting kv_item_lens
     for role in ("prefill", "decode"):
         text = (env.patched / f"sglang/srt/disaggregation/{role}.py").read_text()
         _, _, tail = text.partition("kv_args.kv_item_lens = kv_item_lens\n")
