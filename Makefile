@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint unit e2e demo demo-down bench clean
+.PHONY: venv test lint unit e2e dev-up dev-down demo demo-down bench clean
 
 venv: $(STAMP)
 
@@ -25,7 +25,16 @@ test: lint
 	$(BIN)/pytest
 
 unit: venv
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest -m "not e2e and not sglang"
+
+e2e: venv
+	$(BIN)/pytest -m e2e tests/e2e
+
+dev-up: venv
+	$(BIN)/ascend-pd dev up
+
+dev-down: venv
+	$(BIN)/ascend-pd dev down
 
 # The README's main command.
 demo: venv
