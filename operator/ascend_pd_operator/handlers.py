@@ -20,6 +20,7 @@ import kopf
 from . import api
 from .api_access import resource_for
 from .kube import Kube, KubeError
+from .live_cache import LiveCache
 from .model_source import COMPONENT_INSPECTOR
 from .naming import LABEL_DEPLOYMENT, LABEL_ROLE, PREFIX
 from .reconciler import Reconciler
@@ -73,6 +74,7 @@ def build_registry(
     namespaces: Iterable[str] | None,
     resync_seconds: float,
     stop: threading.Event,
+    cache: LiveCache | None = None,
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -106,14 +108,19 @@ def build_registry(
             # inspector's pod carries news of its own (its termination message).
             labels[LABEL_ROLE] = COMPONENT_INSPECTOR
         kopf.on.event(res.group, res.version, res.plural, labels=labels, registry=registry)(
-            _child_handler(queue)
+            _child_handler(queue, kind, cache)
         )
     return registry
 
 
-def _child_handler(queue: WorkQueue) -> Callable[..., None]:
-    def handler(body: Any, **_: Any) -> None:
+def _child_handler(queue: WorkQueue, kind: str, cache: LiveCache | None) -> Callable[..., None]:
+    def handler(type: str | None, body: Any, **_: Any) -> None:
         meta = body["metadata"]
+        if cache is not None:
+            if type == "DELETED":
+                cache.gone(kind, meta["namespace"], meta["name"])
+            else:
+                cache.seen({**dict(body), "kind": kind})
         owner = (meta.get("labels") or {}).get(LABEL_DEPLOYMENT)
         if owner:
             queue.put((meta["namespace"], owner))

@@ -22,6 +22,7 @@ from . import api
 from .children import child_key
 from .desired import Desired, desired_state, validate
 from .kube import Kube, KubeError, NotFound
+from .live_cache import LiveCache
 from .model_source import (
     COMPONENT_FACTS,
     COMPONENT_INSPECTOR,
@@ -67,9 +68,13 @@ class Result:
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, clock: Callable[[], str] = utc_now) -> None:
+    def __init__(
+        self, kube: Kube, clock: Callable[[], str] = utc_now, cache: LiveCache | None = None
+    ) -> None:
         self.kube = kube
         self.clock = clock
+        #: Fed by the watches; without it every child is applied on every reconcile.
+        self.cache = cache
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -104,9 +109,13 @@ class Reconciler:
                 try:
                     for manifest in desired.children:
                         current = manifest
-                        obj = self.kube.apply(manifest)
+                        obj = self.cache.unchanged(manifest) if self.cache else None
+                        if obj is None:
+                            obj = self.kube.apply(manifest)
+                            applied += 1
+                            if self.cache:
+                                self.cache.applied(manifest, obj)
                         live[(obj["kind"], obj["metadata"]["name"])] = obj
-                        applied += 1
                     deleted = self._prune(owner, desired)
                 except KubeError as exc:
                     apply_error = _apply_error(current, exc)
@@ -135,6 +144,8 @@ class Reconciler:
             # Deleted meanwhile: garbage collection does the rest.
             with contextlib.suppress(NotFound):
                 self.kube.patch_status(api.KIND, owner.namespace, owner.name, patch)
+        if applied or deleted:
+            log.info("%s/%s: applied %d, deleted %d", owner.namespace, owner.name, applied, deleted)
         return Result(status, applied, deleted)
 
     # --- model facts ---------------------------------------------------------------------

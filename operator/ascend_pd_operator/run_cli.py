@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .handlers import WorkQueue, build_registry, worker
     from .kube import Kube, load_config
+    from .live_cache import LiveCache
     from .reconciler import Reconciler
 
     logging.basicConfig(
@@ -67,13 +68,14 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     queue = WorkQueue()
     namespaces = None if args.all_namespaces else list(args.namespace)
-    registry = build_registry(queue, kube, namespaces, args.resync_seconds, stop)
+    cache = LiveCache()
+    registry = build_registry(queue, kube, namespaces, args.resync_seconds, stop, cache)
 
     def reconcile_forever() -> None:
         # A standby watches (and answers its liveness probe) but never writes.
         if args.leader_elect:
             _wait_for_leadership(stop)
-        worker(queue, Reconciler(kube), stop)
+        worker(queue, Reconciler(kube, cache=cache), stop)
 
     threading.Thread(target=reconcile_forever, name="reconciler", daemon=True).start()
     liveness = f"http://0.0.0.0:{args.health_port}{HEALTH_PATH}" if args.health_port else None
