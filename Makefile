@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint unit e2e dev-up dev-down demo demo-down bench clean
+.PHONY: venv test lint unit e2e dev-up dev-down demo demo-down crd bench clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,9 @@ demo: venv
 
 demo-down: venv
 	$(BIN)/ascend-pd demo --down
+
+crd: venv
+	$(BIN)/ascend-pd crd --write
 
 bench: venv
 	$(BIN)/python -m bench
