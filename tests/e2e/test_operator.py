@@ -314,3 +314,266 @@ def test_kubectl_explain_teaches_the_api(kubectl: Any, crd: None, wait_until: An
     assert "SGLANG_PP_LAYER_PARTITION" in text
     status_doc = kubectl("explain", "pdd.status.kvLayout.fingerprint").stdout
     assert "fingerprint" in status_doc.lower()
+
+
+# --- the rest of the cluster contract --------------------------------------------------
+
+EXAMPLE_MODELS = {
+    "deepseek-v3-pp2.yaml": "deepseek-v3",
+    "deepseek-v3.2.yaml": "deepseek-v3.2",
+    "deepseek-v2-lite.yaml": "deepseek-v2-lite",
+}
+
+
+def _pdd(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == "PDDeployment")
+
+
+def _plan_for(spec: dict[str, Any], model: str) -> dict[str, Any]:
+    """``ascend-pd plan`` for the same inputs as a PDDeployment spec."""
+    prefill, decode = spec["prefill"], spec["decode"]
+    speculative = spec.get("speculative") or {}
+    args = [
+        "--model-config", model,
+        "--prefill-pp", str(prefill["parallelism"].get("pipeline", 1)),
+        "--decode-pp", str(decode["parallelism"].get("pipeline", 1)),
+        "--layer-partition", ",".join(map(str, prefill.get("layerPartition") or [])),
+        "--speculative", str(speculative.get("algorithm", "none")).lower(),
+        "--speculative-roles", ",".join(speculative.get("roles") or ["prefill", "decode"]),
+        "--sglang-version", spec["runtime"].get("sglangVersion", "0.5.23"),
+        "--transfer-backend", spec["runtime"].get("transferBackend", "ascend"),
+    ]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "ascend_pd_operator.cli", "plan", *args],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return dict(json.loads(done.stdout))
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLE_MODELS))
+def test_each_example_is_ready_and_its_status_layout_is_the_plan(
+    name: str, kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    docs = example(name, namespace)
+    pdd = _pdd(docs)
+    if (pdd["spec"].get("scheduling") or {}).get("gang") == "volcano":
+        has_volcano = kubectl("api-resources", "--api-group=scheduling.volcano.sh", check=False)
+        if "podgroups" not in has_volcano.stdout:
+            pdd["spec"]["scheduling"]["gang"] = "none"  # no Volcano on this cluster
+    apply(kubectl, docs)
+    cr_name = pdd["metadata"]["name"]
+    st = wait_until(
+        lambda: (s := status(kubectl, namespace, cr_name)).get("phase") == "Ready" and s,
+        f"{cr_name} Ready",
+        timeout=180,
+    )
+    plan = _plan_for(pdd["spec"], EXAMPLE_MODELS[name])
+    kv = st["kvLayout"]
+    assert kv["totalKvLayers"] == plan["total_kv_layers"]
+    assert kv["kvBufGroups"] == plan["model"]["kv_buf_groups"]
+    assert kv["prefillDraftLayers"] == plan["prefill"]["draft_layers"]
+    assert kv["decodeDraftLayers"] == plan["decode"]["draft_layers"]
+    assert [(s["ppRank"], s["startLayer"], s["endLayer"]) for s in kv["prefillStages"]] == [
+        (s["pp_rank"], s["start_layer"], s["end_layer"]) for s in plan["prefill"]["stages"]
+    ]
+    assert kv["fingerprint"] == plan["fingerprint"]
+    stored = get(kubectl, namespace, "configmap", f"{cr_name}-kv-layout")
+    assert stored is not None
+    stored_plan = json.loads(stored["data"]["plan.json"])
+    assert {k: v for k, v in stored_plan.items()} == plan
+    # the children have the shape the spec asks for
+    for role in ("prefill", "decode"):
+        role_spec = pdd["spec"][role]
+        nodes = st[role]["nodesPerInstance"]
+        par = role_spec["parallelism"]
+        assert nodes * role_spec.get("devicesPerNode", 8) == par["tensor"] * par.get("pipeline", 1)
+        for i in range(role_spec.get("replicas", 1)):
+            sts = get(kubectl, namespace, "statefulset", f"{cr_name}-{role}-{i}")
+            assert sts is not None and sts["spec"]["replicas"] == nodes
+            assert sts["status"].get("readyReplicas") == nodes
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"prefill": {"replicas": "two"}}, "spec.prefill.replicas"),
+        ({"prefill": {"replicas": -1}}, "spec.prefill.replicas"),
+        ({"runtime": {"transferBackend": "nixl"}}, "spec.runtime.transferBackend"),
+        ({"model": {"path": None}}, "spec.model.path"),
+    ],
+)
+def test_schema_invalid_specs_are_rejected_by_the_api_server_naming_the_field(
+    patch: dict[str, Any], field: str, kubectl: Any, crd: None, namespace: str
+) -> None:
+    docs = example("deepseek-v2-lite.yaml", namespace)
+    pdd = _pdd(docs)
+
+    def merge(target: dict[str, Any], change: dict[str, Any]) -> None:
+        for key, value in change.items():
+            if value is None:
+                target.pop(key, None)
+            elif isinstance(value, dict):
+                merge(target.setdefault(key, {}), value)
+            else:
+                target[key] = value
+
+    merge(pdd["spec"], patch)
+    # --validate=false: the API server's own schema check, not kubectl's copy of it
+    done = kubectl("apply", "--validate=false", "-f", "-", input=yaml.safe_dump(pdd), check=False)
+    assert done.returncode != 0
+    assert field in done.stderr, done.stderr
+    assert get(kubectl, namespace, "pdd", pdd["metadata"]["name"]) is None
+
+
+def test_cross_field_invalid_spec_creates_nothing_and_says_why(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any, cluster: Any
+) -> None:
+    docs = example("deepseek-v2-lite.yaml", namespace)
+    _pdd(docs)["spec"]["prefill"]["extraArgs"] = ["--tp-size", "4"]
+    done = kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), check=False)
+    if cluster.server_version >= (1, 25):  # CEL sees it: the API server refuses
+        assert done.returncode != 0 and "--tp-size" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    st = wait_until(
+        lambda: (s := status(kubectl, namespace, "dsv2-lite")).get("phase") == "Invalid" and s,
+        "Invalid",
+    )
+    cond = condition(st, "Validated")
+    assert cond["status"] == "False" and "--tp-size" in cond["message"]
+    events = get(kubectl, namespace, "events", "--field-selector", "reason=InvalidSpec")
+    assert events is not None and events["items"]
+    assert not versions(kubectl, namespace)
+
+
+def test_scale_prefill_2_3_1_and_the_router_follows(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    docs = example("deepseek-v3-pp2.yaml", namespace)
+    # TP 4 × PP 2 = one node per prefill instance: 3 instances + decode fit in 5 nodes
+    _pdd(docs)["spec"]["prefill"]["parallelism"]["tensor"] = 4
+    apply(kubectl, docs)
+
+    def prefill_instances() -> list[str]:
+        items = (get(kubectl, namespace, "statefulsets") or {}).get("items", [])
+        return sorted(i["metadata"]["name"] for i in items if "-prefill-" in i["metadata"]["name"])
+
+    def router_prefills() -> list[str]:
+        dep = get(kubectl, namespace, "deployment", "dsv3-router") or {}
+        if not dep:
+            return []
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        return [args[i + 1] for i, a in enumerate(args) if a == "--prefill"]
+
+    for replicas in (2, 3, 1):
+        kubectl("patch", "pdd", "dsv3", "-n", namespace, "--type=merge",
+                "-p", json.dumps({"spec": {"prefill": {"replicas": replicas}}}))  # fmt: skip
+        expected = [f"dsv3-prefill-{i}" for i in range(replicas)]
+        wait_until(lambda e=expected: prefill_instances() == e, f"{replicas} prefill instances")
+        wait_until(
+            lambda r=replicas: (
+                len(router_prefills()) == r
+                and all(f"dsv3-prefill-{i}-0." in p for i, p in enumerate(router_prefills()))
+            ),
+            f"router lists {replicas} prefill leaders",
+        )
+        wait_until(
+            lambda r=replicas: (
+                status(kubectl, namespace, "dsv3").get("prefill", {}).get("readyReplicas") == r
+            ),
+            f"{replicas} prefill instances ready",
+        )
+    ports = [p.rsplit(" ", 1)[-1] for p in router_prefills()]
+    assert len(ports) == 1
+
+
+def test_a_new_runtime_image_rolls_every_workload(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
+    wait_until(lambda: status(kubectl, namespace, "dsv2-lite").get("phase") == "Ready", "Ready")
+    image = "registry.example.com/ascend-pd-runtime:0.2.0"
+    kubectl("patch", "pdd", "dsv2-lite", "-n", namespace, "--type=merge",
+            "-p", json.dumps({"spec": {"runtime": {"image": image}}}))  # fmt: skip
+
+    def images() -> set[str]:
+        items = (get(kubectl, namespace, "statefulsets") or {}).get("items", [])
+        return {i["spec"]["template"]["spec"]["containers"][0]["image"] for i in items}
+
+    wait_until(lambda: images() == {image}, "every StatefulSet on the new image")
+    pods = get(kubectl, namespace, "pods", "-l", "ascendpd.io/deployment=dsv2-lite") or {}
+    wait_until(
+        lambda: (
+            {
+                c["image"]
+                for p in (get(kubectl, namespace, "pods") or {}).get("items", [])
+                if "-inspect" not in p["metadata"]["name"] and "router" not in p["metadata"]["name"]
+                for c in p["spec"]["containers"]
+            }
+            == {image}
+        ),
+        "every runtime pod rolled to the new image",
+        timeout=180,
+    )
+    assert pods is not None
+    wait_until(lambda: status(kubectl, namespace, "dsv2-lite").get("phase") == "Ready", "Ready")
+
+
+def test_an_operator_restarted_mid_rollout_converges_to_the_same_state(
+    cluster: Any, crd: None, kubectl: Any, namespace: str, tmp_path: Path, wait_until: Any
+) -> None:
+    first = Operator(cluster.kubeconfig, namespace, tmp_path / "first.log")
+    try:
+        wait_until(first.healthy, "operator up")
+        apply(kubectl, example("deepseek-v3-pp2.yaml", namespace))
+        wait_until(lambda: len(versions(kubectl, namespace)) >= 1, "the rollout started")
+        first.kill()
+    finally:
+        first.stop()
+    kubectl("patch", "pdd", "dsv3", "-n", namespace, "--type=merge",
+            "-p", '{"spec": {"prefill": {"replicas": 1}}}')  # fmt: skip
+    second = Operator(cluster.kubeconfig, namespace, tmp_path / "second.log")
+    try:
+        st = wait_until(
+            lambda: (
+                (s := status(kubectl, namespace, "dsv3")).get("phase") == "Ready"
+                and s.get("observedGeneration")
+                == (get(kubectl, namespace, "pdd", "dsv3") or {})["metadata"]["generation"]
+                and s
+            ),
+            "Ready at the latest generation",
+            timeout=180,
+        )
+        assert st["prefill"] == {"replicas": 1, "readyReplicas": 1, "nodesPerInstance": 2}
+        names = sorted(versions(kubectl, namespace))
+        assert names == sorted(
+            [
+                "ConfigMap/dsv3-kv-layout",
+                "Deployment/dsv3-router",
+                "Service/dsv3-decode-0",
+                "Service/dsv3-prefill-0",
+                "Service/dsv3-router",
+                "StatefulSet/dsv3-decode-0",
+                "StatefulSet/dsv3-prefill-0",
+            ]
+        )
+    finally:
+        second.stop()
+
+
+def test_a_namespace_scoped_operator_ignores_other_namespaces(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    other = f"{namespace}-other"
+    kubectl("create", "namespace", other)
+    try:
+        apply(kubectl, example("deepseek-v2-lite.yaml", other))
+        # created after the other namespace's CR: once this one is reconciled, the operator
+        # has seen both watch streams' worth of time and must have left the other alone
+        apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
+        wait_until(lambda: status(kubectl, namespace, "dsv2-lite").get("phase") == "Ready",
+                   "own namespace Ready")  # fmt: skip
+        assert status(kubectl, other, "dsv2-lite") == {}
+        assert not versions(kubectl, other)
+    finally:
+        kubectl("delete", "namespace", other, "--wait=false", check=False)
