@@ -262,3 +262,41 @@ def test_unsupported_version_fails(
 def test_missing_sglang_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(tmp_path) == patch_cli.EXIT_ERROR
     assert "no installed sglang package there" in capsys.readouterr().err
+
+
+# -- the image ------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_dockerfile_runs_install_and_patch_on_the_chosen_base_image() -> None:
+    lines = [
+        line.strip()
+        for line in (REPO / "runtime" / "Dockerfile").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    text = "\n".join(lines)
+    assert lines[:2] == ["ARG BASE_IMAGE", "FROM ${BASE_IMAGE}"]
+    assert "ARG SGLANG_VERSION" in lines
+    assert 'SGLANG_VERSION="${SGLANG_VERSION}"' in text
+    assert "bash /opt/ascend-pd/src/runtime/install-and-patch.sh" in text
+    assert lines[-1] == 'ENTRYPOINT ["ascend-pd-runtime", "launch"]'
+    for line in lines:
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert (REPO / source).exists(), source
+
+
+def test_install_and_patch_refuses_a_python_without_sglang(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        ["bash", str(REPO / "runtime" / "install-and-patch.sh")],
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 1
+    assert f"SGLang is not installed for {sys.executable}" in out.stderr
