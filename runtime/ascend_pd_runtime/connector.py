@@ -9,13 +9,17 @@ understands (``check_decode_pointer_count``), maps every prefill entry to its
 decode entry (``stage_transfers``) and builds all descriptors at once
 (``build_transfer_descriptors``), in the order SGLang's per-block loop would.
 
-Layouts this module does not model (DeepSeek-V4's compression buckets) are
-handed back to upstream's code with ``UPSTREAM``.
+A refused transfer is logged with both sides' counts and layer ranges and
+returns a failed status, so SGLang fails that request and that decode session,
+never writes a byte, and keeps serving correctly paired decodes. Layouts this
+module does not model (DeepSeek-V4's compression buckets) are handed back to
+upstream's code with ``UPSTREAM``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Final
@@ -27,6 +31,8 @@ from .errors import AscendPDError, LayoutMismatch
 from .layout import StageLayout, check_decode_pointer_count, stage_transfers
 from .model_facts import ModelFacts, load_model_facts
 from .transfer_plan import TransferDescriptors, build_transfer_descriptors
+
+logger = logging.getLogger(__name__)
 
 #: Environment variable naming the model's config.json (or its directory) when
 #: SGLang's ``--model-path`` is not a local directory.
@@ -40,6 +46,10 @@ class _Upstream:
 
 #: Returned by ``send_kvcache_planned`` when upstream's own code must run.
 UPSTREAM: Final = _Upstream()
+
+#: ``send_kvcache``'s status when the guard refuses a decode: SGLang fails the request
+#: and marks that decode session failed; other decodes keep being served.
+REFUSED: Final = -1
 
 _CACHE_ATTR = "_ascend_pd_prefill_layout"
 
@@ -206,7 +216,11 @@ def send_kvcache_planned(
     """Body of the patched ``AscendKVManager.send_kvcache``; returns the transfer status."""
     if getattr(manager.kv_args, "mla_compression_ratios", None):
         return UPSTREAM
-    plan, entries = plan_send(manager, prefill_kv_indices, dst_kv_ptrs, dst_kv_indices)
+    try:
+        plan, entries = plan_send(manager, prefill_kv_indices, dst_kv_ptrs, dst_kv_indices)
+    except LayoutMismatch as exc:
+        logger.error("refusing KV transfer to session %s: %s", session_id, exc)
+        return REFUSED
     if len(plan) == 0:
         return 0
     engine = manager.engine

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import importlib.metadata
 import json
+import logging
 import sys
 import threading
 from types import SimpleNamespace
@@ -118,8 +119,19 @@ def build_manager(conn, case: dict, version: tuple[int, ...], patched: bool):
     return manager
 
 
+class Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def run_case(conn, case: dict, version: tuple[int, ...], patched: bool) -> dict:
     manager = build_manager(conn, case, version, patched)
+    errors = Collect()
+    logging.getLogger("ascend_pd_runtime").addHandler(errors)
     src_pages = np.asarray(case["src_pages"], dtype=np.int32)
     dst_pages = np.asarray(case["dst_pages"], dtype=np.int32)
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
@@ -129,11 +141,18 @@ def run_case(conn, case: dict, version: tuple[int, ...], patched: bool) -> dict:
             )
         except Exception as exc:  # the result names it; the test decides
             return {"error": type(exc).__name__, "message": str(exc)}
+        finally:
+            logging.getLogger("ascend_pd_runtime").removeHandler(errors)
     calls = manager.engine.calls
     if case["custom_mem_pool"]:
         calls = sorted(calls)  # one call per entry, completed in any order
     descriptors = [list(t) for src, dst, ln in calls for t in zip(src, dst, ln, strict=True)]
-    return {"status": status, "calls": len(manager.engine.calls), "descriptors": descriptors}
+    return {
+        "status": status,
+        "calls": len(manager.engine.calls),
+        "descriptors": descriptors,
+        "logged_errors": errors.messages,
+    }
 
 
 def main() -> None:

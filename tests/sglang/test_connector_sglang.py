@@ -87,7 +87,7 @@ def test_patched_send_kvcache_sends_the_layout_core_plan(env: harness.SGLangEnv)
         expected = case.expected()
         assert expected == case.oracle(), case.name
         assert result["descriptors"] == expected, case.name
-        assert result["status"] == 0
+        assert result["status"] == 0 and result["logged_errors"] == []
         if case.custom_mem_pool and expected:
             assert result["calls"] == case.prefill.kv_buf_groups * (
                 case.prefill.num_layers + case.prefill.draft_layers
@@ -102,8 +102,10 @@ def test_guard_refuses_a_decode_with_the_wrong_pointer_count(env: harness.SGLang
     results = _results(env, "patched")
     for case in mismatch_cases():
         result = results[case.name]
-        assert result.get("error") == "LayoutMismatch", f"{case.name}: {_brief(result)}"
-        message = result["message"]
+        assert result.get("status") == -1, f"{case.name}: {_brief(result)}"
+        assert result["calls"] == 0 and result["descriptors"] == []
+        (message,) = result["logged_errors"]
+        assert "refusing KV transfer to session decode-session: KV layout mismatch" in message
         assert f"decode registered {case.decode.kv_pointer_count} KV pointers" in message
         prefill = case.prefill
         assert f"layers [{prefill.start_layer}, {prefill.end_layer})" in message

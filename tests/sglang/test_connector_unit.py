@@ -165,8 +165,18 @@ def test_empty_request_sends_nothing_but_still_checks_the_layout() -> None:
     mgr = manager()
     assert _send(mgr, []) == 0
     assert mgr.engine.calls == []
-    with pytest.raises(LayoutMismatch):
-        _send(manager(), [], dst_count=126)
+    assert _send(mgr, [], dst_count=126) == connector.REFUSED
+
+
+def test_refused_transfer_is_logged_and_sends_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    mgr = manager()
+    assert _send(mgr, [1, 2, 3], dst_count=126) == connector.REFUSED
+    assert mgr.engine.calls == []
+    (record,) = [r for r in caplog.records if r.name == "ascend_pd_runtime.connector"]
+    assert record.levelname == "ERROR"
+    assert "refusing KV transfer to session s: KV layout mismatch: decode registered 126" in (
+        record.getMessage()
+    )
 
 
 def test_compression_bucket_layouts_go_to_upstream() -> None:
