@@ -1,0 +1,448 @@
+"""Operator figures on a local control plane: convergence, idle API writes and memory.
+
+The operator runs as ``ascend-pd run`` (a local process, the admin kubeconfig pointed at
+the fault proxy with every fault rate at zero, so the proxy only counts) against a
+control plane of its own (``.dev/bench``: ``BENCH_NODES`` simulated nodes, enough NPUs
+for every pod here, and no load from the e2e suite sharing the dev cluster). It is
+brought up if needed and stopped again if this run started it.
+
+- one CR: from the apply request (the API call ``kubectl apply --server-side`` makes) to
+  every child existing, and to phase Ready through kubelet-sim; ``RUNS`` runs, one after
+  the other;
+- ``SCALE`` CRs applied at once (10 concurrent apply requests): until all children
+  exist, until all are Ready;
+- idle: write calls through the proxy during ``IDLE_SECONDS`` (``ASCEND_PD_BENCH_IDLE_SECONDS``,
+  300) with the ``SCALE`` CRs Ready and a resync every ``RESYNC_SECONDS``;
+- RSS of the operator process at 0 and at ``SCALE`` CRs.
+
+Children and readiness are timed from watch events, never by polling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ascend_pd_operator import api
+from ascend_pd_operator.crd import crd_yaml
+from ascend_pd_operator.dev import cluster as dev_cluster
+from ascend_pd_operator.dev import paths
+from ascend_pd_operator.dev.certs import Pki
+from ascend_pd_operator.dev.kubectl import kubectl_path
+from ascend_pd_operator.faultproxy import STATS_PATH
+from ascend_pd_operator.kube import Kube
+from ascend_pd_operator.local_run import free_port, stop_process_group
+from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+from ascend_pd_operator.render_cli import render
+
+RUNS = 20
+SCALE = 100
+RESYNC_SECONDS = 10
+IDLE_SECONDS = float(os.environ.get("ASCEND_PD_BENCH_IDLE_SECONDS", "300"))
+BENCH_NODES = 40  # x 8 NPUs: room for RUNS + SCALE deployments of 2 NPUs each
+GOAL_ONE_P95_S = 1.0
+GOAL_SCALE_S = 30.0
+GOAL_RSS_MIB = 150.0
+WATCHED = ("ConfigMap", "Service", "StatefulSet", "Deployment")
+
+MODEL_CONFIG = {
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "model_type": "deepseek_v2",
+    "num_hidden_layers": 27,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "torch_dtype": "bfloat16",
+}
+
+
+def _progress(message: str) -> None:
+    print(f"bench_operator: {message}", file=sys.stderr, flush=True)
+
+
+def config_map(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "bench-model", "namespace": namespace},
+        "data": {"config.json": json.dumps(MODEL_CONFIG)},
+    }
+
+
+def pddeployment(name: str, namespace: str) -> dict[str, Any]:
+    """A small deployment: one prefill and one decode instance of one NPU, a router."""
+    role = {"replicas": 1, "parallelism": {"tensor": 1}, "devicesPerNode": 1}
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {
+                "name": "deepseek-v2-lite",
+                "path": "/models/DeepSeek-V2-Lite",
+                "configMapRef": {"name": "bench-model"},
+            },
+            "runtime": {"image": "registry.example.com/ascend-pd-runtime:0.1.0"},
+            "prefill": role,
+            "decode": role,
+            "router": {"policy": "round_robin"},
+        },
+    }
+
+
+def expected_children(cr: dict[str, Any]) -> set[tuple[str, str]]:
+    """(kind, name) of every child, from the operator's own offline builders."""
+    ns = cr["metadata"]["namespace"]
+    code, manifests, message = render(cr, None, ns, [config_map(ns)])
+    if code != 0:
+        raise RuntimeError(f"bench CR does not render: {message}")
+    return {(m["kind"], m["metadata"]["name"]) for m in manifests}
+
+
+class Recorder:
+    """First-seen times of children and first Ready time of PDDeployments, from watches."""
+
+    def __init__(self, api_client: Any, namespace: str) -> None:
+        self.api_client = api_client
+        self.namespace = namespace
+        self.children: dict[tuple[str, str], float] = {}
+        self.ready: dict[str, float] = {}
+        self.cond = threading.Condition()
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> Recorder:
+        from kubernetes import client
+
+        core, apps = client.CoreV1Api(self.api_client), client.AppsV1Api(self.api_client)
+        custom = client.CustomObjectsApi(self.api_client)
+        lists: dict[str, Callable[..., Any]] = {
+            "ConfigMap": core.list_namespaced_config_map,
+            "Service": core.list_namespaced_service,
+            "StatefulSet": apps.list_namespaced_stateful_set,
+            "Deployment": apps.list_namespaced_deployment,
+        }
+        for kind, fn in lists.items():
+            self._thread(kind, lambda fn=fn, **kw: fn(self.namespace, **kw))
+
+        def pdds(**kw: Any) -> Any:
+            return custom.list_namespaced_custom_object(
+                api.GROUP, api.VERSION, self.namespace, api.PLURAL, **kw
+            )
+
+        self._thread(api.KIND, pdds)
+        return self
+
+    def _thread(self, kind: str, list_fn: Callable[..., Any]) -> None:
+        thread = threading.Thread(target=self._watch, args=(kind, list_fn), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _watch(self, kind: str, list_fn: Callable[..., Any]) -> None:
+        from kubernetes import watch
+
+        while not self.stop.is_set():
+            try:
+                stream: Callable[..., Any] = watch.Watch().stream  # type: ignore[no-untyped-call]
+                for event in stream(list_fn, timeout_seconds=20):
+                    # list_fn has no docstring to name a model class: objects stay dicts
+                    if event["type"] != "ERROR":
+                        self._record(kind, event["object"], time.monotonic())
+                    if self.stop.is_set():
+                        return
+            except Exception as exc:  # a dropped watch: start again (times are first-seen)
+                if not self.stop.is_set():
+                    _progress(f"watch of {kind} restarted: {exc}")
+                    time.sleep(0.2)
+
+    def _record(self, kind: str, obj: Any, now: float) -> None:
+        with self.cond:
+            if kind == api.KIND:
+                if (obj.get("status") or {}).get("phase") == "Ready":
+                    self.ready.setdefault(obj["metadata"]["name"], now)
+            elif (obj["metadata"].get("labels") or {}).get(LABEL_DEPLOYMENT):
+                self.children.setdefault((kind, obj["metadata"]["name"]), now)
+            self.cond.notify_all()
+
+    def wait(self, done: Callable[[], bool], what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not done():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f} s")
+                self.cond.wait(min(left, 1.0))
+
+    def all_children(self, wanted: set[tuple[str, str]]) -> float | None:
+        times = [self.children.get(key) for key in wanted]
+        return None if None in times else max(t for t in times if t is not None)
+
+
+class Bench:
+    def __init__(self, layout: dev_cluster.Layout, workdir: Path) -> None:
+        from kubernetes import config
+
+        self.layout = layout
+        self.workdir = workdir
+        self.api_client = config.new_client_from_config(config_file=str(layout.kubeconfig))  # type: ignore[no-untyped-call]
+        self.kube = Kube(self.api_client)
+        suffix = uuid.uuid4().hex[:5]
+        self.ns_one = f"bench-one-{suffix}"
+        self.ns_scale = f"bench-scale-{suffix}"
+        self.proxy: subprocess.Popen[bytes] | None = None
+        self.operator: subprocess.Popen[bytes] | None = None
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        cmd = [str(kubectl_path()), "--kubeconfig", str(self.layout.kubeconfig), *args]
+        done = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr}")
+        return done.stdout
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        """Server-side apply as a user's ``kubectl apply --server-side`` would."""
+        from ascend_pd_operator.api_access import resource_for
+        from ascend_pd_operator.kube import path
+
+        meta = obj["metadata"]
+        url = path(resource_for(obj["kind"]), meta["namespace"], meta["name"])
+        self.kube.request("PATCH", url, body=obj, query=[("fieldManager", "ascend-pd-bench")],
+                          content_type="application/apply-patch+yaml")  # fmt: skip
+
+    # --- set-up ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=bench",
+                     "-f", "-", input=crd_yaml(with_cel=False))  # fmt: skip
+        self.kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
+        for ns in (self.ns_one, self.ns_scale):
+            self.kubectl("create", "namespace", ns)
+            self.apply(config_map(ns))
+        state = dev_cluster.load_state(self.layout)
+        assert state is not None
+        # Its own process: a proxy thread here would share a GIL with the watches.
+        self.proxy_url = f"http://127.0.0.1:{free_port()}"
+        self.proxy = subprocess.Popen(
+            [sys.executable, "-m", "ascend_pd_operator.faultproxy", "--upstream", state.server,
+             "--ca-file", str(Pki(self.layout.pki).ca_crt),
+             "--port", self.proxy_url.rsplit(":", 1)[1]],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=(self.workdir / "proxy.log").open("w"), start_new_session=True,
+        )  # fmt: skip
+        _until(lambda: self._answers(self.proxy_url + STATS_PATH), "the fault proxy", 60)
+        doc = yaml.safe_load(self.layout.kubeconfig.read_text())
+        doc["clusters"][0]["cluster"] = {"server": self.proxy_url}
+        kubeconfig = self.workdir / "operator.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(doc))
+        kubeconfig.chmod(0o600)
+        self.health_port = free_port()
+        argv = [sys.executable, "-m", "ascend_pd_operator.cli", "run",
+                "--namespace", self.ns_one, "--namespace", self.ns_scale,
+                "--health-port", str(self.health_port),
+                "--resync-seconds", str(RESYNC_SECONDS)]  # fmt: skip
+        self.log = self.workdir / "operator.log"
+        self.operator = subprocess.Popen(
+            argv,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            stdin=subprocess.DEVNULL,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        _until(self._healthy, "the operator's liveness endpoint", 120)
+
+    def _healthy(self) -> bool:
+        assert self.operator is not None
+        if self.operator.poll() is not None:
+            raise RuntimeError(f"the operator exited:\n{self.log.read_text()[-3000:]}")
+        return self._answers(f"http://127.0.0.1:{self.health_port}/healthz")
+
+    @staticmethod
+    def _answers(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def rss_mib(self) -> float:
+        assert self.operator is not None
+        for line in Path(f"/proc/{self.operator.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+
+    def proxy_stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.proxy_url + STATS_PATH, timeout=10) as response:
+            stats: dict[str, Any] = json.loads(response.read())
+        return stats
+
+    def stop(self) -> None:
+        if self.operator is not None:
+            stop_process_group(self.operator.pid)
+            self.operator.wait()
+        if self.proxy is not None:
+            stop_process_group(self.proxy.pid)
+            self.proxy.wait()
+        for ns in (self.ns_one, self.ns_scale):
+            subprocess.run(
+                [str(kubectl_path()), "--kubeconfig", str(self.layout.kubeconfig), "delete",
+                 "namespace", ns, "--wait=false", "--ignore-not-found"],
+                capture_output=True, check=False, timeout=120,
+            )  # fmt: skip
+
+    # --- figures ---------------------------------------------------------------------------
+
+    def one_cr(self) -> tuple[list[float], list[float]]:
+        rec = Recorder(self.api_client, self.ns_one).start()
+        to_children: list[float] = []
+        to_ready: list[float] = []
+        try:
+            for i in range(RUNS):
+                cr = pddeployment(f"one-{i}", self.ns_one)
+                wanted = expected_children(cr)
+                children, ready = self._converge(rec, cr, wanted)
+                to_children.append(children)
+                to_ready.append(ready)
+        finally:
+            rec.stop.set()
+        return to_children, to_ready
+
+    def _converge(
+        self, rec: Recorder, cr: dict[str, Any], wanted: set[tuple[str, str]]
+    ) -> tuple[float, float]:
+        name = cr["metadata"]["name"]
+        t0 = time.monotonic()
+        self.apply(cr)
+        rec.wait(lambda: rec.all_children(wanted) is not None, f"{name} children", 60)
+        rec.wait(lambda: name in rec.ready, f"{name} Ready", 120)
+        return (rec.all_children(wanted) or 0) - t0, rec.ready[name] - t0
+
+    def scale(self) -> tuple[float, float, int]:
+        rec = Recorder(self.api_client, self.ns_scale).start()
+        crs = [pddeployment(f"scale-{i:03d}", self.ns_scale) for i in range(SCALE)]
+        wanted: set[tuple[str, str]] = set().union(*(expected_children(cr) for cr in crs))
+        names = {cr["metadata"]["name"] for cr in crs}
+        try:
+            t0 = time.monotonic()
+            with ThreadPoolExecutor(10) as pool:
+                list(pool.map(self.apply, crs))
+            rec.wait(lambda: rec.all_children(wanted) is not None, "all children", 300)
+            rec.wait(lambda: names <= set(rec.ready), f"{SCALE} Ready", 600)
+            children = (rec.all_children(wanted) or 0) - t0
+            ready = max(rec.ready[n] for n in names) - t0
+        finally:
+            rec.stop.set()
+        return children, ready, len(wanted)
+
+    def idle(self) -> tuple[dict[str, int], int]:
+        # Let the last status patches and the first resync after Ready pass.
+        time.sleep(2 * RESYNC_SECONDS)
+        before = self.proxy_stats()
+        _progress(f"idle window: {IDLE_SECONDS:.0f} s, resync every {RESYNC_SECONDS} s")
+        time.sleep(IDLE_SECONDS)
+        after = self.proxy_stats()
+        verbs = set(before["writes"]) | set(after["writes"])
+        writes = {v: after["writes"].get(v, 0) - before["writes"].get(v, 0) for v in verbs}
+        return {v: n for v, n in writes.items() if n}, after["requests"] - before["requests"]
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gave up waiting for {what} after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _row(name: str, value: float | None, unit: str, goal: str, met: bool) -> dict[str, Any]:
+    return {"name": name, "value": value, "unit": unit, "goal": goal, "met": met}
+
+
+def run() -> list[dict[str, Any]]:
+    layout = dev_cluster.Layout(paths.state_dir() / "bench")
+    started = not dev_cluster.healthy(layout)
+    if started:
+        _progress(f"starting the bench control plane ({BENCH_NODES} simulated nodes)")
+        dev_cluster.up(layout, nodes=BENCH_NODES, ascend_per_node=8, progress=_progress)
+    workdir = layout.root / "bench-run"
+    workdir.mkdir(parents=True, exist_ok=True)
+    bench = Bench(layout, workdir)
+    rows: list[dict[str, Any]] = []
+    try:
+        bench.start()
+        time.sleep(3)
+        rss_0 = bench.rss_mib()
+        _progress(f"one CR, {RUNS} runs")
+        children, ready = bench.one_cr()
+        bench.kubectl("delete", "namespace", bench.ns_one, "--wait=false")
+        p95_children = _percentile(children, 0.95)
+        rows += [
+            _row(f"one CR, apply request to every child created: median of {RUNS}",
+                 round(statistics.median(children), 3), "s", "", True),
+            _row(f"one CR, apply request to every child created: p95 of {RUNS}",
+                 round(p95_children, 3), "s", f"< {GOAL_ONE_P95_S:g} s",
+                 p95_children < GOAL_ONE_P95_S),
+            _row(f"one CR, apply request to Ready (kubelet-sim): median of {RUNS}",
+                 round(statistics.median(ready), 3), "s", "", True),
+            _row(f"one CR, apply request to Ready (kubelet-sim): p95 of {RUNS}",
+                 round(_percentile(ready, 0.95), 3), "s", "", True),
+        ]  # fmt: skip
+        _progress(f"{SCALE} CRs at once")
+        scale_children, scale_ready, count = bench.scale()
+        rows += [
+            _row(f"{SCALE} CRs applied at once: until all {count} children exist",
+                 round(scale_children, 2), "s", f"< {GOAL_SCALE_S:g} s",
+                 scale_children < GOAL_SCALE_S),
+            _row(f"{SCALE} CRs applied at once: until all Ready (kubelet-sim, "
+                 f"{3 * SCALE} pods)", round(scale_ready, 2), "s", "", True),
+        ]  # fmt: skip
+        time.sleep(RESYNC_SECONDS)
+        rss_100 = bench.rss_mib()
+        writes, requests = bench.idle()
+        total = sum(writes.values())
+        detail = ", ".join(f"{v} {n}" for v, n in sorted(writes.items())) or "none"
+        rows += [
+            _row(f"operator API writes in {IDLE_SECONDS / 60:g} min idle, {SCALE} Ready CRs, "
+                 f"resync every {RESYNC_SECONDS} s (fault proxy; {detail})",
+                 total, "writes", "0", total == 0),
+            _row("operator API requests in the same idle window (reads: resyncs happen)",
+                 requests, "requests", "", True),
+            _row("operator RSS at 0 CRs", round(rss_0, 1), "MiB", "", True),
+            _row(f"operator RSS at {SCALE} CRs", round(rss_100, 1), "MiB",
+                 f"< {GOAL_RSS_MIB:g} MiB", rss_100 < GOAL_RSS_MIB),
+        ]  # fmt: skip
+        log_text = bench.log.read_text()
+        if "Traceback" in log_text:
+            _progress(f"the operator logged a traceback:\n{log_text[-3000:]}")
+    finally:
+        bench.stop()
+        if started:
+            dev_cluster.down(layout, _progress)
+    return rows
+
+
+if __name__ == "__main__":
+    from bench.__main__ import markdown_table
+
+    print(markdown_table(run()))
