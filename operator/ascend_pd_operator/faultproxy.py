@@ -150,6 +150,9 @@ class FaultProxy:
             ssl=self.ssl_context,
             timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
             auto_decompress=False,
+            # The Kubernetes client may send a body without Content-Type (the API server
+            # reads it as JSON); aiohttp would add application/octet-stream, a 415 upstream.
+            skip_auto_headers=("Content-Type",),
         ) as upstream:
             response = web.StreamResponse(status=upstream.status)
             for name, value in upstream.headers.items():
@@ -161,7 +164,11 @@ class FaultProxy:
                 await response.write(chunk)
                 if deadline is not None and time.monotonic() >= deadline:
                     self.stats.faults["watch_cut"] += 1
-                    return response  # ends the stream early, as a dropped connection would
+                    # A dropped connection: no final chunk, so the client sees an incomplete
+                    # payload (a clean end would pass a half line off as a whole stream).
+                    if request.transport is not None:
+                        request.transport.close()
+                    return response
             await response.write_eof()
             return response
 

@@ -20,6 +20,9 @@ def upstream():
     async def patch(request):
         return web.json_response({"patched": (await request.json())})
 
+    async def create(request):
+        return web.json_response({"contentType": request.headers.get("Content-Type")})
+
     async def watch(request):
         response = web.StreamResponse()
         await response.prepare(request)
@@ -40,6 +43,7 @@ def upstream():
 
         app.router.add_get("/api/v1/pods", pods)
         app.router.add_patch("/api/v1/pods/x", patch)
+        app.router.add_post("/api/v1/pods", create)
         runner = web.AppRunner(app)
         loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -112,10 +116,33 @@ def test_rates_are_seeded_and_roughly_honoured(upstream):
 def test_cuts_watch_streams(upstream):
     proxy = FaultProxy(upstream, FaultPlan(watch_cut_rate=1.0, watch_cut_after_seconds=0.3)).start()
     try:
-        body = requests.get(proxy.url + "/api/v1/pods?watch=true", timeout=10).content
+        body = b""
+        # a cut is a dropped connection, not a clean end of the stream
+        url = proxy.url + "/api/v1/pods?watch=true"
+        with (
+            pytest.raises(requests.exceptions.ChunkedEncodingError),
+            requests.get(url, timeout=10, stream=True) as r,
+        ):
+            for chunk in r.iter_content(chunk_size=None):
+                body += chunk
         assert 0 < body.count(b"ADDED") < 40  # the upstream would send 40 events
         stats = requests.get(proxy.url + "/__faultproxy/stats", timeout=5).json()
         assert stats["faults"]["watch_cut"] == 1
+    finally:
+        proxy.stop()
+
+
+def test_adds_no_content_type_the_client_did_not_send(upstream):
+    # the Kubernetes client creates some objects without Content-Type; the API server
+    # reads that as JSON, but refuses application/octet-stream with 415
+    proxy = FaultProxy(upstream).start()
+    try:
+        sent = requests.Request("POST", proxy.url + "/api/v1/pods", data=b"{}").prepare()
+        assert "Content-Type" not in sent.headers
+        with requests.Session() as session:
+            assert session.send(sent, timeout=5).json() == {"contentType": None}
+        typed = requests.post(proxy.url + "/api/v1/pods", json={}, timeout=5)
+        assert typed.json() == {"contentType": "application/json"}
     finally:
         proxy.stop()
 
