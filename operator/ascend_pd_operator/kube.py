@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -19,6 +21,7 @@ from .api_access import Resource, resource_for
 from .naming import FIELD_MANAGER
 
 Json = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 class KubeError(Exception):
@@ -52,6 +55,23 @@ def path(res: Resource, namespace: str | None = None, name: str | None = None) -
     return base
 
 
+#: Requests answered 429 (or 503) with Retry-After are sent again after it, this often.
+#: urllib3 already does so for idempotent verbs, never for PATCH and POST (every apply).
+THROTTLE_ATTEMPTS = 5
+MAX_RETRY_AFTER_SECONDS = 30.0
+
+
+def retry_after(status: int, header: str | None) -> float | None:
+    """Seconds to wait before sending a throttled request again, or None: do not retry."""
+    if status not in (429, 503) or not header:
+        return None
+    try:
+        seconds = float(header)
+    except ValueError:  # an HTTP date: the API server never sends one
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
 class Kube:
     """Requests through the kubernetes client's auth and TLS settings."""
 
@@ -78,8 +98,17 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(method, full_url, header_params=header_params, body=serialized)
-        response.read()  # type: ignore[no-untyped-call]
+        for _ in range(THROTTLE_ATTEMPTS):
+            response = self.api.call_api(
+                method, full_url, header_params=header_params, body=serialized
+            )
+            response.read()  # type: ignore[no-untyped-call]
+            wait = retry_after(response.status, response.getheader("Retry-After"))  # type: ignore[no-untyped-call]
+            if wait is None:
+                break
+            # The API server asked us to come back later: do so, not sooner (client-go too).
+            log.debug("%s %s: %d, retrying after %.0fs", method, url, response.status, wait)
+            time.sleep(wait)
         data = response.data or b"{}"
         try:
             doc = json.loads(data)

@@ -1,0 +1,94 @@
+"""The applier honours Retry-After: a throttled request is sent again after it, not sooner."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from kubernetes import client
+
+from ascend_pd_operator import kube as kube_module
+from ascend_pd_operator.kube import Kube, KubeError, retry_after
+
+
+def test_retry_after_rule() -> None:
+    assert retry_after(429, "2") == 2.0
+    assert retry_after(503, "1") == 1.0
+    assert retry_after(429, "600") == kube_module.MAX_RETRY_AFTER_SECONDS
+    assert retry_after(429, None) is None  # no header: the caller's own retry decides
+    assert retry_after(500, "1") is None
+    assert retry_after(409, "1") is None
+    assert retry_after(429, "Wed, 21 Oct 2015 07:28:00 GMT") is None
+
+
+@pytest.fixture
+def throttling_server() -> Iterator[tuple[str, list[str], list[int]]]:
+    """Answers 429 + Retry-After for the first ``plan[0]`` requests, then 200."""
+    seen: list[str] = []
+    plan = [1]
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append(self.command)
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            if len(seen) <= plan[0]:
+                body = {"kind": "Status", "code": 429, "reason": "TooManyRequests",
+                        "message": "slow down"}  # fmt: skip
+                self.send_response(429)
+                self.send_header("Retry-After", "1")
+            else:
+                body = {"kind": "ConfigMap", "metadata": {"name": "x"}}
+                self.send_response(200)
+            data = json.dumps(body).encode()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_PATCH = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen, plan
+    server.shutdown()
+
+
+def _kube(url: str) -> Kube:
+    config = client.Configuration()
+    config.host = url
+    return Kube(client.ApiClient(config))
+
+
+def test_throttled_apply_waits_retry_after_then_succeeds(
+    throttling_server: tuple[str, list[str], list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, seen, _ = throttling_server
+    slept: list[float] = []
+    monkeypatch.setattr(kube_module.time, "sleep", slept.append)
+    manifest = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "ns"}}  # fmt: skip
+    assert _kube(url).apply(manifest)["metadata"]["name"] == "x"
+    assert seen == ["PATCH", "PATCH"]
+    assert slept == [1.0]
+
+
+def test_gives_up_after_the_attempts(
+    throttling_server: tuple[str, list[str], list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, seen, plan = throttling_server
+    plan[0] = 100
+    monkeypatch.setattr(kube_module.time, "sleep", lambda _: None)
+    manifest = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "ns"}}  # fmt: skip
+    with pytest.raises(KubeError) as raised:
+        _kube(url).apply(manifest)
+    assert raised.value.status == 429
+    # (urllib3 retries throttled GETs on its own, never PATCH or POST: those are ours)
+    assert seen == ["PATCH"] * kube_module.THROTTLE_ATTEMPTS
