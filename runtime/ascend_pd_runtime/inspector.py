@@ -57,4 +57,11 @@ def inspect_model(model_path: Path) -> tuple[str, int]:
         raw = json.loads(config.read_text(encoding="utf-8"))
     except BadInput as exc:
         return encode_inspect_result(error=str(exc)), 1
+    except UnicodeDecodeError as exc:
+        # Without this the inspector dies with a traceback and no termination message,
+        # and the user sees only "the model inspector Job failed".
+        return encode_inspect_result(
+            error=f"{config}: cannot read model config: not UTF-8 text "
+            f"(byte {exc.start}: {exc.reason})"
+        ), 1
     return encode_inspect_result(config=model_config_subset(raw)), 0

@@ -35,3 +35,13 @@ def test_inspector_missing_config(tmp_path):
     out = tmp_path / "log"
     assert runtime_cli(["inspect", "--model-path", str(tmp_path / "m"), "--output", str(out)]) == 1
     assert "model config file not found" in decode_inspect_result(out.read_text())[1]
+
+
+def test_inspector_reports_a_config_that_is_not_text(tmp_path):
+    # it used to die with a UnicodeDecodeError traceback and no termination message
+    (tmp_path / "config.json").write_bytes(b"\xff\xfe\x00{")
+    out = tmp_path / "log"
+    assert runtime_cli(["inspect", "--model-path", str(tmp_path), "--output", str(out)]) == 1
+    config, error = decode_inspect_result(out.read_text())
+    assert config is None
+    assert "config.json: cannot read model config: not UTF-8 text (byte 0" in error
