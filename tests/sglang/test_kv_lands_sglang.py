@@ -1,0 +1,172 @@
+"""KV lands in the right layer: real bytes between real NPU MLA pools (on CPU).
+
+Per version, two prefill PP stages (layers [0, 3) and [3, 7)) and a decode
+holding all 7 layers plus one MTP draft layer are real ``NPUMLATokenToKVPool``s;
+``KVArgs`` come from SGLang's own set-up code (``setup_state_kv_args``; the
+start-up hook on 0.5.10/11). Every prefill page holds a value naming its layer,
+buffer group and page. The patched ``send_kvcache`` sends a fragmented request
+through a transfer engine that copies the bytes; afterwards every decode page of
+the request must hold exactly the prefill value of the same layer and group, and
+nothing else (other pages, the draft layer) may have changed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import sglang_harness as harness
+
+pytestmark = [pytest.mark.sglang, pytest.mark.timeout(1800)]
+
+SCRIPT = r"""
+import concurrent.futures, ctypes, inspect, json, sys
+import torch
+sys.path.insert(0, TESTS)
+import driver
+from sglang.srt.disaggregation.base.conn import KVArgs
+try:  # 0.5.23 derives the DCP width from a published parallel config
+    from sglang.srt.runtime_context import get_parallel
+    get_parallel().override_permanently(attn_dcp_size=1, attn_dcp_rank=0)
+except (ImportError, AttributeError):  # older releases need nothing here
+    pass
+import sglang.srt.disaggregation.ascend.conn as conn
+from sglang.srt.hardware_backend.npu.memory_pool_npu import NPUMLATokenToKVPool
+
+LAYERS, STAGES, PAGE, PAGES = 7, [(0, 3), (3, 7)], 2, 16
+SRC_PAGES = [3, 4, 5, 9, 1, 12, 13, 7]
+DST_PAGES = [2, 3, 11, 12, 13, 5, 6, 15]
+VERSION = tuple(int(p) for p in VERSION_TEXT.split("."))
+params = inspect.signature(NPUMLATokenToKVPool.__init__).parameters
+
+def pool(start, count, index):
+    kwargs = dict(size=PAGES * PAGE, page_size=PAGE, dtype=torch.float32, kv_lora_rank=4,
+                  qk_rope_head_dim=2, index_head_dim=index, layer_num=count, device="cpu",
+                  enable_memory_saver=False, start_layer=start, end_layer=start + count - 1)
+    return NPUMLATokenToKVPool(**{k: v for k, v in kwargs.items() if k in params})
+
+def buffers(p):
+    out = [p.k_buffer, p.v_buffer]
+    if getattr(p, "index_k_buffer", None) is not None:
+        out.append(p.index_k_buffer)
+    return out
+
+def kv_args_for(p, draft=None):
+    args = KVArgs()
+    ptrs, lens, items = p.get_contiguous_buf_infos()
+    if draft is not None:
+        d_ptrs, d_lens, d_items = draft.get_contiguous_buf_infos()
+        ptrs, lens, items = ptrs + d_ptrs, lens + d_lens, items + d_items
+    args.kv_data_ptrs, args.kv_data_lens, args.kv_item_lens = ptrs, lens, items
+    args.prefill_start_layer = p.start_layer
+    args.mla_compression_ratios = None
+    args.state_types = []
+    if VERSION >= (0, 5, 12):
+        from sglang.srt.disaggregation.utils import setup_state_kv_args
+        setup_state_kv_args(args, p, None, LAYERS)
+    else:
+        from ascend_pd_runtime.sglang_patch.hooks import set_kv_layout_args
+        set_kv_layout_args(args, p, LAYERS)
+    return args
+
+class CopyEngine:
+    def batch_transfer_sync(self, session_id, src, dst, lengths):
+        for s, d, n in zip(src, dst, lengths, strict=True):
+            ctypes.memmove(d, s, n)
+        return 0
+
+report = {}
+for index in (None, 2):
+    decode, draft = pool(0, LAYERS, index), pool(LAYERS, 1, index)
+    dst_ptrs = kv_args_for(decode, draft).kv_data_ptrs
+    for rank, (start, end) in enumerate(STAGES):
+        prefill = pool(start, end - start, index)
+        for group, buf in enumerate(buffers(prefill)):
+            for local in range(end - start):
+                for page in range(PAGES + 1):
+                    buf[local][page].fill_((start + local) * 1000 + group * 100 + page)
+        case = {"pp_size": 2, "pp_rank": rank, "mla": True, "custom_mem_pool": False,
+                "model_path": MODEL_PATHS[str(index)], "src_ptrs": [], "item_lens": [],
+                "start_layer": start, "end_layer": end, "groups": 0, "total_kv_layers": 0,
+                "prefill_draft_layers": 0}
+        manager = driver.build_manager(conn, case, VERSION, True)
+        manager.kv_args = kv_args_for(prefill)
+        manager.kv_args.pp_rank = rank
+        manager.engine = CopyEngine()
+        with concurrent.futures.ThreadPoolExecutor(1) as executor:
+            status = manager.send_kvcache(
+                "decode-session", torch.tensor(SRC_PAGES, dtype=torch.int32).numpy(),
+                dst_ptrs, torch.tensor(DST_PAGES, dtype=torch.int32).numpy(), executor)
+        assert status == 0, status
+    wrong = []
+    for group, buf in enumerate(buffers(decode)):
+        for layer in range(LAYERS):
+            for page in range(PAGES + 1):
+                want = 0.0
+                if page in DST_PAGES:
+                    want = layer * 1000 + group * 100 + SRC_PAGES[DST_PAGES.index(page)]
+                got = buf[layer][page]
+                if not bool((got == want).all()):
+                    wrong.append([group, layer, page, want, float(got.flatten()[0])])
+    for group, buf in enumerate(buffers(draft)):
+        if bool(buf.abs().sum() != 0):
+            wrong.append(["draft", group])
+    report[str(index)] = {"groups": len(buffers(decode)), "wrong": wrong[:20],
+                          "wrong_count": len(wrong)}
+print("REPORT " + json.dumps(report))
+"""
+
+
+def _model_config(path: Path, index: bool) -> str:
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "num_hidden_layers": 7,
+        "num_nextn_predict_layers": 1,
+        "kv_lora_rank": 4,
+        "qk_rope_head_dim": 2,
+    }
+    if index:
+        config["index_head_dim"] = 2
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
+def _run(env: harness.SGLangEnv, dirs: tuple[Path, ...], tmp_path: Path) -> dict[str, dict]:
+    paths = {
+        "None": _model_config(tmp_path / "mla", False),
+        "2": _model_config(tmp_path / "dsa", True),
+    }
+    code = (
+        SCRIPT.replace("TESTS", repr(str(harness.DRIVER.parent)))
+        .replace("VERSION_TEXT", repr(env.version))
+        .replace("MODEL_PATHS", repr(paths))
+    )
+    out = harness.run_python(dirs, code)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("REPORT ")]
+    if out.returncode != 0 or not lines:
+        return {"error": {"stderr": out.stderr[-3000:]}}
+    report: dict[str, dict] = json.loads(lines[-1][len("REPORT ") :])
+    return report
+
+
+@pytest.mark.parametrize("version", harness.VERSIONS)
+def test_patched_send_puts_every_page_in_the_same_layer_and_group(
+    version: str, sglang_envs: harness.Envs, tmp_path: Path
+) -> None:
+    env = sglang_envs.get(version)
+    report = _run(env, (env.patched, env.pristine), tmp_path)
+    assert "error" not in report, report
+    assert report["None"] == {"groups": 2, "wrong": [], "wrong_count": 0}
+    assert report["2"] == {"groups": 3, "wrong": [], "wrong_count": 0}
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.11"])
+def test_upstream_0_5_10_and_0_5_11_misplace_mla_kv_under_pp(
+    version: str, sglang_envs: harness.Envs, tmp_path: Path
+) -> None:
+    env = sglang_envs.get(version)
+    report = _run(env, (env.pristine,), tmp_path)
+    misplaced = "error" in report or any(r["wrong_count"] for r in report.values())
+    assert misplaced, report
