@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint unit e2e dev-up dev-down demo demo-down crd bench clean
+.PHONY: venv test lint unit e2e dev-up dev-down demo demo-down crd bench reliability clean
 
 venv: $(STAMP)
 
@@ -48,6 +48,11 @@ crd: venv
 
 bench: venv
 	$(BIN)/python -m bench
+
+# Reliability and security scenarios on the local control plane; prints the table and
+# writes reliability/results.json.
+reliability: venv
+	$(BIN)/python -m reliability
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

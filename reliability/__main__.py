@@ -1,0 +1,102 @@
+"""``python -m reliability`` (``make reliability``): every scenario, one table, results.json.
+
+Runs on the local control plane (started if needed, left as found), installs the chart
+twice (one release for the single-replica scenarios, one with two replicas and leader
+election), runs each scenario in a namespace of its own and prints:
+
+    scenario  runs  converged  worst_seconds  lost  duplicated
+
+``reliability/results.json`` holds the same rows; ``--details`` prints each scenario's
+measurements. Exit 1 when any scenario did not converge or lost or duplicated anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import bad_inputs, crash, deletion, drift, faults, ha, security
+from .env import Env, Release, ensure_cluster
+from .result import ScenarioResult, full_report, table, write_json
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
+
+Scenario = Callable[[Env, Release, str], ScenarioResult]
+
+
+def scenarios(kills: int, seed: int) -> dict[str, Scenario]:
+    return {
+        "crash": lambda e, r, ns: crash.run(e, r, ns, kills=kills, seed=seed),
+        "drift": drift.run,
+        "bad-inputs": bad_inputs.run,
+        "faults": faults.run,
+        "ha": ha.run,
+        "deletion": deletion.run,
+        "security": security.run,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reliability", description=__doc__)
+    parser.add_argument("--only", action="append", default=[], help="run only this scenario")
+    parser.add_argument("--kills", type=int, default=20, help="SIGKILLs in the crash scenario")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the crash scenario")
+    parser.add_argument("--details", action="store_true", help="print each scenario's details")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+
+    def say(text: str) -> None:
+        print(f"reliability: {text}", file=sys.stderr, flush=True)
+
+    chosen = {k: v for k, v in scenarios(args.kills, args.seed).items()
+              if not args.only or k in args.only}  # fmt: skip
+    kubeconfig = ensure_cluster(say)
+    workdir = Path(tempfile.mkdtemp(prefix="ascend-pd-reliability-"))
+    env = Env(kubeconfig, workdir)
+    env.install_crd()
+    namespaces = {name: env.new_namespace(name) for name in chosen}
+    plain = [ns for name, ns in namespaces.items() if name != "ha"]
+    releases: dict[str, Release] = {}
+    results: list[ScenarioResult] = []
+    try:
+        if plain:
+            releases["plain"] = env.install_chart(plain)
+        if "ha" in chosen:
+            releases["ha"] = env.install_chart([namespaces["ha"]], "--set", "replicaCount=2",
+                                               "--set", "leaderElection.enabled=true")  # fmt: skip
+        for name, scenario in chosen.items():
+            release = releases["ha" if name == "ha" else "plain"]
+            say(f"{name} in namespace {namespaces[name]} ...")
+            started = time.monotonic()
+            try:
+                result = scenario(env, release, namespaces[name])
+            except Exception as exc:  # a broken scenario is a failed row, not a lost table
+                result = ScenarioResult(name, problems=[f"{type(exc).__name__}: {exc}"])
+            say(f"{name}: {'ok' if result.ok else 'FAILED'} in {time.monotonic() - started:.0f}s")
+            results.append(result)
+    finally:
+        for release in releases.values():
+            env.uninstall(release)
+        for ns in namespaces.values():
+            env.delete_namespace(ns)
+    print(table(results))
+    write_json(results, args.output)
+    (workdir / "details.json").write_text(json.dumps(full_report(results), indent=2, default=str))
+    for result in results:
+        for problem in result.problems:
+            print(f"  {result.scenario}: {problem[:500]}")
+    if args.details:
+        print(json.dumps(full_report(results), indent=2, default=str))
+    print(f"logs and details: {workdir}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

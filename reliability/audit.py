@@ -1,0 +1,163 @@
+"""Is the cluster exactly what the PDDeployments ask for? Desired state vs live objects.
+
+The desired children come from the operator's own pure builders
+(``desired.desired_state``), so the check needs no second copy of the rules: for
+every PDDeployment in a namespace each desired child must exist, be owned by that
+PDDeployment's current uid and carry every field the builder sets (API-server
+defaults may add more); nothing else may carry our deployment label; no StatefulSet
+may have more pods than it asks for; the status must be Ready for the current
+generation with the desired layout fingerprint.
+
+``missing`` counts lost objects, ``extra`` duplicated or orphaned ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ascend_pd_operator import api
+from ascend_pd_operator.desired import desired_state, validate
+from ascend_pd_operator.kube import Kube
+from ascend_pd_operator.model_source import resolve_facts
+from ascend_pd_operator.naming import LABEL_DEPLOYMENT, Owner
+from ascend_pd_operator.workloads import layout_fingerprint
+
+Json = dict[str, Any]
+#: Kinds of children the operator creates in a deployment's namespace.
+CHILD_KINDS = ("ConfigMap", "Service", "StatefulSet", "Deployment", "Job")
+
+
+@dataclass
+class Audit:
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+    status: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.extra or self.wrong or self.status)
+
+    def __str__(self) -> str:
+        parts = [
+            f"{what}: {', '.join(items[:6])}{' ...' if len(items) > 6 else ''}"
+            for what, items in (
+                ("missing", self.missing),
+                ("extra", self.extra),
+                ("wrong", self.wrong),
+                ("status", self.status),
+            )
+            if items
+        ]
+        return "; ".join(parts) or "converged"
+
+
+def covers(desired: Any, live: Any) -> bool:
+    """Every field of ``desired`` is in ``live`` with the same value (lists: same length)."""
+    if desired is None:
+        return True
+    if isinstance(desired, dict):
+        # The API server drops empty values (omitempty): "" or {} is the same as absent.
+        return isinstance(live, dict) and all(
+            covers(value, live[key]) if key in live else value in ("", [], {}, None)
+            for key, value in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(desired) == len(live)
+            and all(covers(d, x) for d, x in zip(desired, live, strict=True))
+        )
+    # The API server stores quantities and some ints as strings ("2" for 2).
+    return desired == live or str(desired) == str(live)
+
+
+def _owned_by(obj: Json, uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def desired_children(kube: Kube, cr: Json) -> tuple[list[Json], str, str]:
+    """(children, layout fingerprint, why none) for one live PDDeployment."""
+    meta = cr["metadata"]
+    owner = Owner(meta["name"], meta["namespace"], meta["uid"], meta.get("generation", 0))
+    validation = validate(owner, cr.get("spec"))
+    if validation.spec is None:
+        return [], "", f"invalid spec: {validation.error}"
+    spec = validation.spec
+    user_cm = None
+    if spec.model.config is None and spec.model.config_map_ref is not None:
+        user_cm = kube.get("ConfigMap", owner.namespace, spec.model.config_map_ref.name)
+    facts = resolve_facts(spec, user_configmap=user_cm)
+    if facts.facts is None:
+        return [], "", f"no model facts: {facts.message}"
+    desired = desired_state(owner, spec, facts.facts)
+    if not desired.ok or desired.layout is None:
+        return [], "", f"no layout: {desired.message}"
+    return desired.children, layout_fingerprint(desired.layout), ""
+
+
+def _status_problems(cr: Json, fingerprint: str) -> list[str]:
+    name = cr["metadata"]["name"]
+    status = cr.get("status") or {}
+    problems = []
+    generation = cr["metadata"].get("generation", 0)
+    if status.get("observedGeneration") != generation:
+        problems.append(f"{name}: observedGeneration {status.get('observedGeneration')} != "
+                        f"generation {generation}")  # fmt: skip
+    if status.get("phase") != "Ready":
+        problems.append(f"{name}: phase {status.get('phase')}")
+    if (status.get("kvLayout") or {}).get("fingerprint") != fingerprint:
+        problems.append(f"{name}: kvLayout fingerprint is not the desired {fingerprint}")
+    for role in ("prefill", "decode"):
+        want = cr["spec"][role].get("replicas", 1)
+        got = status.get(role) or {}
+        if got.get("replicas") != want or got.get("readyReplicas") != want:
+            problems.append(f"{name}: status.{role} {got} for {want} replicas")
+    return problems
+
+
+def audit_namespace(kube: Kube, namespace: str, expect_ready: bool = True) -> Audit:
+    """Compare every PDDeployment's desired children with the namespace's live objects."""
+    found = Audit()
+    crs = [c for c in kube.list(api.KIND, namespace)
+           if not c["metadata"].get("deletionTimestamp")]  # fmt: skip
+    live: dict[tuple[str, str], Json] = {}
+    for kind in CHILD_KINDS:
+        for obj in kube.list(kind, namespace, LABEL_DEPLOYMENT):
+            live[(kind, obj["metadata"]["name"])] = obj
+    wanted: set[tuple[str, str]] = set()
+    for cr in crs:
+        children, fingerprint, why = desired_children(kube, cr)
+        if why:
+            found.status.append(f"{cr['metadata']['name']}: {why}")
+            continue
+        uid = cr["metadata"]["uid"]
+        for child in children:
+            key = (child["kind"], child["metadata"]["name"])
+            wanted.add(key)
+            obj = live.get(key)
+            if obj is None:
+                found.missing.append("/".join(key))
+            elif not _owned_by(obj, uid):
+                found.wrong.append(f"{'/'.join(key)} (owned by another uid)")
+            elif not all(
+                covers(child[part].get(sub) if sub else child.get(part),
+                       obj[part].get(sub) if sub else obj.get(part))
+                for part, sub in (("spec", ""), ("data", ""), ("metadata", "labels"),
+                                  ("metadata", "annotations"))
+                if part in child
+            ):  # fmt: skip
+                found.wrong.append(f"{'/'.join(key)} (content differs from the desired)")
+        if expect_ready:
+            found.status += _status_problems(cr, fingerprint)
+    found.extra += ["/".join(key) for key in live if key not in wanted]
+    all_pods = kube.list("Pod", namespace, LABEL_DEPLOYMENT)
+    for (kind, name), obj in live.items():
+        if kind != "StatefulSet" or (kind, name) not in wanted:
+            continue
+        pods = [p for p in all_pods if _owned_by(p, obj["metadata"]["uid"])]
+        replicas = int(obj["spec"].get("replicas", 1))
+        if len(pods) > replicas:
+            found.extra.append(f"StatefulSet/{name}: {len(pods)} pods for {replicas} replicas")
+    return found

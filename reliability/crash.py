@@ -1,0 +1,113 @@
+"""Crash convergence: SIGKILL the operator at seeded random moments while deployments change.
+
+Each round restarts the operator, makes one or two seeded changes to a small fleet of
+PDDeployments (create, scale prefill or decode, change the router, delete), SIGKILLs
+the operator after a random delay (mid-reconcile as often as not), sometimes changes
+more while it is down, starts it again and waits until the cluster is exactly the
+desired state: every surviving PDDeployment Ready with exactly its children, nothing
+of a deleted one left, no pod beyond a StatefulSet's replicas.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from ascend_pd_operator import api
+
+from .audit import audit_namespace
+from .env import Env, Release, wait_for
+from .result import ScenarioResult
+from .specs import pdd
+
+Json = dict[str, Any]
+#: At most this many PDDeployments at once: 6 NPUs each at most, on a shared dev cluster.
+FLEET_MAX = 3
+
+
+def _mutate(env: Env, rng: random.Random, fleet: dict[str, Json], namespace: str) -> str:
+    """One seeded change to the fleet (applied with kubectl as a user would); what it was."""
+    names = sorted(fleet)
+    choice = rng.choice(["create", "scale", "scale", "router", "delete"])
+    if choice == "create" or len(names) < 2:
+        name = f"crash-{rng.randrange(FLEET_MAX)}"
+        if name in fleet:
+            choice = "scale"
+        else:
+            fleet[name] = pdd(name, namespace, prefill=1, decode=rng.randint(1, 2))
+            env.apply([fleet[name]])
+            return f"create {name}"
+    name = rng.choice(sorted(fleet))
+    if choice == "delete" and len(fleet) > 1:
+        del fleet[name]
+        env.kubectl("delete", "pdd", name, "-n", namespace, "--wait=false")
+        return f"delete {name}"
+    spec = fleet[name]["spec"]
+    if choice == "router":
+        spec["router"]["policy"] = rng.choice(["round_robin", "cache_aware", "random"])
+        env.apply([fleet[name]])
+        return f"router {name} {spec['router']['policy']}"
+    role = rng.choice(["prefill", "decode"])
+    spec[role]["replicas"] = rng.randint(1, 2)
+    env.apply([fleet[name]])
+    return f"scale {name} {role}={spec[role]['replicas']}"
+
+
+def _fleet_problems(env: Env, namespace: str, fleet: dict[str, Json]) -> tuple[int, int]:
+    """(lost, duplicated) PDDeployments: ones we want that are gone, ones we deleted that stay."""
+    live = {c["metadata"]["name"] for c in env.kube.list(api.KIND, namespace)}
+    return len(set(fleet) - live), len(live - set(fleet))
+
+
+def run(
+    env: Env,
+    release: Release,
+    namespace: str,
+    kills: int = 20,
+    seed: int = 7,
+    bound_seconds: float = 120.0,
+) -> ScenarioResult:
+    result = ScenarioResult("crash-convergence")
+    rng = random.Random(seed)
+    fleet: dict[str, Json] = {}
+    for i in range(3):
+        fleet[f"crash-{i}"] = pdd(f"crash-{i}", namespace, prefill=1, decode=1)
+    env.apply(list(fleet.values()))
+    operator = release.operator([namespace], "crash-operator")
+    history: list[str] = []
+    try:
+        operator.start()
+        for round_ in range(kills):
+            history.append(_mutate(env, rng, fleet, namespace))
+            if rng.random() < 0.5:
+                history.append(_mutate(env, rng, fleet, namespace))
+            time.sleep(rng.uniform(0.0, 2.5))
+            operator.kill()
+            if rng.random() < 0.3:
+                history.append(_mutate(env, rng, fleet, namespace) + " (operator down)")
+            restarted = time.monotonic()
+            operator.start()
+            found = None
+
+            def converged() -> bool:
+                nonlocal found
+                found = audit_namespace(env.kube, namespace)
+                return found.ok and _fleet_problems(env, namespace, fleet) == (0, 0)
+
+            ok, _ = wait_for(converged, bound_seconds, 0.5)
+            seconds = time.monotonic() - restarted
+            lost, duplicated = _fleet_problems(env, namespace, fleet)
+            if not ok and found is not None:
+                result.lost += len(found.missing) + lost
+                result.duplicated += len(found.extra) + duplicated
+            result.record(bool(ok), seconds, f"round {round_}: {found}" if not ok else "")
+        result.details["kills"] = kills
+        result.details["changes"] = len(history)
+        result.details["seed"] = seed
+        result.details["history"] = history
+        text = operator.log_text()
+        result.details["tracebacks_in_log"] = text.count("Traceback")
+    finally:
+        operator.kill()
+    return result

@@ -1,0 +1,62 @@
+"""One scenario's outcome and the table ``make reliability`` prints from them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ("scenario", "runs", "converged", "worst_seconds", "lost", "duplicated")
+
+
+@dataclass
+class ScenarioResult:
+    """``runs`` checks, ``converged`` of them converged; ``lost``/``duplicated`` objects."""
+
+    scenario: str
+    runs: int = 0
+    converged: int = 0
+    worst_seconds: float = 0.0
+    lost: int = 0
+    duplicated: int = 0
+    #: what went wrong (empty when everything converged), for the test's failure message
+    problems: list[str] = field(default_factory=list)
+    #: scenario-specific measurements (fault counts, hand-over time, ...)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, ok: bool, seconds: float, problem: str = "") -> None:
+        self.runs += 1
+        self.converged += int(ok)
+        self.worst_seconds = max(self.worst_seconds, round(seconds, 2))
+        if not ok and problem:
+            self.problems.append(problem)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.runs > 0
+            and self.converged == self.runs
+            and self.lost == 0
+            and self.duplicated == 0
+            and not self.problems
+        )
+
+    def row(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in COLUMNS}
+
+
+def table(results: list[ScenarioResult]) -> str:
+    rows = [[str(r.row()[c]) for c in COLUMNS] for r in results]
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)
+
+
+def write_json(results: list[ScenarioResult], target: Path) -> None:
+    target.write_text(json.dumps([r.row() for r in results], indent=2) + "\n")
+
+
+def full_report(results: list[ScenarioResult]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in results]

@@ -1,0 +1,68 @@
+"""Small PDDeployments for the scenarios: real layouts, one NPU per pod, inline model facts.
+
+Inline facts (``spec.model.config``) keep the scenarios independent of the model
+inspector; sizes stay small so several scenarios fit the dev cluster's 64 NPUs at once.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ascend_pd_operator import api
+
+Json = dict[str, Any]
+
+#: DeepSeek-V3's facts (61 layers, one MTP layer, MLA).
+DEEPSEEK_V3 = {
+    "architecture": "DeepseekV3ForCausalLM",
+    "numHiddenLayers": 61,
+    "numNextnPredictLayers": 1,
+    "kvLoraRank": 512,
+    "qkRopeHeadDim": 64,
+}
+
+
+def pdd(
+    name: str,
+    namespace: str,
+    prefill: int = 1,
+    decode: int = 1,
+    prefill_pp: int = 2,
+    router_policy: str = "round_robin",
+) -> Json:
+    """A DeepSeek-V3 PDDeployment: prefill PP ``prefill_pp`` × TP 1, decode TP 1."""
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {
+                "name": "deepseek-v3",
+                "path": "/models/DeepSeek-V3",
+                "volume": {"hostPath": {"path": "/data/models/DeepSeek-V3"}},
+                "config": dict(DEEPSEEK_V3),
+            },
+            "runtime": {"image": "registry.example.com/ascend-pd-runtime:0.1.0"},
+            "prefill": {
+                "replicas": prefill,
+                "parallelism": {"tensor": 1, "pipeline": prefill_pp},
+                "devicesPerNode": 1,
+            },
+            "decode": {"replicas": decode, "parallelism": {"tensor": 1}, "devicesPerNode": 1},
+            "router": {"policy": router_policy},
+        },
+    }
+
+
+def merged(base: Json, patch: Json) -> Json:
+    """JSON merge patch (RFC 7386) of ``patch`` onto a copy of ``base``."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
