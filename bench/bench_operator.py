@@ -1,10 +1,10 @@
 """Operator figures on a local control plane: convergence, idle API writes and memory.
 
 The operator runs as ``ascend-pd run`` (a local process, the admin kubeconfig pointed at
-the fault proxy with every fault rate at zero, so the proxy only counts) against a
-control plane of its own (``.dev/bench``: ``BENCH_NODES`` simulated nodes, enough NPUs
-for every pod here, and no load from the e2e suite sharing the dev cluster). It is
-brought up if needed and stopped again if this run started it.
+the fault proxy, a process of its own with every fault rate at zero, so it only counts
+requests) against a control plane of its own (``.dev/bench``: ``BENCH_NODES`` simulated
+nodes, enough NPUs for every pod here, and no load from the e2e suite sharing the dev
+cluster). It is brought up if needed and stopped again if this run started it.
 
 - one CR: from the apply request (the API call ``kubectl apply --server-side`` makes) to
   every child existing, and to phase Ready through kubelet-sim; ``RUNS`` runs, one after

@@ -7,6 +7,13 @@ resourceVersion the API server answered with. While the watch reports that same
 resourceVersion (nobody edited or deleted the child since) and the manifest's
 digest is the same, ``needs_apply`` says no and the watched object stands in for
 the apply response. Any edit, deletion or new desired state applies again.
+
+A controller updating a workload's status changes its resourceVersion but not its
+``metadata.generation``; ``only_status_changed`` lets such a child be skipped too when
+the generation is the one our apply produced and our labels, annotations and owner
+references are still on it (any spec edit bumps the generation; a metadata edit of
+ours shows). The kinds the cache is told it watches completely (``listed_kinds``) are
+listed from it, so a reconcile's prune needs no LIST request.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 Json = dict[str, Any]
@@ -34,13 +42,33 @@ def needs_apply(
     return applied_digest != manifest_digest or applied_version != watched_version
 
 
+def _contains(live: Mapping[str, Any] | None, wanted: Mapping[str, Any] | None) -> bool:
+    return all((live or {}).get(k) == v for k, v in (wanted or {}).items())
+
+
+def only_status_changed(manifest: Json, applied_generation: int | None, watched: Json) -> bool:
+    """The watched child differs from what our apply returned in its status alone."""
+    meta, live = manifest["metadata"], watched["metadata"]
+    if applied_generation is None or live.get("generation") != applied_generation:
+        return False
+    refs = live.get("ownerReferences") or []
+    return (
+        _contains(live.get("labels"), meta.get("labels"))
+        and _contains(live.get("annotations"), meta.get("annotations"))
+        and all(ref in refs for ref in meta.get("ownerReferences") or [])
+    )
+
+
 class LiveCache:
     """Children as the watches last reported them, and what we last applied to each."""
 
-    def __init__(self) -> None:
+    def __init__(self, listed_kinds: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
         self._objects: dict[Key, Json] = {}
         self._applied: dict[Key, tuple[str, str]] = {}
+        self._generations: dict[Key, int] = {}
+        #: Kinds whose watch feeds every object into this cache: listed from here.
+        self.listed_kinds = frozenset(listed_kinds)
 
     # --- fed by the watch handlers ----------------------------------------------------
     def seen(self, obj: Json) -> None:
@@ -59,9 +87,29 @@ class LiveCache:
         with self._lock:
             obj = self._objects.get(key)
             version = obj["metadata"].get("resourceVersion") if obj else None
-            if needs_apply(digest(manifest), self._applied.get(key), version):
-                return None
-            return obj
+            manifest_digest = digest(manifest)
+            applied = self._applied.get(key)
+            if not needs_apply(manifest_digest, applied, version):
+                return obj
+            if (
+                obj is not None
+                and applied is not None
+                and applied[0] == manifest_digest
+                and only_status_changed(manifest, self._generations.get(key), obj)
+            ):
+                return obj
+            return None
+
+    def listed(self, kind: str, namespace: str, labels: Mapping[str, str]) -> list[Json]:
+        """The watched objects of ``kind`` in ``namespace`` that carry all of ``labels``."""
+        with self._lock:
+            return [
+                obj
+                for (k, ns, _), obj in self._objects.items()
+                if k == kind
+                and ns == namespace
+                and _contains(obj["metadata"].get("labels"), labels)
+            ]
 
     def applied(self, manifest: Json, response: Json) -> None:
         with self._lock:
@@ -69,6 +117,11 @@ class LiveCache:
                 digest(manifest),
                 str(response["metadata"].get("resourceVersion", "")),
             )
+            generation = response["metadata"].get("generation")
+            if generation is None:
+                self._generations.pop(_key(manifest), None)
+            else:
+                self._generations[_key(manifest)] = int(generation)
 
 
 def _key(manifest: Json) -> Key:

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import kopf
 
-    from .handlers import WorkQueue, build_registry, worker
+    from .handlers import WATCHED_CHILDREN, WorkQueue, build_registry, worker
     from .kube import Kube, load_config
     from .live_cache import LiveCache
     from .reconciler import Reconciler
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     queue = WorkQueue()
     namespaces = None if args.all_namespaces else list(args.namespace)
-    cache = LiveCache()
+    # Pods are watched for the inspector's alone; the other children are watched whole.
+    cache = LiveCache(listed_kinds=set(WATCHED_CHILDREN) - {"Pod"})
     registry = build_registry(queue, kube, namespaces, args.resync_seconds, stop, cache)
 
     def reconcile_forever() -> None:

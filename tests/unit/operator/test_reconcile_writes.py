@@ -1,0 +1,192 @@
+"""The reconciler against an in-memory API: unchanged children cost no request, drift does.
+
+The fake API server keeps objects, bumps resourceVersion on every change and
+metadata.generation on spec changes, as the real one does; the test feeds the
+reconciler's cache with what a watch would report.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from ascend_pd_operator import api
+from ascend_pd_operator.live_cache import LiveCache, only_status_changed
+from ascend_pd_operator.reconciler import Reconciler
+
+Json = dict[str, Any]
+WATCHED = ("StatefulSet", "Deployment", "Service", "ConfigMap", "Job")
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Json] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.version = 0
+
+    def _store(self, obj: Json, spec_changed: bool) -> Json:
+        self.version += 1
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self.version)
+        if "spec" in obj:
+            meta["generation"] = meta.get("generation", 0) + (1 if spec_changed else 0)
+        self.objects[(obj["kind"], meta["namespace"], meta["name"])] = obj
+        return copy.deepcopy(obj)
+
+    def get(self, kind: str, namespace: str, name: str) -> Json | None:
+        self.calls.append(("GET", kind))
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found else None
+
+    def list(self, kind: str, namespace: str | None, selector: str = "") -> list[Json]:
+        self.calls.append(("LIST", kind))
+        wanted = dict(pair.split("=", 1) for pair in selector.split(",") if pair)
+        return [
+            copy.deepcopy(o)
+            for (k, ns, _), o in self.objects.items()
+            if k == kind
+            and ns == namespace
+            and all(o["metadata"].get("labels", {}).get(a) == b for a, b in wanted.items())
+        ]
+
+    def apply(self, manifest: Json) -> Json:
+        self.calls.append(("APPLY", manifest["kind"]))
+        meta = manifest["metadata"]
+        old = self.objects.get((manifest["kind"], meta["namespace"], meta["name"]))
+        obj = copy.deepcopy(manifest)
+        if old is not None:
+            merged_meta = {**old["metadata"], **obj["metadata"]}
+            merged_meta["labels"] = {**old["metadata"].get("labels", {}), **meta.get("labels", {})}
+            obj = {**old, **obj, "metadata": merged_meta}
+        changed = old is None or old.get("spec") != obj.get("spec")
+        return self._store(obj, changed)
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        self.calls.append(("DELETE", kind))
+        self.objects.pop((kind, namespace, name), None)
+
+    def patch_status(self, kind: str, namespace: str, name: str, status: Json) -> Json:
+        self.calls.append(("PATCH_STATUS", kind))
+        obj = self.objects[(kind, namespace, name)]
+        obj["status"] = {k: v for k, v in status.items() if v is not None}
+        return self._store(obj, False)
+
+    def create(self, kind: str, namespace: str, body: Json) -> Json:
+        self.calls.append(("CREATE", kind))
+        return body
+
+    def writes(self) -> list[tuple[str, str]]:
+        return [c for c in self.calls if c[0] not in ("GET", "LIST")]
+
+
+def watch_everything(kube: FakeKube, cache: LiveCache) -> None:
+    for (kind, _, _), obj in kube.objects.items():
+        if kind in WATCHED:
+            cache.seen(copy.deepcopy(obj))
+
+
+@pytest.fixture
+def world(dsv3: Json) -> tuple[FakeKube, LiveCache, Reconciler]:
+    kube = FakeKube()
+    cr = copy.deepcopy(dsv3)
+    cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
+    kube.objects[(api.KIND, "llm", cr["metadata"]["name"])] = cr
+    cache = LiveCache(listed_kinds=WATCHED)
+    reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)  # type: ignore[arg-type]
+    return kube, cache, reconciler
+
+
+def test_unchanged_children_cost_no_writes_and_no_lists(world: Any) -> None:
+    kube, cache, reconciler = world
+    first = reconciler.reconcile("llm", "dsv3")
+    assert first.applied == 9 and ("PATCH_STATUS", api.KIND) in kube.writes()
+    watch_everything(kube, cache)
+    # controllers update a workload's status: resourceVersion moves, generation does not
+    sts = kube.objects[("StatefulSet", "llm", "dsv3-prefill-0")]
+    sts["status"] = {"collisionCount": 0}
+    kube._store(sts, False)
+    watch_everything(kube, cache)
+    kube.calls.clear()
+    second = reconciler.reconcile("llm", "dsv3")
+    assert second.applied == 0 and second.deleted == 0
+    assert kube.writes() == []
+    # only PodGroups (not watched) are still listed
+    assert {kind for verb, kind in kube.calls if verb == "LIST"} <= {"PodGroup"}
+
+
+def test_deleted_edited_and_stale_children_are_handled(world: Any) -> None:
+    kube, cache, reconciler = world
+    reconciler.reconcile("llm", "dsv3")
+    watch_everything(kube, cache)
+    # a user deletes a Service, scales a StatefulSet and relabels the router
+    kube.objects.pop(("Service", "llm", "dsv3-decode-0"))
+    cache.gone("Service", "llm", "dsv3-decode-0")
+    sts = kube.objects[("StatefulSet", "llm", "dsv3-decode-0")]
+    nodes = sts["spec"]["replicas"]
+    sts["spec"] = {**sts["spec"], "replicas": nodes + 3}
+    kube._store(sts, True)
+    router = kube.objects[("Deployment", "llm", "dsv3-router")]
+    router["metadata"]["labels"]["app.kubernetes.io/component"] = "edited"
+    kube._store(router, False)
+    # and a child of an older spec is still around
+    stale = copy.deepcopy(kube.objects[("Service", "llm", "dsv3-prefill-0")])
+    stale["metadata"]["name"] = "dsv3-prefill-7"
+    kube._store(stale, False)
+    watch_everything(kube, cache)
+    kube.calls.clear()
+    result = reconciler.reconcile("llm", "dsv3")
+    assert sorted(kube.writes()) == [
+        ("APPLY", "Deployment"),
+        ("APPLY", "Service"),
+        ("APPLY", "StatefulSet"),
+        ("DELETE", "Service"),
+    ]
+    assert result.applied == 3 and result.deleted == 1
+    assert kube.objects[("StatefulSet", "llm", "dsv3-decode-0")]["spec"]["replicas"] == nodes
+
+
+def workload(generation: int, version: str, **labels: str) -> Json:
+    return {
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": "x",
+            "namespace": "llm",
+            "generation": generation,
+            "resourceVersion": version,
+            "labels": {"app": "a", **labels},
+            "annotations": {"ours": "1"},
+            "ownerReferences": [{"uid": "u", "kind": api.KIND, "name": "d"}],
+        },
+        "spec": {"replicas": 1},
+    }
+
+
+def test_only_status_changed() -> None:
+    desired = workload(0, "")
+    del desired["metadata"]["generation"], desired["metadata"]["resourceVersion"]
+    assert only_status_changed(desired, 3, workload(3, "9"))
+    assert only_status_changed(desired, 3, workload(3, "9", team="mine"))  # a user's label
+    assert not only_status_changed(desired, 3, workload(4, "9"))  # spec edited
+    assert not only_status_changed(desired, None, workload(3, "9"))  # never applied
+    assert not only_status_changed(desired, 3, workload(3, "9", app="b"))  # our label edited
+    no_refs = workload(3, "9")
+    no_refs["metadata"]["ownerReferences"] = []
+    assert not only_status_changed(desired, 3, no_refs)
+    no_annotation = workload(3, "9")
+    no_annotation["metadata"]["annotations"] = {}
+    assert not only_status_changed(desired, 3, no_annotation)
+
+
+def test_cache_lists_by_kind_namespace_and_labels() -> None:
+    cache = LiveCache(listed_kinds=["StatefulSet"])
+    cache.seen(workload(1, "1"))
+    other = workload(1, "2", app="b")
+    other["metadata"]["name"] = "y"
+    cache.seen(other)
+    assert [o["metadata"]["name"] for o in cache.listed("StatefulSet", "llm", {"app": "b"})] == [
+        "y"
+    ]
+    assert cache.listed("StatefulSet", "other", {"app": "a"}) == []
+    assert cache.listed("Service", "llm", {"app": "a"}) == []
