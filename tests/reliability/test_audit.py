@@ -1,0 +1,42 @@
+"""The audit's comparison of a desired child with the live object (pure, no cluster)."""
+
+from __future__ import annotations
+
+from reliability.audit import covers
+from reliability.result import ScenarioResult, table
+
+
+def test_desired_fields_must_be_present_with_their_values() -> None:
+    desired = {"replicas": 2, "template": {"env": [{"name": "A", "value": "1"}]}}
+    live = {"replicas": 2, "revisionHistoryLimit": 10,
+            "template": {"env": [{"name": "A", "value": "1"}]}}  # fmt: skip
+    assert covers(desired, live)
+    assert not covers(desired, {**live, "replicas": 3})
+    assert not covers(desired, {"replicas": 2})
+
+
+def test_lists_must_match_in_length() -> None:
+    assert not covers([{"port": 80}], [{"port": 80}, {"port": 1234}])
+    assert not covers([{"port": 80}, {"port": 81}], [{"port": 80}])
+
+
+def test_empty_values_equal_absent_and_quantities_equal_strings() -> None:
+    # the API server drops "" / {} (omitempty) and stores quantities as strings
+    assert covers({"env": [{"name": "X", "value": ""}]}, {"env": [{"name": "X"}]})
+    assert covers(
+        {"limits": {"huawei.com/Ascend910": 2}}, {"limits": {"huawei.com/Ascend910": "2"}}
+    )
+    assert not covers({"env": [{"name": "X", "value": "1"}]}, {"env": [{"name": "X"}]})
+
+
+def test_result_rows_and_table() -> None:
+    result = ScenarioResult("drift")
+    result.record(True, 1.234)
+    result.record(False, 3.0, "StatefulSet/x missing")
+    assert result.row() == {"scenario": "drift", "runs": 2, "converged": 1,
+                            "worst_seconds": 3.0, "lost": 0, "duplicated": 0}  # fmt: skip
+    assert not result.ok
+    lines = table([result]).splitlines()
+    assert lines[0].split() == ["scenario", "runs", "converged", "worst_seconds", "lost",
+                                "duplicated"]  # fmt: skip
+    assert lines[1].split() == ["drift", "2", "1", "3.0", "0", "0"]
