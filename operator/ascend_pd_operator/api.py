@@ -38,7 +38,7 @@ ROLES: tuple[Role, Role] = ("prefill", "decode")
 
 class _Model(BaseModel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
     )
 
     @model_validator(mode="after")
