@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--details", action="store_true", help="print each scenario's details")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    # the fault proxies' own side of connections the operators drop is not news here
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
     def say(text: str) -> None:
         print(f"reliability: {text}", file=sys.stderr, flush=True)
