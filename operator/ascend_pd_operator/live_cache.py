@@ -77,8 +77,13 @@ class LiveCache:
             self._objects[(obj["kind"], meta["namespace"], meta["name"])] = obj
 
     def gone(self, kind: str, namespace: str, name: str) -> None:
+        # A deleted child is applied afresh anyway; forgetting its records keeps the cache
+        # from growing with every PDDeployment ever deleted.
+        key = (kind, namespace, name)
         with self._lock:
-            self._objects.pop((kind, namespace, name), None)
+            self._objects.pop(key, None)
+            self._applied.pop(key, None)
+            self._generations.pop(key, None)
 
     # --- used by the reconciler -------------------------------------------------------
     def unchanged(self, manifest: Json) -> Json | None:
@@ -110,6 +115,10 @@ class LiveCache:
                 and ns == namespace
                 and _contains(obj["metadata"].get("labels"), labels)
             ]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects) + len(self._applied) + len(self._generations)
 
     def applied(self, manifest: Json, response: Json) -> None:
         with self._lock:

@@ -47,3 +47,18 @@ def test_cache_skips_only_what_is_unchanged() -> None:
     assert cache.unchanged(manifest()) is not None
     cache.gone("StatefulSet", "llm", "dsv3-prefill-0")  # deleted: restore it
     assert cache.unchanged(manifest()) is None
+
+
+def test_deleted_children_are_forgotten_entirely() -> None:
+    cache = LiveCache()
+    for i in range(50):
+        m = manifest()
+        m["metadata"]["name"] = f"child-{i}"
+        response = live("5")
+        response["metadata"]["name"] = f"child-{i}"
+        cache.applied(m, response)
+        cache.seen(response)
+    assert len(cache) > 0
+    for i in range(50):
+        cache.gone("StatefulSet", "llm", f"child-{i}")
+    assert len(cache) == 0
