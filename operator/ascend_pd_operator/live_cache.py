@@ -116,7 +116,8 @@ class LiveCache:
                 and _contains(obj["metadata"].get("labels"), labels)
             ]
 
-    def __len__(self) -> int:
+    def records(self) -> int:
+        """How many objects and apply records the cache holds."""
         with self._lock:
             return len(self._objects) + len(self._applied) + len(self._generations)
 
