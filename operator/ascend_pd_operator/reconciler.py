@@ -109,11 +109,11 @@ class Reconciler:
                 try:
                     for manifest in desired.children:
                         current = manifest
-                        obj = self.cache.unchanged(manifest) if self.cache else None
+                        obj = self.cache.unchanged(manifest) if self.cache is not None else None
                         if obj is None:
                             obj = self.kube.apply(manifest)
                             applied += 1
-                            if self.cache:
+                            if self.cache is not None:
                                 self.cache.applied(manifest, obj)
                         live[(obj["kind"], obj["metadata"]["name"])] = obj
                     deleted = self._prune(owner, desired)
