@@ -16,6 +16,8 @@ from typing import Any
 
 MODULES = ["bench.bench_layout", "bench.bench_connector", "bench.bench_operator"]
 RESULTS = Path(__file__).resolve().parent / "results.json"
+#: The latest table, committed so the README can link it.
+RESULTS_MD = Path(__file__).resolve().parent / "results.md"
 
 
 def main() -> int:
@@ -43,8 +45,13 @@ def main() -> int:
                 }
             )
     RESULTS.write_text(json.dumps(rows, indent=2) + "\n")
-    print(markdown_table(rows))
-    print(f"\nwritten to {RESULTS}", file=sys.stderr)
+    table = markdown_table(rows)
+    RESULTS_MD.write_text(
+        "# Latest `make bench`\n\nOne run on the machine that ran it; compare ratios, not "
+        f"absolute times.\n\n{table}\n"
+    )
+    print(table)
+    print(f"\nwritten to {RESULTS} and {RESULTS_MD}", file=sys.stderr)
     return 0
 
 
