@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -58,6 +59,7 @@ def path(res: Resource, namespace: str | None = None, name: str | None = None) -
 #: Requests answered 429 (or 503) with Retry-After are sent again after it, this often.
 #: urllib3 already does so for idempotent verbs, never for PATCH and POST (every apply).
 THROTTLE_ATTEMPTS = 5
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MAX_RETRY_AFTER_SECONDS = 30.0
 
 
@@ -75,8 +77,12 @@ def retry_after(status: int, header: str | None) -> float | None:
 class Kube:
     """Requests through the kubernetes client's auth and TLS settings."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(
+        self, api_client: client.ApiClient, may_write: Callable[[], bool] | None = None
+    ) -> None:
         self.api = api_client
+        #: With leader election: False once this replica may no longer write (fencing).
+        self.may_write = may_write
 
     def request(
         self,
@@ -87,6 +93,8 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> Json:
+        if method in WRITE_METHODS and self.may_write is not None and not self.may_write():
+            raise KubeError(0, "NotLeader", "this replica does not hold the leader lease")
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type

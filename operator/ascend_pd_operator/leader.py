@@ -24,6 +24,9 @@ from typing import Any, Literal
 log = logging.getLogger(__name__)
 
 Action = Literal["create", "acquire", "renew", "wait"]
+#: A leader stops acting once this share of the lease duration passed since its last
+#: renewal, strictly before any standby may take over.
+ACTING_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,17 @@ class LeaderElector:
             )
         return True
 
+    def holds(self) -> bool:
+        """May this replica write now? Leader, and renewed within ``ACTING_SHARE`` of the lease.
+
+        Checked before every write: a leader that was paused or cut off (its renew thread
+        stalled with the rest of it) must not write on waking, before the renew thread
+        has even noticed that a standby took over.
+        """
+        return self.is_leader.is_set() and (
+            time.monotonic() - self._last_renewed < self.lease_seconds * ACTING_SHARE
+        )
+
     def _safe_holder(self) -> str | None:
         """The current holder, or None when the API cannot tell us right now."""
         try:
@@ -170,7 +184,7 @@ class LeaderElector:
 
     def _renew_loop(self) -> None:
         # Give up leadership strictly before the lease could expire for the others.
-        deadline = self.lease_seconds * 0.8
+        deadline = self.lease_seconds * ACTING_SHARE
         while True:
             time.sleep(self.renew_seconds)
             try:

@@ -14,8 +14,12 @@ import os
 import socket
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from .api_access import DEFAULT_HEALTH_PORT, HEALTH_PATH
+
+if TYPE_CHECKING:
+    from .leader import LeaderElector
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     def reconcile_forever() -> None:
         # A standby watches (and answers its liveness probe) but never writes.
         if args.leader_elect:
-            _wait_for_leadership(stop)
+            kube.may_write = _wait_for_leadership(stop).holds
         worker(queue, Reconciler(kube, cache=cache), stop)
 
     threading.Thread(target=reconcile_forever, name="reconciler", daemon=True).start()
@@ -95,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_for_leadership(stop: threading.Event) -> None:
+def _wait_for_leadership(stop: threading.Event) -> LeaderElector:
     from kubernetes import client
 
     from .leader import LeaderElector
@@ -118,3 +122,4 @@ def _wait_for_leadership(stop: threading.Event) -> None:
     log.info("leader election: waiting for lease %s/ascend-pd-operator", namespace)
     elector.wait_for_leadership()
     log.info("leader election: leading; reconciling")
+    return elector

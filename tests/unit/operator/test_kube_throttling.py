@@ -92,3 +92,16 @@ def test_gives_up_after_the_attempts(
     assert raised.value.status == 429
     # (urllib3 retries throttled GETs on its own, never PATCH or POST: those are ours)
     assert seen == ["PATCH"] * kube_module.THROTTLE_ATTEMPTS
+
+
+def test_no_write_leaves_a_replica_that_may_not_write() -> None:
+    # nothing listens on port 9: a request that went out would fail with a connection error
+    kube = _kube("http://127.0.0.1:9")
+    kube.may_write = lambda: False
+    manifest = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "ns"}}  # fmt: skip
+    with pytest.raises(KubeError) as raised:
+        kube.apply(manifest)
+    assert raised.value.reason == "NotLeader"
+    with pytest.raises(KubeError, match="leader lease"):
+        kube.delete("ConfigMap", "ns", "x")

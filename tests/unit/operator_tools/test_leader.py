@@ -1,8 +1,9 @@
 import datetime as dt
+import time
 
 import pytest
 
-from ascend_pd_operator.leader import LeaderElector, LeaseView, decide
+from ascend_pd_operator.leader import ACTING_SHARE, LeaderElector, LeaseView, decide
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -33,3 +34,15 @@ def test_released_lease_is_acquired():
 def test_renew_interval_must_fit_the_lease():
     with pytest.raises(ValueError, match="at most half the lease"):
         LeaderElector(object(), "ns", "l", "a", lease_seconds=10, renew_seconds=6)
+
+
+def test_a_leader_may_write_only_while_its_renewal_is_fresh():
+    # a leader paused past its lease (SIGSTOP, a stalled node) must not write on waking,
+    # before its renew thread notices that a standby took over
+    elector = LeaderElector(None, "ns", "lease", "me", lease_seconds=15, renew_seconds=5)
+    assert not elector.holds()  # not elected yet
+    elector.is_leader.set()
+    elector._last_renewed = time.monotonic()
+    assert elector.holds()
+    elector._last_renewed = time.monotonic() - 15 * ACTING_SHARE
+    assert not elector.holds()
