@@ -110,7 +110,8 @@ class FaultProxy:
             self.plan = FaultPlan(**{**asdict(self.plan), **(await request.json())})
             return web.json_response(asdict(self.plan))
         self.stats.requests += 1
-        key = f"{request.headers.get('Authorization', '')[-12:]} {request.method} {request.path}"
+        # The same request again (query included): a LIST and a WATCH of one path are two.
+        key = f"{request.headers.get('Authorization', '')[-12:]} {request.method} {request.path_qs}"
         throttled_at = self._throttled.pop(key, None)
         if throttled_at is not None:
             gap = time.monotonic() - throttled_at

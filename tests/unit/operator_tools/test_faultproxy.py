@@ -84,6 +84,17 @@ def test_injects_conflicts_only_on_writes(upstream):
         proxy.stop()
 
 
+def test_another_request_to_the_same_path_is_not_a_retry(upstream):
+    proxy = FaultProxy(upstream, FaultPlan(throttle_rate=1.0, retry_after_seconds=1)).start()
+    try:
+        assert requests.get(proxy.url + "/api/v1/pods?limit=1", timeout=5).status_code == 429
+        requests.get(proxy.url + "/api/v1/pods?watch=true", timeout=5)  # a watch, not a retry
+        stats = requests.get(proxy.url + "/__faultproxy/stats", timeout=5).json()
+        assert stats["retry_after_violations"] == 0
+    finally:
+        proxy.stop()
+
+
 def test_throttles_with_retry_after_and_measures_the_gap(upstream):
     proxy = FaultProxy(upstream, FaultPlan(throttle_rate=1.0, retry_after_seconds=1)).start()
     try:
