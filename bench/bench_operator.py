@@ -44,7 +44,7 @@ from ascend_pd_operator.dev.certs import Pki
 from ascend_pd_operator.dev.kubectl import kubectl_path
 from ascend_pd_operator.faultproxy import STATS_PATH
 from ascend_pd_operator.kube import Kube
-from ascend_pd_operator.local_run import free_port, stop_process_group
+from ascend_pd_operator.local_run import OperatorProcess, free_port, stop_process_group
 from ascend_pd_operator.naming import LABEL_DEPLOYMENT
 from ascend_pd_operator.render_cli import render
 
@@ -204,7 +204,7 @@ class Bench:
         self.ns_one = f"bench-one-{suffix}"
         self.ns_scale = f"bench-scale-{suffix}"
         self.proxy: subprocess.Popen[bytes] | None = None
-        self.operator: subprocess.Popen[bytes] | None = None
+        self.operator: OperatorProcess | None = None
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         cmd = [str(kubectl_path()), "--kubeconfig", str(self.layout.kubeconfig), *args]
@@ -249,27 +249,10 @@ class Bench:
         kubeconfig = self.workdir / "operator.kubeconfig"
         kubeconfig.write_text(yaml.safe_dump(doc))
         kubeconfig.chmod(0o600)
-        self.health_port = free_port()
-        argv = [sys.executable, "-m", "ascend_pd_operator.cli", "run",
-                "--namespace", self.ns_one, "--namespace", self.ns_scale,
-                "--health-port", str(self.health_port),
+        args = ["--namespace", self.ns_one, "--namespace", self.ns_scale,
                 "--resync-seconds", str(RESYNC_SECONDS)]  # fmt: skip
-        self.log = self.workdir / "operator.log"
-        self.operator = subprocess.Popen(
-            argv,
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-            stdin=subprocess.DEVNULL,
-            stdout=self.log.open("w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        _until(self._healthy, "the operator's liveness endpoint", 120)
-
-    def _healthy(self) -> bool:
-        assert self.operator is not None
-        if self.operator.poll() is not None:
-            raise RuntimeError(f"the operator exited:\n{self.log.read_text()[-3000:]}")
-        return self._answers(f"http://127.0.0.1:{self.health_port}/healthz")
+        self.operator = OperatorProcess(args, kubeconfig, self.workdir / "operator.log")
+        _until(self.operator.healthy, "the operator's liveness endpoint", 120)
 
     @staticmethod
     def _answers(url: str) -> bool:
@@ -281,10 +264,7 @@ class Bench:
 
     def rss_mib(self) -> float:
         assert self.operator is not None
-        for line in Path(f"/proc/{self.operator.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        raise RuntimeError("no VmRSS")
+        return self.operator.rss_mib()
 
     def proxy_stats(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.proxy_url + STATS_PATH, timeout=10) as response:
@@ -293,8 +273,7 @@ class Bench:
 
     def stop(self) -> None:
         if self.operator is not None:
-            stop_process_group(self.operator.pid)
-            self.operator.wait()
+            self.operator.stop()
         if self.proxy is not None:
             stop_process_group(self.proxy.pid)
             self.proxy.wait()

@@ -12,8 +12,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import time
 import uuid
@@ -29,7 +27,7 @@ from ascend_pd_operator.dev import cluster as dev_cluster
 from ascend_pd_operator.dev import paths
 from ascend_pd_operator.dev.kubectl import kubectl_path
 from ascend_pd_operator.kube import Kube
-from ascend_pd_operator.local_run import LocalOperator, stop_process_group
+from ascend_pd_operator.local_run import LocalOperator
 from ascend_pd_operator.rbac import service_account_kubeconfig
 from ascend_pd_operator.tools import ensure_helm
 
@@ -245,17 +243,14 @@ class Operator:
         """SIGKILL the whole process group, as the kernel or a node loss would."""
         if self.process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.process.wait()
+        self.process.kill()
         self.process = None
 
     def stop(self) -> bool:
         """SIGTERM; True when it exited on its own (not SIGKILLed after the grace period)."""
         if self.process is None:
             return True
-        pid = self.process.pid
-        clean = stop_process_group(pid, timeout=30.0) and self.process.process.wait() != -9
+        clean = self.process.stop(timeout=30.0)
         self.process = None
         return clean
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,29 +30,34 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class LocalOperator:
-    """``ascend-pd run`` with a chart Deployment's args, as the chart's ServiceAccount."""
+class OperatorProcess:
+    """``ascend-pd run ARGS`` as a local process in its own process group.
+
+    It gets a free health port of its own (any ``--health-port`` in ``args`` is replaced),
+    its output goes to ``log``, and ``env`` is added to this process's environment.
+    """
 
     def __init__(
         self,
-        deployment: dict[str, Any],
+        args: Sequence[str],
         kubeconfig: Path,
         log: Path,
-        extra_args: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.health_port = free_port()
-        argv, pod_env = local_operator_command(deployment, self.health_port)
-        env = {**os.environ, **pod_env, "KUBECONFIG": str(kubeconfig)}
+        run_args = [a for a in args if not a.startswith("--health-port")]
+        self.args = [*run_args, f"--health-port={self.health_port}"]
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ascend_pd_operator.cli", *argv, *extra_args],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: stop() ends all of it
-        )
+        with log.open("w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "ascend_pd_operator.cli", "run", *self.args],
+                env={**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stop() ends all of it
+            )
 
     @property
     def pid(self) -> int:
@@ -67,13 +73,49 @@ class LocalOperator:
         except OSError:
             return False
 
-    def stop(self) -> None:
-        stop_process_group(self.process.pid)
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError(f"no VmRSS for pid {self.pid}")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would (a held lease is left to expire)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
         self.process.wait()
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """SIGTERM and wait; SIGKILL after ``timeout``. True when it exited on SIGTERM."""
+        if self.process.poll() is not None:
+            return True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return False
+
+
+class LocalOperator(OperatorProcess):
+    """``ascend-pd run`` with a chart Deployment's args, as the chart's ServiceAccount."""
+
+    def __init__(
+        self,
+        deployment: dict[str, Any],
+        kubeconfig: Path,
+        log: Path,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        argv, pod_env = local_operator_command(deployment, 0)
+        super().__init__([*argv[1:], *extra_args], kubeconfig, log, env=pod_env)
 
 
 def stop_process_group(pid: int, timeout: float = 30.0) -> bool:
-    """SIGTERM the process group of ``pid``, SIGKILL after ``timeout``; False if gone."""
+    """SIGTERM the process group of ``pid`` (not a child of ours: a zombie child would
+    look alive), SIGKILL after ``timeout``; False if there was no such group."""
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:

@@ -8,12 +8,8 @@ would. Pods become Ready through kubelet-sim, hence the ``simulated`` marker.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,16 +18,11 @@ import pytest
 import yaml
 
 from ascend_pd_operator.crd import crd_yaml
+from ascend_pd_operator.local_run import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -42,47 +33,23 @@ def crd(cluster: Any, kubectl: Any) -> None:
     kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
 
 
-class Operator:
-    """``ascend-pd run`` as a local process; ``stop`` checks it exits on SIGTERM."""
+class Operator(OperatorProcess):
+    """``ascend-pd run --namespace NS`` as a local process; ``stop`` checks it exits on
+    SIGTERM and left no traceback."""
 
     def __init__(self, kubeconfig: Path, namespace: str, log: Path, *extra: str,
                  env: dict[str, str] | None = None) -> None:  # fmt: skip
-        self.log = log
-        self.health_port = _free_port()
-        cmd = [sys.executable, "-m", "ascend_pd_operator.cli", "run", "--namespace", namespace,
-               "--health-port", str(self.health_port), "--resync-seconds", "5", *extra]  # fmt: skip
-        full_env = {**os.environ, "KUBECONFIG": str(kubeconfig), **(env or {})}
-        with log.open("w") as out:
-            self.proc = subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)  # fmt: skip
+        args = ["--namespace", namespace, "--resync-seconds", "5", *extra]
+        super().__init__(args, kubeconfig, log, env=env)
 
-    def healthy(self) -> bool:
-        try:
-            url = f"http://127.0.0.1:{self.health_port}/healthz"
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, which leaves its lease to expire."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        stopped = True
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # a pod would be SIGKILLed after its grace period
-            stopped = False
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+    def stop(self, timeout: float = 30.0) -> bool:
+        exited = self.process.poll() is not None
+        stopped = super().stop(timeout)
         text = self.log.read_text()
         assert "Traceback" not in text, text[-4000:]
-        assert stopped, "the operator did not stop on SIGTERM within 30 s"
+        # a pod would be SIGKILLed after its grace period
+        assert exited or stopped, "the operator did not stop on SIGTERM within 30 s"
+        return stopped
 
 
 @pytest.fixture

@@ -10,9 +10,6 @@ next reconcile restores the field and keeps the label.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,7 +23,7 @@ from ascend_pd_operator.crd import crd_yaml
 from ascend_pd_operator.dev import cluster as dev_cluster
 from ascend_pd_operator.dev.certs import Pki
 from ascend_pd_operator.faultproxy import STATS_PATH, FaultPlan, FaultProxy
-from ascend_pd_operator.local_run import free_port, stop_process_group
+from ascend_pd_operator.local_run import OperatorProcess
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RESYNC_SECONDS = 2
@@ -56,17 +53,13 @@ def operator_log(
     kubeconfig = tmp_path / "proxy.kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(doc))
     log = tmp_path / "operator.log"
-    cmd = [sys.executable, "-m", "ascend_pd_operator.cli", "run", "--namespace", namespace,
-           "--health-port", str(free_port()), "--resync-seconds", str(RESYNC_SECONDS)]  # fmt: skip
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-                                stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+    operator = OperatorProcess(
+        ["--namespace", namespace, "--resync-seconds", str(RESYNC_SECONDS)], kubeconfig, log
+    )
     try:
         yield log
     finally:
-        stop_process_group(proc.pid)
-        proc.wait()
+        operator.stop()
         assert "Traceback" not in log.read_text(), log.read_text()[-4000:]
 
 
