@@ -15,11 +15,14 @@ Everything lives under ``~/.cache/ascend-pd/`` and is reused across runs.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,9 +92,27 @@ def _write_stamp(path: Path, content: str) -> None:
     (path / ".ascend-pd-stamp").write_text(content)
 
 
+@contextmanager
+def _cache_lock() -> Iterator[None]:
+    """Held while the shared cache is written: concurrent test sessions (a developer's and a
+    CI run on one machine) wait for one another instead of installing into the same folder."""
+    HARNESS.mkdir(parents=True, exist_ok=True)
+    with (HARNESS / ".lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def ensure_venv() -> Path:
     """The shared virtualenv; torch never resolves to a CUDA build (it is pinned and
     installed on its own with --no-deps, the CPU wheel found through --find-links)."""
+    with _cache_lock():
+        return _ensure_venv_locked()
+
+
+def _ensure_venv_locked() -> Path:
     content = "\n".join((TORCH, *BASE_REQUIREMENTS))
     if _stamp(VENV, content):
         return PYTHON
@@ -148,6 +169,11 @@ def wheel_for(version: str) -> Path:
 def ensure_version(version: str) -> Path:
     """``sg-<version>``: the pristine SGLang of that version and its transformers."""
     ensure_venv()
+    with _cache_lock():
+        return _ensure_version_locked(version)
+
+
+def _ensure_version_locked(version: str) -> Path:
     target = HARNESS / f"sg-{version}"
     wheel = wheel_for(version)
     if _stamp(target, wheel.name):
