@@ -9,16 +9,17 @@ STAMP  := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[operator,dev]'
+	$(BIN)/pip install --quiet -e '.[operator,dev]' -e ./devtools
 	touch $(STAMP)
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy runtime/ascend_pd_runtime operator/ascend_pd_operator
+	$(BIN)/mypy runtime/ascend_pd_runtime operator/ascend_pd_operator devtools/ascend_pd_dev
+	$(BIN)/lint-imports
 
 # The README's test command: lint, types, unit, e2e and SGLang tests.
 test: lint
@@ -31,17 +32,17 @@ e2e: venv
 	$(BIN)/pytest -m e2e tests/e2e
 
 dev-up: venv
-	$(BIN)/ascend-pd dev up
+	$(BIN)/ascend-pd-dev cluster up
 
 dev-down: venv
-	$(BIN)/ascend-pd dev down
+	$(BIN)/ascend-pd-dev cluster down
 
 # The README's main command.
 demo: venv
-	$(BIN)/ascend-pd demo
+	$(BIN)/ascend-pd-dev demo
 
 demo-down: venv
-	$(BIN)/ascend-pd demo --down
+	$(BIN)/ascend-pd-dev demo --down
 
 crd: venv
 	$(BIN)/ascend-pd crd --write

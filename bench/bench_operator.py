@@ -36,15 +36,15 @@ from typing import Any
 
 import yaml
 
+from ascend_pd_dev import cluster as dev_cluster
+from ascend_pd_dev import paths
+from ascend_pd_dev.certs import Pki
+from ascend_pd_dev.faultproxy import STATS_PATH
+from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.local_run import OperatorProcess, free_port, stop_process_group
 from ascend_pd_operator import api
 from ascend_pd_operator.crd import crd_yaml
-from ascend_pd_operator.dev import cluster as dev_cluster
-from ascend_pd_operator.dev import paths
-from ascend_pd_operator.dev.certs import Pki
-from ascend_pd_operator.dev.kubectl import kubectl_path
-from ascend_pd_operator.faultproxy import STATS_PATH
 from ascend_pd_operator.kube import Kube
-from ascend_pd_operator.local_run import OperatorProcess, free_port, stop_process_group
 from ascend_pd_operator.naming import LABEL_DEPLOYMENT
 from ascend_pd_operator.render_cli import render
 
@@ -237,7 +237,7 @@ class Bench:
         # Its own process: a proxy thread here would share a GIL with the watches.
         self.proxy_url = f"http://127.0.0.1:{free_port()}"
         self.proxy = subprocess.Popen(
-            [sys.executable, "-m", "ascend_pd_operator.faultproxy", "--upstream", state.server,
+            [sys.executable, "-m", "ascend_pd_dev.faultproxy", "--upstream", state.server,
              "--ca-file", str(Pki(self.layout.pki).ca_crt),
              "--port", self.proxy_url.rsplit(":", 1)[1]],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -22,14 +22,14 @@ from typing import Any
 
 import yaml
 
+from ascend_pd_dev import cluster as dev_cluster
+from ascend_pd_dev import paths
+from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.local_run import LocalOperator
+from ascend_pd_dev.rbac import service_account_kubeconfig
+from ascend_pd_dev.tools import ensure_helm
 from ascend_pd_operator.crd import crd_yaml
-from ascend_pd_operator.dev import cluster as dev_cluster
-from ascend_pd_operator.dev import paths
-from ascend_pd_operator.dev.kubectl import kubectl_path
 from ascend_pd_operator.kube import Kube
-from ascend_pd_operator.local_run import LocalOperator
-from ascend_pd_operator.rbac import service_account_kubeconfig
-from ascend_pd_operator.tools import ensure_helm
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "ascend-pd-operator"

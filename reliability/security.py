@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_operator.dev.kubectl import kubectl_path
+from ascend_pd_dev.kubectl import kubectl_path
 
 from .audit import audit_namespace
 from .env import Env, Release, wait_for

@@ -1,8 +1,9 @@
 """Every Kubernetes resource the operator uses, with the verbs it needs: the allow-list.
 
-``kube.py`` resolves paths only through this table, and the chart's RBAC
-(``rbac.py``) is generated from ``RBAC_RULES``; a resource missing here cannot be
-touched by the operator, and one listed here is granted exactly these verbs.
+``kube.py`` resolves paths only through this table, so a resource missing here cannot be
+touched by the operator. The chart's RBAC is written by hand; a test (with the toolbox's
+``ascend_pd_dev.rbac``) compares it with ``RBAC_RULES`` both ways, so the chart grants
+exactly these verbs.
 kopf itself needs the PDDeployment watch, its own events and (for peering when
 enabled) nothing else, since we do not enable kopf peering.
 """

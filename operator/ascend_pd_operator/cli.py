@@ -1,7 +1,7 @@
 """``ascend-pd``: the user CLI.
 
 Subcommands are dispatched lazily (``ascend_pd_runtime.subcommands.dispatch``), so
-``plan`` works with the runtime core alone and ``dev`` does not pay for kopf.
+``plan`` works with the runtime core alone. Development commands live in ``ascend-pd-dev``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "crd": ("ascend_pd_operator.crd_cli", "print (or write) the PDDeployment CRD"),
     "render": ("ascend_pd_operator.render_cli", "print every child manifest of a PDDeployment"),
     "run": ("ascend_pd_operator.run_cli", "run the operator"),
-    "demo": ("ascend_pd_operator.demo", "the operator on the local control plane, end to end"),
-    "dev": ("ascend_pd_operator.dev.cli", "local control plane with simulated Ascend nodes"),
-    "tools": ("ascend_pd_operator.tools", "print the path of a tool ascend-pd uses, installing it"),
 }
 
 

@@ -179,3 +179,15 @@ def test_the_image_install_commands_work_in_fresh_virtualenvs(tmp_path: Path) ->
         text=True,
     )
     assert smoke.returncode == 0, smoke.stderr
+    # no development code in the image: the toolbox is absent and the CLI offers only the
+    # production commands
+    assert "ascend-pd-dev" not in names
+    toolbox = subprocess.run(
+        [str(python), "-c", "import ascend_pd_dev"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert toolbox.returncode != 0 and "ascend_pd_dev" in toolbox.stderr
+    usage = subprocess.run(
+        [str(final / "bin" / "ascend-pd"), "--help"], capture_output=True, text=True, check=True
+    )
+    offered = set(re.findall(r"^    (\w[\w-]*)\s", usage.stdout, flags=re.M))
+    assert offered == {"plan", "crd", "render", "run"}, usage.stdout

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, RELEASE, Render
 
-from ascend_pd_operator import api_access
-from ascend_pd_operator.rbac import (
+from ascend_pd_dev.rbac import (
     Grant,
     RBACError,
     grants_by_role,
     grants_from_rules,
     local_operator_command,
 )
+from ascend_pd_operator import api_access
 from ascend_pd_operator.reconciler import PRUNED_KINDS
 
 FULLNAME = f"{RELEASE}-ascend-pd-operator"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_operator import tools
+from ascend_pd_dev import tools
 
 
 def make_wheel(
@@ -78,7 +78,7 @@ def test_cached_helm_is_the_pinned_version() -> None:
 
 def test_cli_prints_the_helm_path() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "ascend_pd_operator.cli", "tools", "helm"],
+        [sys.executable, "-m", "ascend_pd_dev.cli", "tools", "helm"],
         capture_output=True,
         text=True,
         check=False,
@@ -90,7 +90,7 @@ def test_cli_prints_the_helm_path() -> None:
 def test_cli_reports_a_broken_override(tmp_path: Path) -> None:
     env = {**os.environ, "ASCEND_PD_HELM": str(tmp_path / "missing-helm")}
     done = subprocess.run(
-        [sys.executable, "-m", "ascend_pd_operator.cli", "tools", "helm"],
+        [sys.executable, "-m", "ascend_pd_dev.cli", "tools", "helm"],
         capture_output=True,
         text=True,
         check=False,

@@ -6,7 +6,7 @@ import base64
 import socket
 from pathlib import Path
 
-from ascend_pd_operator.dev import certs, cluster
+from ascend_pd_dev import certs, cluster
 
 
 def test_previous_ports_are_reused_while_free_and_replaced_when_taken() -> None:

@@ -7,9 +7,9 @@ Which cluster:
   see pods become Ready, or to use the ``kubelet-sim.ascend-pd.dev/outcome`` annotation) are
   skipped there unless ``ASCEND_PD_E2E_SIMULATED=1``. ``local`` tests (they need the dev
   cluster's own credentials or its version) are skipped there always.
-- otherwise the local control plane (``ascend-pd dev up``): started once per session (the first
-  run builds it, ~4 min on 2 cores, progress on stderr) and stopped at the end only if this
-  session started it and no other pytest session still uses it; a cluster that was already up
+- otherwise the local control plane (``ascend-pd-dev cluster up``): started once per session
+  (the first run builds it, ~4 min on 2 cores, progress on stderr) and stopped at the end only if
+  this session started it and no other pytest session still uses it; a cluster that was already up
   is reused and left up.
 
 Fixtures (all session-scoped except ``namespace``):
@@ -19,7 +19,7 @@ Fixtures (all session-scoped except ``namespace``):
   ``api_client`` (a ``kubernetes.client.ApiClient``), ``layout`` (the dev cluster's
   ``cluster.Layout`` when local, else None).
 - ``kubectl(*args, input=None, check=True, kubeconfig=None) -> CompletedProcess[str]``: runs the
-  project's kubectl (``ascend_pd_operator.dev.kubectl.kubectl_path()``) against the cluster;
+  project's kubectl (``ascend_pd_dev.kubectl.kubectl_path()``) against the cluster;
   with ``check`` a non-zero exit fails the test showing stderr.
 - ``api_client``: the ``kubernetes.client.ApiClient`` of ``cluster``.
 - ``namespace`` (function scope): a fresh namespace named after the test, deleted afterwards
@@ -44,9 +44,9 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_operator.dev import cluster as dev_cluster
-from ascend_pd_operator.dev import paths
-from ascend_pd_operator.dev.kubectl import kubectl_path
+from ascend_pd_dev import cluster as dev_cluster
+from ascend_pd_dev import paths
+from ascend_pd_dev.kubectl import kubectl_path
 
 E2E_DIR = Path(__file__).resolve().parent
 
@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _progress(message: str) -> None:
     # straight to the terminal: the first build takes minutes and pytest captures output
-    print(f"ascend-pd dev: {message}", file=sys.__stderr__, flush=True)
+    print(f"ascend-pd-dev cluster: {message}", file=sys.__stderr__, flush=True)
 
 
 def _reachable(kubeconfig: Path) -> bool:
@@ -160,7 +160,7 @@ def _skip_by_cluster_kind(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("simulated") or request.node.get_closest_marker("local"):
         info: E2ECluster = request.getfixturevalue("cluster")
         if request.node.get_closest_marker("local") and not info.local:
-            pytest.skip("needs the local dev cluster (ascend-pd dev up)")
+            pytest.skip("needs the local dev cluster (ascend-pd-dev cluster up)")
         if request.node.get_closest_marker("simulated") and not info.simulated:
             pytest.skip(
                 "needs simulated Ascend nodes (set ASCEND_PD_E2E_SIMULATED=1 if the "

@@ -31,10 +31,10 @@ from typing import Any
 import pytest
 import yaml
 
+from ascend_pd_dev.local_run import LocalOperator
+from ascend_pd_dev.rbac import service_account_kubeconfig
+from ascend_pd_dev.tools import ensure_helm
 from ascend_pd_operator import api_access
-from ascend_pd_operator.local_run import LocalOperator
-from ascend_pd_operator.rbac import service_account_kubeconfig
-from ascend_pd_operator.tools import ensure_helm
 
 pytestmark = [pytest.mark.timeout(1200)]
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_pd_operator.dev import kubelet_sim as ks
+from ascend_pd_dev import kubelet_sim as ks
 
 ASCEND = ks.ASCEND_RESOURCE
 

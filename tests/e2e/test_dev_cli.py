@@ -1,4 +1,4 @@
-"""``ascend-pd dev up|status|down`` as a user runs them, on a second cluster with its own state."""
+"""``ascend-pd-dev cluster up|status|down`` as a user runs them, on a second cluster of its own."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_operator.dev import build, procs
-from ascend_pd_operator.dev.kubectl import kubectl_path
+from ascend_pd_dev import build, procs
+from ascend_pd_dev.kubectl import kubectl_path
 
 pytestmark = pytest.mark.local
 
@@ -22,7 +22,7 @@ def _dev(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, ASCEND_PD_DEV_DIR=str(state))
     env.pop("KUBECONFIG", None)
     return subprocess.run(
-        [sys.executable, "-m", "ascend_pd_operator.cli", "dev", *args],
+        [sys.executable, "-m", "ascend_pd_dev.cli", "cluster", *args],
         capture_output=True, text=True, env=env, check=False, timeout=600,
         stdin=subprocess.DEVNULL,
     )  # fmt: skip

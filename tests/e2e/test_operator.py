@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ascend_pd_dev.local_run import OperatorProcess
 from ascend_pd_operator.crd import crd_yaml
-from ascend_pd_operator.local_run import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

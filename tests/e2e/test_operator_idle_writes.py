@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
+from ascend_pd_dev import cluster as dev_cluster
+from ascend_pd_dev.certs import Pki
+from ascend_pd_dev.faultproxy import STATS_PATH, FaultPlan, FaultProxy
+from ascend_pd_dev.local_run import OperatorProcess
 from ascend_pd_operator.crd import crd_yaml
-from ascend_pd_operator.dev import cluster as dev_cluster
-from ascend_pd_operator.dev.certs import Pki
-from ascend_pd_operator.faultproxy import STATS_PATH, FaultPlan, FaultProxy
-from ascend_pd_operator.local_run import OperatorProcess
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RESYNC_SECONDS = 2

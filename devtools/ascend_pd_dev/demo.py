@@ -1,13 +1,13 @@
-"""``ascend-pd demo``: the whole product on the local control plane, for a newcomer.
+"""``ascend-pd-dev demo``: the whole product on the local control plane, for a newcomer.
 
-1. the local control plane with simulated Ascend nodes (``ascend-pd dev up``);
+1. the local control plane with simulated Ascend nodes (``ascend-pd-dev cluster up``);
 2. the Helm chart (operator Deployment, RBAC, CRD for this cluster's version);
 3. the operator as a local process holding only the chart ServiceAccount's token;
 4. ``kubectl apply`` of the DeepSeek-V3 prefill-PP example;
 5. wait until it is Ready (the simulated kubelet reports the pods);
 6. show ``kubectl get pdd -o wide``, the children and the KV layout from status.
 
-The cluster and the operator stay up to look around; ``ascend-pd demo --down`` stops both.
+The cluster and the operator stay up to look around; ``ascend-pd-dev demo --down`` stops both.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 
 import yaml
 
-from .dev import cluster, paths
-from .dev.kubectl import kubectl_path
-from .local_run import LocalOperator, stop_process_group
-from .naming import LABEL_DEPLOYMENT
-from .rbac import service_account_kubeconfig
-from .tools import ensure_helm
+from ascend_pd_dev import cluster, paths
+from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.local_run import LocalOperator, stop_process_group
+from ascend_pd_dev.rbac import service_account_kubeconfig
+from ascend_pd_dev.tools import ensure_helm
+from ascend_pd_operator.naming import LABEL_DEPLOYMENT
 
 RELEASE = "ascend-pd"
 RELEASE_NAMESPACE = "ascend-pd-system"
@@ -148,7 +148,7 @@ def _demo(layout: cluster.Layout, pid_file: Path, timeout: float) -> int:
         '-p \'{"spec":{"prefill":{"replicas":3}}}\''
     )
     print(f"  operator log: {log}")
-    print("Tear down: ascend-pd demo --down   (or: make demo-down)")
+    print("Tear down: ascend-pd-dev demo --down   (or: make demo-down)")
     return 0
 
 

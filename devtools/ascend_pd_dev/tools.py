@@ -154,6 +154,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         print(ensure_helm())
     except ToolError as exc:
-        print(f"ascend-pd tools: {exc}", file=sys.stderr)
+        print(f"ascend-pd-dev tools: {exc}", file=sys.stderr)
         return 1
     return 0

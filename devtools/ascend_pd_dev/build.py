@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascend_pd_operator.dev import paths, reflect2_fix
+from ascend_pd_dev import paths, reflect2_fix
 
 #: apt packages the build and the cluster need
 APT_PACKAGES = (
@@ -340,7 +340,7 @@ def compile_binaries(tree: Path, work: Path, log: Path, progress: Progress) -> N
 
 
 def _default_progress(message: str) -> None:
-    print(f"ascend-pd dev: {message}", file=sys.stderr, flush=True)
+    print(f"ascend-pd-dev cluster: {message}", file=sys.stderr, flush=True)
 
 
 def ensure_binaries(progress: Progress = _default_progress, rebuild: bool = False) -> Path:

@@ -1,4 +1,4 @@
-"""``ascend-pd dev up|down|status``: a local Kubernetes 1.20 control plane, simulated Ascend nodes.
+"""``ascend-pd-dev cluster up|down|status``: local Kubernetes 1.20, simulated Ascend nodes.
 
 ``up`` builds the control plane once (cached per user), starts it on free loopback ports and
 prints the ``export KUBECONFIG=...`` line; a healthy cluster is left running. ``down`` stops
@@ -13,15 +13,15 @@ import json
 import sys
 import time
 
-from ascend_pd_operator.dev import build, certs, cluster, kubelet_sim, paths, reflect2_fix
+from ascend_pd_dev import build, certs, cluster, kubelet_sim, paths, reflect2_fix
 
 
 def _progress(message: str) -> None:
-    print(f"ascend-pd dev: {message}", file=sys.stderr, flush=True)
+    print(f"ascend-pd-dev cluster: {message}", file=sys.stderr, flush=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="dev_command", required=True, metavar="ACTION")
+    sub = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     up = sub.add_parser("up", help="start the local control plane (building it once)")
     up.add_argument("--nodes", type=_positive, default=8,
                     help="simulated Ascend nodes (default 8)")  # fmt: skip
@@ -48,7 +48,7 @@ def _positive(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     layout = cluster.Layout(paths.state_dir())
-    action = args.dev_command
+    action = args.cluster_command
     try:
         if action == "up":
             return _up(layout, args)
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return _status(layout, args.output)
     except (build.BuildError, cluster.ClusterError, certs.CertError,
             reflect2_fix.Reflect2FixError) as err:  # fmt: skip
-        print(f"ascend-pd dev {action}: {err}", file=sys.stderr)
+        print(f"ascend-pd-dev cluster {action}: {err}", file=sys.stderr)
         return 1
 
 
@@ -69,7 +69,7 @@ def _up(layout: cluster.Layout, args: argparse.Namespace) -> int:
     _progress(f"up in {time.monotonic() - started:.0f}s: kube-apiserver {state.server}, "
               f"{state.nodes} simulated Ascend nodes; logs in {layout.logs}")  # fmt: skip
     _progress(f"look around: KUBECONFIG={layout.kubeconfig} kubectl get nodes -L accelerator")
-    _progress("stop it with: ascend-pd dev down")
+    _progress("stop it with: ascend-pd-dev cluster down")
     print(f"export KUBECONFIG={layout.kubeconfig}")
     return 0
 

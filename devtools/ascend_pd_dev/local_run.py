@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .api_access import HEALTH_PATH
-from .rbac import local_operator_command
+from ascend_pd_dev.rbac import local_operator_command
+from ascend_pd_operator.api_access import HEALTH_PATH
 
 
 def free_port() -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_operator.dev import build, certs, kubelet_sim, procs
+from ascend_pd_dev import build, certs, kubelet_sim, procs
 
 #: controllers the dev cluster runs: what workloads, ownership and namespaces need, no more
 CONTROLLERS = (
@@ -225,7 +225,7 @@ def kubelet_sim_argv(layout: Layout, nodes: int, ascend_per_node: int) -> list[s
     return [
         sys.executable,
         "-m",
-        "ascend_pd_operator.dev.kubelet_sim",
+        "ascend_pd_dev.kubelet_sim",
         f"--kubeconfig={layout.component_kubeconfig('kubelet-sim')}",
         f"--nodes={nodes}",
         f"--ascend-per-node={ascend_per_node}",

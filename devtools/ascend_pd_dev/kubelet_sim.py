@@ -30,8 +30,8 @@ annotation says ``succeed`` or ``fail``: kubelet-sim cannot know how a container
 it never invents a success; a test runs the real work itself and then reports the outcome.
 
 Succeeded and Failed are final, as with a real kubelet. ``kubectl logs``/``exec`` cannot work:
-there is no container. Run it as ``python -m ascend_pd_operator.dev.kubelet_sim --kubeconfig
-PATH`` (``ascend-pd dev up`` does), or drive ``Simulator.step()`` from Python.
+there is no container. Run it as ``python -m ascend_pd_dev.kubelet_sim --kubeconfig
+PATH`` (``ascend-pd-dev cluster up`` does), or drive ``Simulator.step()`` from Python.
 """
 
 from __future__ import annotations
@@ -724,7 +724,7 @@ def make_api(kubeconfig: str) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="kubelet-sim",
-        description="Simulated Ascend nodes for the ascend-pd dev cluster "
+        description="Simulated Ascend nodes for the ascend-pd-dev cluster cluster "
         "(binds and reports pods; never runs a container).",
     )
     parser.add_argument("--kubeconfig", required=True)

@@ -1,0 +1,28 @@
+"""``ascend-pd-dev``: the development toolbox's CLI (never installed in an image).
+
+The production ``ascend-pd`` command offers only what a cluster needs (``plan``, ``crd``,
+``render``, ``run``); the local control plane, the demo and the tool installers live here,
+in the ``ascend-pd-dev`` distribution that only ``make venv`` installs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ascend_pd_runtime.subcommands import dispatch
+
+#: subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "cluster": ("ascend_pd_dev.cluster_cli", "local control plane with simulated Ascend nodes"),
+    "demo": ("ascend_pd_dev.demo", "the operator on the local control plane, end to end"),
+    "tools": ("ascend_pd_dev.tools", "print the path of a tool the tests use, installing it"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    description = (__doc__ or "").splitlines()[0]
+    return dispatch("ascend-pd-dev", description, COMMANDS, sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
