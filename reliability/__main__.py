@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import bad_inputs, crash, deletion, drift, faults, ha, security
-from .env import Env, Release, ensure_cluster
+from .env import Env, Release, scenario_cluster
 from .result import ScenarioResult, full_report, table, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
@@ -42,24 +42,10 @@ def scenarios(kills: int, seed: int) -> dict[str, Scenario]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reliability", description=__doc__)
-    parser.add_argument("--only", action="append", default=[], help="run only this scenario")
-    parser.add_argument("--kills", type=int, default=20, help="SIGKILLs in the crash scenario")
-    parser.add_argument("--seed", type=int, default=7, help="seed of the crash scenario")
-    parser.add_argument("--details", action="store_true", help="print each scenario's details")
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    # the fault proxies' own side of connections the operators drop is not news here
-    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
-    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-
-    def say(text: str) -> None:
-        print(f"reliability: {text}", file=sys.stderr, flush=True)
-
-    chosen = {k: v for k, v in scenarios(args.kills, args.seed).items()
-              if not args.only or k in args.only}  # fmt: skip
-    kubeconfig = ensure_cluster(say)
+def _run_all(
+    chosen: dict[str, Scenario], kubeconfig: Path, say: Callable[[str], None]
+) -> tuple[list[ScenarioResult], Path]:
+    """Every chosen scenario on the cluster behind ``kubeconfig``: results and the workdir."""
     workdir = Path(tempfile.mkdtemp(prefix="ascend-pd-reliability-"))
     env = Env(kubeconfig, workdir)
     env.install_crd()
@@ -88,6 +74,28 @@ def main(argv: list[str] | None = None) -> int:
             env.uninstall(release)
         for ns in namespaces.values():
             env.delete_namespace(ns)
+    return results, workdir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reliability", description=__doc__)
+    parser.add_argument("--only", action="append", default=[], help="run only this scenario")
+    parser.add_argument("--kills", type=int, default=20, help="SIGKILLs in the crash scenario")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the crash scenario")
+    parser.add_argument("--details", action="store_true", help="print each scenario's details")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    # the fault proxies' own side of connections the operators drop is not news here
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+
+    def say(text: str) -> None:
+        print(f"reliability: {text}", file=sys.stderr, flush=True)
+
+    chosen = {k: v for k, v in scenarios(args.kills, args.seed).items()
+              if not args.only or k in args.only}  # fmt: skip
+    with scenario_cluster(say) as kubeconfig:
+        results, workdir = _run_all(chosen, kubeconfig, say)
     print(table(results))
     write_json(results, args.output)
     (workdir / "details.json").write_text(json.dumps(full_report(results), indent=2, default=str))

@@ -53,12 +53,17 @@ def wait_for(
         time.sleep(interval)
 
 
-def ensure_cluster(progress: Callable[[str], None] = lambda _: None) -> Path:
-    """The kubeconfig of the local control plane, started if needed (8 nodes × 8 NPUs)."""
-    layout = dev_cluster.Layout(paths.state_dir())
-    if not dev_cluster.healthy(layout):
-        dev_cluster.up(layout, nodes=8, ascend_per_node=8, progress=progress)
-    return layout.kubeconfig
+@contextlib.contextmanager
+def scenario_cluster(progress: Callable[[str], None] = lambda _: None) -> Iterator[Path]:
+    """The kubeconfig of a local control plane of the scenarios' own (8 nodes × 8 NPUs),
+    started from empty and stopped afterwards: the table never depends on what ran before
+    (the demo's deployment once held 48 of the 64 simulated NPUs the scenarios need)."""
+    layout = dev_cluster.Layout(paths.scratch_state_dir("reliability"))
+    dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=progress)
+    try:
+        yield layout.kubeconfig
+    finally:
+        dev_cluster.down(layout, progress)
 
 
 @dataclass

@@ -474,6 +474,14 @@ def _up_locked(
     return state
 
 
+def fresh(layout: Layout, nodes: int, ascend_per_node: int, progress: Progress) -> ClusterState:
+    """A cluster in ``layout`` that starts from empty: whatever ran there before is stopped and
+    its data deleted first, so a test session, scenario or benchmark never inherits objects
+    (and simulated NPUs held by them) from whatever used the directory last."""
+    down(layout, progress, purge=True)
+    return up(layout, nodes, ascend_per_node, progress)
+
+
 def down(layout: Layout, progress: Progress, purge: bool = False) -> list[str]:
     """Stop this project's cluster processes; with ``purge`` also delete data and credentials."""
     if not layout.root.is_dir():

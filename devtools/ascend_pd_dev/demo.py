@@ -7,7 +7,8 @@
 5. wait until it is Ready (the simulated kubelet reports the pods);
 6. show ``kubectl get pdd -o wide``, the children and the KV layout from status.
 
-The cluster and the operator stay up to look around; ``ascend-pd-dev demo --down`` stops both.
+The cluster and the operator stay up to look around; ``ascend-pd-dev demo --down`` stops both
+and deletes the cluster's data, so nothing the demo created outlives it.
 """
 
 from __future__ import annotations
@@ -60,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
             stop_process_group(int(pid_file.read_text()))
             pid_file.unlink()
             _say("demo operator stopped")
-        cluster.down(layout, _say)
+        # the demo's deployment holds simulated NPUs in etcd: remove it with the cluster's data
+        # so nothing the demo created survives into the next ``cluster up``
+        cluster.down(layout, _say, purge=True)
+        _say(f"the demo's cluster and its data ({layout.root}) are removed")
         return 0
     try:
         return _demo(layout, pid_file, args.timeout)

@@ -39,5 +39,12 @@ def state_dir() -> Path:
     return Path(override) if override else project_root() / ".dev"
 
 
+def scratch_state_dir(purpose: str) -> Path:
+    """The state of a cluster that one kind of run owns alone (``e2e``, ``reliability``,
+    ``bench``): beside the user's own cluster in ``.dev/``, never shared with it, so the demo's
+    objects never take the capacity a test needs and a test never deletes the user's."""
+    return state_dir() / purpose
+
+
 def kubeconfig_path() -> Path:
     return state_dir() / "kubeconfig"

@@ -117,7 +117,7 @@ def _server_version(kubeconfig: Path) -> tuple[int, int]:
 def cluster() -> Iterator[E2ECluster]:
     from kubernetes import config
 
-    layout = dev_cluster.Layout(paths.state_dir())
+    layout = dev_cluster.Layout(paths.scratch_state_dir("e2e"))
     env_config = os.environ.get("KUBECONFIG", "")
     external = (
         Path(env_config)
@@ -142,10 +142,11 @@ def cluster() -> Iterator[E2ECluster]:
     _session_dir(layout).mkdir(exist_ok=True)
     holder = _session_dir(layout) / str(os.getpid())
     holder.touch()
-    started_here = not dev_cluster.healthy(layout)
+    # a cluster another live session uses is shared; anything else starts from empty
+    started_here = not (dev_cluster.healthy(layout) and _live_other_sessions(layout))
     try:
         if started_here:
-            dev_cluster.up(layout, nodes=8, ascend_per_node=8, progress=_progress)
+            dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=_progress)
         kubeconfig = layout.kubeconfig
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         yield E2ECluster(kubeconfig, True, True, _server_version(kubeconfig), api_client, layout)

@@ -35,6 +35,26 @@ def state(tmp_path: Path, cluster: Any) -> Iterator[Path]:
     root = tmp_path / "dev"
     yield root
     _dev(root, "down")
+    left = _processes_mentioning(root)
+    for pid in left:
+        os.kill(pid, 9)
+    assert not left, f"processes of {root} outlived 'cluster down': {left}"
+
+
+def _processes_mentioning(root: Path) -> list[int]:
+    """Live processes whose command line names ``root`` (every component of that cluster)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            zombie = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except (OSError, IndexError):
+            continue
+        if str(root) in cmdline and not zombie:
+            found.append(int(entry.name))
+    return found
 
 
 @pytest.fixture
@@ -71,6 +91,9 @@ def test_up_twice_status_stale_pid_files_and_down(
 
     # the API server died, and a stale pid file names someone else's live process
     procs.stop(state / "run" / "kube-apiserver.pid")
+    # the controller manager is stopped before its pid file is faked: a live one whose pid
+    # file names someone else is a process nobody owns any more, and it outlived the test
+    procs.stop(state / "run" / "kube-controller-manager.pid")
     start = procs.process_start_time(bystander.pid)
     assert start is not None
     (state / "run" / "kube-controller-manager.pid").write_text(
