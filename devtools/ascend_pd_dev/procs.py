@@ -120,3 +120,20 @@ def _reap(pid: int) -> None:
     # a process we started in this same Python process stays a zombie until waited for
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live (not zombie) processes whose command line contains ``text``: what a test checks
+    after ``cluster down`` to prove nothing of that cluster's state directory lives on."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            zombie = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+        if text in cmdline and not zombie:
+            found.append(int(entry.name))
+    return found

@@ -35,26 +35,10 @@ def state(tmp_path: Path, cluster: Any) -> Iterator[Path]:
     root = tmp_path / "dev"
     yield root
     _dev(root, "down")
-    left = _processes_mentioning(root)
+    left = procs.processes_mentioning(str(root))
     for pid in left:
         os.kill(pid, 9)
     assert not left, f"processes of {root} outlived 'cluster down': {left}"
-
-
-def _processes_mentioning(root: Path) -> list[int]:
-    """Live processes whose command line names ``root`` (every component of that cluster)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            zombie = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-        except (OSError, IndexError):
-            continue
-        if str(root) in cmdline and not zombie:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture
