@@ -309,8 +309,11 @@ def watch_server() -> Iterator[tuple[str, list[dict[str, list[str]]], list[int]]
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            lines = [event("ADDED", obj("a", "5")), event("MODIFIED", obj("a", "6")),
-                     {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}]
+            lines = [
+                event("ADDED", obj("a", "5")),
+                event("MODIFIED", obj("a", "6")),
+                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}},
+            ]
             payload = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
             for piece in (payload[:7], payload[7:40], payload[40:]):  # events split anywhere
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
