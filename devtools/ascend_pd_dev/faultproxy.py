@@ -4,8 +4,9 @@ It forwards every request to the real kube-apiserver and, at seeded rates,
 answers instead with 409 Conflict (writes only), 429 Too Many Requests with
 ``Retry-After``, 500, delays a request, or cuts a watch stream mid-flight. It
 counts what passed through (writes per verb, faults, how soon a client came
-back after a 429, watch requests per path and label selector) so reliability scenarios and the idle-cost benchmark read
-their numbers from one place (``GET /__faultproxy/stats``).
+back after a 429, watch requests per path and label selector) so reliability
+scenarios, tests and the idle-cost benchmark read their numbers from one place
+(``GET /__faultproxy/stats``).
 
 The operator talks plain HTTP to the proxy on 127.0.0.1 and forwards its own
 bearer token; the proxy talks TLS to the API server.

@@ -32,5 +32,5 @@ def test_rows_report_medians_min_max_and_a_ratio_against_the_goal() -> None:
     assert len(rows_from(without, within)) == 9  # 3 figures x (without, with, ratio)
 
     slower = [(3.0, 1.5, 60.0)] * 3
-    verdict = [r for r in rows_from(without, slower) if r["unit"] == "x"][0]
+    verdict = next(r for r in rows_from(without, slower) if r["unit"] == "x")
     assert verdict["value"] == round(3.0 / 2.1, 3) and not verdict["met"]

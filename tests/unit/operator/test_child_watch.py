@@ -208,7 +208,7 @@ def test_a_relist_of_unchanged_objects_enqueues_nothing() -> None:
 
 def test_failures_back_off_exponentially_up_to_the_cap_and_relist_each_time() -> None:
     failures: list[Any] = [OSError("connection refused")] * 9
-    watch, transport, _, _, stop = make(lists=failures + [([], "1")], watches=[])
+    watch, transport, _, _, stop = make(lists=[*failures, ([], "1")], watches=[])
     watch.run(stop)
     assert stop.waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
     assert [c[0] for c in transport.calls] == ["list"] * 10 + ["watch"]
@@ -351,7 +351,7 @@ def test_kube_watch_sends_selector_version_and_bookmarks_and_parses_chunks(
 def test_kube_watch_answered_410_relists_through_child_watch(
     watch_server: tuple[str, list[dict[str, list[str]]], list[int]],
 ) -> None:
-    url, queries, status = watch_server
+    url, _queries, status = watch_server
     status[0] = 410
     kube = _kube(url)
     with pytest.raises(KubeError) as raised:
