@@ -14,7 +14,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-MODULES = ["bench.bench_layout", "bench.bench_connector", "bench.bench_operator"]
+MODULES = [
+    "bench.bench_layout",
+    "bench.bench_connector",
+    "bench.bench_operator",
+    "bench.bench_unrelated",
+]
 RESULTS = Path(__file__).resolve().parent / "results.json"
 #: The latest table, committed so the README can link it.
 RESULTS_MD = Path(__file__).resolve().parent / "results.md"

@@ -4,8 +4,9 @@ It forwards every request to the real kube-apiserver and, at seeded rates,
 answers instead with 409 Conflict (writes only), 429 Too Many Requests with
 ``Retry-After``, 500, delays a request, or cuts a watch stream mid-flight. It
 counts what passed through (writes per verb, faults, how soon a client came
-back after a 429) so reliability scenarios and the idle-cost benchmark read
-their numbers from one place (``GET /__faultproxy/stats``).
+back after a 429, watch requests per path and label selector) so reliability
+scenarios, tests and the idle-cost benchmark read their numbers from one place
+(``GET /__faultproxy/stats``).
 
 The operator talks plain HTTP to the proxy on 127.0.0.1 and forwards its own
 bearer token; the proxy talks TLS to the API server.
@@ -58,6 +59,8 @@ class Stats:
     #: seconds between a 429 and the same client's next request to the same path
     retry_gaps: list[float] = field(default_factory=list)
     retry_after_violations: int = 0
+    #: watch requests per "path labelSelector=..." (which watches a client asks for)
+    watches: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,7 @@ class Stats:
             "faults": dict(self.faults),
             "retry_gaps": self.retry_gaps[-100:],
             "retry_after_violations": self.retry_after_violations,
+            "watches": dict(self.watches),
         }
 
 
@@ -120,6 +124,9 @@ class FaultProxy:
                 self.stats.retry_after_violations += 1
         is_watch = request.query.get("watch") in ("true", "1")
         is_write = request.method in WRITE_METHODS
+        if is_watch:
+            selector = request.query.get("labelSelector", "")
+            self.stats.watches[f"{request.path} labelSelector={selector}"] += 1
         if is_write and self._roll(self.plan.conflict_rate):
             self.stats.faults["409"] += 1
             return _status(409, "Conflict", "injected conflict: the object has been modified")

@@ -1,9 +1,9 @@
 """kopf wiring: watch events only enqueue; one worker runs the level-based reconcile.
 
-Every watch event of a PDDeployment or of a child (found by our deployment
-label) puts ``(namespace, name)`` on a de-duplicating queue; the initial listing
-at start is the resume, and a resync thread enqueues every PDDeployment
-periodically. No kopf change handlers, timers or daemons are registered, so
+Every watch event of a PDDeployment (kopf) or of a child (``child_watch``: the API
+server filters by our deployment label) puts ``(namespace, name)`` on a de-duplicating
+queue; the initial listing at start is the resume, and a resync thread enqueues every
+PDDeployment periodically. No kopf change handlers, timers or daemons are registered, so
 kopf adds no finalizer and deleting a PDDeployment never waits for the operator;
 kopf's persistence still uses our ``ascendpd.io`` prefixes instead of its own.
 """
@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import kopf
 
 from . import api
-from .api_access import resource_for
+from .child_watch import start_child_watches
 from .kube import Kube, KubeError
 from .live_cache import LiveCache
-from .model_source import COMPONENT_INSPECTOR
-from .naming import LABEL_DEPLOYMENT, LABEL_ROLE, PREFIX
+from .naming import PREFIX
 from .reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -94,38 +93,15 @@ def build_registry(
             name="resync",
             daemon=True,
         ).start()
+        # Children: our own watches, filtered by the API server (child_watch.py).
+        start_child_watches(WATCHED_CHILDREN, namespaces, kube.api, queue, cache, stop)
 
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
     def _pdd_event(type: str, body: Any, **_: Any) -> None:
         if type != "DELETED":
             queue.put((body["metadata"]["namespace"], body["metadata"]["name"]))
 
-    for kind in WATCHED_CHILDREN:
-        res = resource_for(kind)
-        labels: dict[str, Any] = {LABEL_DEPLOYMENT: kopf.PRESENT}
-        if kind == "Pod":
-            # Runtime pods reach us through their StatefulSet's status; only the
-            # inspector's pod carries news of its own (its termination message).
-            labels[LABEL_ROLE] = COMPONENT_INSPECTOR
-        kopf.on.event(res.group, res.version, res.plural, labels=labels, registry=registry)(
-            _child_handler(queue, kind, cache)
-        )
     return registry
-
-
-def _child_handler(queue: WorkQueue, kind: str, cache: LiveCache | None) -> Callable[..., None]:
-    def handler(type: str | None, body: Any, **_: Any) -> None:
-        meta = body["metadata"]
-        if cache is not None:
-            if type == "DELETED":
-                cache.gone(kind, meta["namespace"], meta["name"])
-            else:
-                cache.seen({**dict(body), "kind": kind})
-        owner = (meta.get("labels") or {}).get(LABEL_DEPLOYMENT)
-        if owner:
-            queue.put((meta["namespace"], owner))
-
-    return handler
 
 
 def _resync_loop(

@@ -9,19 +9,22 @@ written from, so the operator cannot use a resource its Role does not grant.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client, config
+from kubernetes.client import rest
 
 from .api_access import Resource, resource_for
 from .naming import FIELD_MANAGER
 
 Json = dict[str, Any]
+Items = list[Json]
 log = logging.getLogger(__name__)
 
 
@@ -46,6 +49,14 @@ def load_config() -> client.ApiClient:
     return client.ApiClient()
 
 
+def watch_client(api_client: client.ApiClient, streams: int) -> client.ApiClient:
+    """A client with the same credentials and a connection pool of ``streams`` (+2) for
+    long-lived watches; urllib3 would discard connections beyond its pool's size."""
+    configuration = copy.deepcopy(api_client.configuration)
+    configuration.connection_pool_maxsize = streams + 2
+    return client.ApiClient(configuration)
+
+
 def path(res: Resource, namespace: str | None = None, name: str | None = None) -> str:
     base = f"/api/{res.version}" if not res.group else f"/apis/{res.group}/{res.version}"
     if namespace is not None and res.namespaced:
@@ -61,6 +72,10 @@ def path(res: Resource, namespace: str | None = None, name: str | None = None) -
 THROTTLE_ATTEMPTS = 5
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MAX_RETRY_AFTER_SECONDS = 30.0
+#: A watch connects within this many seconds, and hears something (an event, a bookmark or
+#: the server's end of the watch) within its own timeout plus the slack.
+WATCH_CONNECT_SECONDS = 10.0
+WATCH_READ_SLACK_SECONDS = 30.0
 
 
 def retry_after(status: int, header: str | None) -> float | None:
@@ -72,6 +87,31 @@ def retry_after(status: int, header: str | None) -> float | None:
     except ValueError:  # an HTTP date: the API server never sends one
         return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
+def _answer(status: int, data: bytes | None) -> Json:
+    """The JSON document of a response; a KubeError (NotFound for 404) for a failure."""
+    data = data or b"{}"
+    try:
+        doc = json.loads(data)
+    except json.JSONDecodeError:  # e.g. "404 page not found" for an unknown API group
+        doc = {"message": data.decode(errors="replace").strip()}
+    if status >= 400:
+        cls = NotFound if status == 404 else KubeError
+        raise cls(status, str(doc.get("reason", "")), str(doc.get("message", data)))
+    result: Json = doc
+    return result
+
+
+def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Newline-delimited lines from arbitrarily split chunks (a watch stream's framing)."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from (line for line in lines if line.strip())
+    if pending.strip():
+        yield pending
 
 
 class Kube:
@@ -95,6 +135,27 @@ class Kube:
     ) -> Json:
         if method in WRITE_METHODS and self.may_write is not None and not self.may_write():
             raise KubeError(0, "NotLeader", "this replica does not hold the leader lease")
+        for _ in range(THROTTLE_ATTEMPTS):
+            response = self._send(method, url, query, body, content_type)
+            response.read()  # type: ignore[no-untyped-call]
+            wait = retry_after(response.status, response.getheader("Retry-After"))  # type: ignore[no-untyped-call]
+            if wait is None:
+                break
+            # The API server asked us to come back later: do so, not sooner (client-go too).
+            log.debug("%s %s: %d, retrying after %.0fs", method, url, response.status, wait)
+            time.sleep(wait)
+        return _answer(response.status, response.data)
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        query: list[tuple[str, str]] | None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: tuple[float, float] | None = None,
+    ) -> rest.RESTResponse:
+        """One request; the response's body is not read yet (``.response`` streams it)."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -106,27 +167,9 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        for _ in range(THROTTLE_ATTEMPTS):
-            response = self.api.call_api(
-                method, full_url, header_params=header_params, body=serialized
-            )
-            response.read()  # type: ignore[no-untyped-call]
-            wait = retry_after(response.status, response.getheader("Retry-After"))  # type: ignore[no-untyped-call]
-            if wait is None:
-                break
-            # The API server asked us to come back later: do so, not sooner (client-go too).
-            log.debug("%s %s: %d, retrying after %.0fs", method, url, response.status, wait)
-            time.sleep(wait)
-        data = response.data or b"{}"
-        try:
-            doc = json.loads(data)
-        except json.JSONDecodeError:  # e.g. "404 page not found" for an unknown API group
-            doc = {"message": data.decode(errors="replace").strip()}
-        if response.status >= 400:
-            cls = NotFound if response.status == 404 else KubeError
-            raise cls(response.status, str(doc.get("reason", "")), str(doc.get("message", data)))
-        result: Json = doc
-        return result
+        return self.api.call_api(
+            method, full_url, header_params=header_params, body=serialized, _request_timeout=timeout
+        )
 
     # --- verbs -------------------------------------------------------------------------
 
@@ -144,6 +187,48 @@ class Kube:
             return []  # e.g. PodGroups on a cluster without Volcano
         items: list[Json] = doc.get("items") or []
         return items
+
+    def list_versioned(self, kind: str, namespace: str | None, selector: str) -> tuple[Items, str]:
+        """The objects of ``kind`` matching ``selector`` and the list's resourceVersion, from
+        which a watch continues. The API server filters: only matching objects travel."""
+        query = [("labelSelector", selector)] if selector else []
+        doc = self.request("GET", path(resource_for(kind), namespace), query=query)
+        items: Items = doc.get("items") or []
+        return items, str((doc.get("metadata") or {}).get("resourceVersion", ""))
+
+    def watch(
+        self,
+        kind: str,
+        namespace: str | None,
+        selector: str,
+        resource_version: str,
+        timeout_seconds: int,
+    ) -> Iterator[Json]:
+        """Watch events (``{"type", "object"}``) of ``kind`` matching ``selector`` after
+        ``resource_version``, with bookmarks, until the server ends the watch after
+        ``timeout_seconds``. A socket silent for ``WATCH_READ_SLACK_SECONDS`` longer than
+        that is a dead connection and raises (urllib3's ReadTimeoutError)."""
+        query = [("watch", "true"), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(timeout_seconds))]  # fmt: skip
+        if selector:
+            query.append(("labelSelector", selector))
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        timeout = (WATCH_CONNECT_SECONDS, timeout_seconds + WATCH_READ_SLACK_SECONDS)
+        response = self._send("GET", path(resource_for(kind), namespace), query, timeout=timeout)
+        raw = response.response  # the urllib3 response, not read yet
+        finished = False
+        try:
+            if response.status >= 400:
+                _answer(response.status, raw.data)  # raises KubeError naming the status
+            for line in iter_lines(raw.stream(amt=None, decode_content=True)):
+                event: Json = json.loads(line)
+                yield event
+            finished = True
+        finally:
+            if not finished:  # left mid-stream: the connection cannot serve another request
+                raw.close()
+            raw.release_conn()
 
     def apply(self, manifest: Json) -> Json:
         """Server-side apply with our field manager, taking over conflicting fields."""

@@ -161,3 +161,17 @@ def test_adds_no_content_type_the_client_did_not_send(upstream):
 def test_refuses_non_loopback():
     with pytest.raises(ValueError, match="loopback only"):
         FaultProxy("http://127.0.0.1:1", listen_host="0.0.0.0")
+
+
+def test_counts_watch_requests_by_path_and_label_selector(upstream):
+    proxy = FaultProxy(upstream).start()
+    try:
+        for query in ("watch=true&labelSelector=app%3Dx", "watch=true", "labelSelector=app"):
+            with requests.get(f"{proxy.url}/api/v1/pods?{query}", timeout=10, stream=True) as r:
+                r.raw.read()
+        stats = requests.get(proxy.url + "/__faultproxy/stats", timeout=5).json()
+        # the list (no watch=true) is not a watch
+        assert stats["watches"] == {"/api/v1/pods labelSelector=app=x": 1,
+                                    "/api/v1/pods labelSelector=": 1}  # fmt: skip
+    finally:
+        proxy.stop()

@@ -1,0 +1,305 @@
+"""Operator cost beside unrelated objects: CPU seconds and RSS with and without them.
+
+The operator should pay for its own objects only. On a control plane of its own
+(``.dev/bench-unrelated``, started from empty and stopped afterwards), ``ascend-pd run`` watches
+two namespaces holding ``CRS`` Ready PDDeployments and a resync every ``RESYNC_SECONDS``. Each
+run starts the real operator process, waits for its liveness endpoint, keeps it running for
+``WINDOW_SECONDS`` and then reads, from ``/proc/<pid>``, its CPU seconds (utime + stime since
+it started: the initial listing included) and its RSS. ``RUNS`` runs without unrelated objects,
+then ``UNRELATED_PODS`` pods and ``UNRELATED_CONFIGMAPS`` ConfigMaps of 10 KiB are created in
+the same two namespaces and ``RUNS`` runs more, with ``CHURN_PER_SECOND`` annotation patches of
+those objects during each window. Each figure is the median of the runs, min and max beside it.
+
+CPU seconds of the operator process, not wall time: the machine may be busy with other work,
+which stretches wall time but does not add to the process's own CPU time. The unrelated pods
+are bound to a node that does not exist, and kubelet-sim is stopped once the PDDeployments are
+Ready, so neither a scheduler nor a kubelet spends the measurement on them.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ascend_pd_dev import cluster as dev_cluster
+from ascend_pd_dev import paths, procs
+from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.local_run import OperatorProcess
+from ascend_pd_operator import api
+from ascend_pd_operator.api_access import resource_for
+from ascend_pd_operator.crd import crd_yaml
+from ascend_pd_operator.kube import Kube, KubeError, path
+from bench.bench_operator import config_map, pddeployment
+
+
+def _env(name: str, default: float) -> float:
+    return float(os.environ.get(f"ASCEND_PD_BENCH_UNRELATED_{name}", default))
+
+
+RUNS = int(_env("RUNS", 3))
+CRS = int(_env("CRS", 4))
+UNRELATED_PODS = int(_env("PODS", 5000))
+UNRELATED_CONFIGMAPS = int(_env("CONFIGMAPS", 1000))
+CONFIGMAP_BYTES = 10 * 1024
+WINDOW_SECONDS = _env("WINDOW_SECONDS", 60)
+CHURN_PER_SECOND = _env("CHURN_PER_SECOND", 20)
+RESYNC_SECONDS = 10
+NODES = 2  # x 8 NPUs: room for CRS deployments of 2 NPUs each
+GOAL_RATIO = 1.10
+#: a node that does not exist: the pods count as scheduled and no kubelet ever runs them
+NOWHERE = "bench-unrelated-no-such-node"
+UNRELATED_LABEL = "bench.ascend-pd.dev/unrelated"
+
+
+def _progress(message: str) -> None:
+    print(f"bench_unrelated: {message}", file=sys.stderr, flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (fields 14 and 15 of /proc/<pid>/stat), in seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces
+    utime, stime = int(fields[11]), int(fields[12])
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+def unrelated_pod(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {UNRELATED_LABEL: "pod"}},
+        "spec": {
+            "nodeName": NOWHERE,
+            "containers": [{"name": "app", "image": "registry.example.com/unrelated:1"}],
+        },
+    }
+
+
+def unrelated_config_map(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": {UNRELATED_LABEL: "cm"}},
+        "data": {"blob": "x" * CONFIGMAP_BYTES},
+    }
+
+
+class Churn:
+    """Annotation patches of unrelated objects at a bounded rate, from a thread of its own."""
+
+    def __init__(self, kube: Kube, targets: list[tuple[str, str, str]], rate: float) -> None:
+        self.kube = kube
+        self.targets = targets
+        self.rate = rate
+        self.stop = threading.Event()
+        self.patches = 0
+        self.thread = threading.Thread(target=self._run, name="churn", daemon=True)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        i = 0
+        while self.targets and not self.stop.is_set():
+            kind, ns, name = self.targets[i % len(self.targets)]
+            body = {"metadata": {"annotations": {"bench.ascend-pd.dev/churn": str(i)}}}
+            try:
+                self.kube.request("PATCH", path(resource_for(kind), ns, name), body=body,
+                                  content_type="application/merge-patch+json")  # fmt: skip
+                self.patches += 1
+            except (KubeError, OSError) as exc:
+                _progress(f"churn patch of {kind} {ns}/{name} failed: {exc}")
+            i += 1
+            # bounded rate: patch i is sent no sooner than i / rate after the start
+            self.stop.wait(max(0.0, start + i / self.rate - time.monotonic()))
+
+    def __enter__(self) -> Churn:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+class Bench:
+    def __init__(self, layout: dev_cluster.Layout) -> None:
+        from kubernetes import config
+
+        self.layout = layout
+        self.workdir = layout.root / "bench-run"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        api_client = config.new_client_from_config(config_file=str(layout.kubeconfig))  # type: ignore[no-untyped-call]
+        self.kube = Kube(api_client)
+        suffix = uuid.uuid4().hex[:5]
+        self.namespaces = [f"bench-unrelated-a-{suffix}", f"bench-unrelated-b-{suffix}"]
+        self.targets: list[tuple[str, str, str]] = []
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        url = path(resource_for(obj["kind"]), meta.get("namespace"), meta["name"])
+        self.kube.request("PATCH", url, body=obj, query=[("fieldManager", "ascend-pd-bench")],
+                          content_type="application/apply-patch+yaml")  # fmt: skip
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> bool:
+        cmd = [str(kubectl_path()), "--kubeconfig", str(self.layout.kubeconfig), *args]
+        done = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=300)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr}")
+        return done.returncode == 0
+
+    def set_up(self) -> None:
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=bench",
+                     "-f", "-", input=crd_yaml(with_cel=False))  # fmt: skip
+        self.kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
+        for ns in self.namespaces:
+            self.kubectl("create", "namespace", ns)
+            # pods cannot be created before the namespace's default ServiceAccount exists
+            _until(partial(self._default_account, ns), f"{ns}'s ServiceAccount", 60)
+        crs = [
+            pddeployment(f"ours-{i}", self.namespaces[i % 2])
+            for i in range(CRS)
+        ]  # fmt: skip
+        for ns in self.namespaces:
+            self.apply(config_map(ns))
+        for cr in crs:
+            self.apply(cr)
+        _progress(f"{CRS} PDDeployments applied; waiting for Ready (kubelet-sim)")
+        # the bench's own operator brings them up once; each measured run starts another
+        operator = self.operator("setup")
+        try:
+            _until(lambda: self._all_ready(crs), f"{CRS} PDDeployments Ready", 600, 1.0)
+        finally:
+            operator.stop()
+        # From here on nothing needs scheduling or status: no kubelet spends the measurement.
+        procs.stop(self.layout.pid_file("kubelet-sim"))
+        _progress("kubelet-sim stopped; the PDDeployments stay Ready")
+
+    def _default_account(self, namespace: str) -> bool:
+        return self.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False)
+
+    def _all_ready(self, crs: list[dict[str, Any]]) -> bool:
+        for cr in crs:
+            got = self.kube.get(api.KIND, cr["metadata"]["namespace"], cr["metadata"]["name"])
+            if ((got or {}).get("status") or {}).get("phase") != "Ready":
+                return False
+        return True
+
+    def add_unrelated(self) -> None:
+        started = time.monotonic()
+        work: list[tuple[Callable[[str, str], dict[str, Any]], str, str]] = []
+        for i in range(UNRELATED_PODS):
+            work.append((unrelated_pod, f"unrelated-pod-{i:05d}", self.namespaces[i % 2]))
+        for i in range(UNRELATED_CONFIGMAPS):
+            work.append((unrelated_config_map, f"unrelated-cm-{i:04d}", self.namespaces[i % 2]))
+
+        def create(item: tuple[Callable[[str, str], dict[str, Any]], str, str]) -> None:
+            build, name, ns = item
+            obj = build(name, ns)
+            self.kube.create(obj["kind"], ns, obj)
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(create, work))
+        for build, name, ns in work:
+            self.targets.append(("Pod" if build is unrelated_pod else "ConfigMap", ns, name))
+        took = time.monotonic() - started
+        _progress(f"created {UNRELATED_PODS} pods and {UNRELATED_CONFIGMAPS} ConfigMaps of "
+                  f"{CONFIGMAP_BYTES // 1024} KiB in {took:.0f} s")  # fmt: skip
+
+    def operator(self, label: str) -> OperatorProcess:
+        args = [a for ns in self.namespaces for a in ("--namespace", ns)]
+        args += ["--resync-seconds", str(RESYNC_SECONDS)]
+        op = OperatorProcess(args, self.layout.kubeconfig, self.workdir / f"operator-{label}.log")
+        _until(op.healthy, "the operator's liveness endpoint", 120)
+        return op
+
+    def measure(self, label: str, churn: bool) -> tuple[float, float, float]:
+        """(CPU seconds since start, CPU seconds in the window, RSS MiB at its end)."""
+        op = self.operator(label)
+        try:
+            at_healthy = cpu_seconds(op.pid)
+            if churn:
+                with Churn(self.kube, self.targets, CHURN_PER_SECOND) as c:
+                    time.sleep(WINDOW_SECONDS)
+                _progress(f"{label}: {c.patches} churn patches in the window")
+            else:
+                time.sleep(WINDOW_SECONDS)
+            total = cpu_seconds(op.pid)
+            rss = op.rss_mib()
+        finally:
+            op.stop()
+            log = op.log.read_text()
+            if "Traceback" in log:
+                _progress(f"{label}: the operator logged a traceback:\n{log[-3000:]}")
+        _progress(f"{label}: {total:.2f} CPU s ({total - at_healthy:.2f} s in the window), "
+                  f"RSS {rss:.1f} MiB")  # fmt: skip
+        return total, total - at_healthy, rss
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float, every: float = 0.3) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gave up waiting for {what} after {timeout:.0f} s")
+        time.sleep(every)
+
+
+def _summary(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def rows_from(without: list[tuple[float, float, float]],
+              with_: list[tuple[float, float, float]]) -> list[dict[str, Any]]:  # fmt: skip
+    """Table rows from the runs' (CPU total, CPU in window, RSS) without and with objects."""
+    rows: list[dict[str, Any]] = []
+    setting = (f"{UNRELATED_PODS} pods + {UNRELATED_CONFIGMAPS} ConfigMaps of 10 KiB, "
+               f"{CHURN_PER_SECOND:g} patches/s")  # fmt: skip
+    for index, (figure, unit, digits) in enumerate(
+        [(f"operator CPU seconds (start + {WINDOW_SECONDS:g} s window)", "CPU s", 2),
+         (f"operator CPU seconds in the {WINDOW_SECONDS:g} s window", "CPU s", 2),
+         ("operator RSS at the end", "MiB", 1)]
+    ):  # fmt: skip
+        base = _summary([run[index] for run in without])
+        loaded = _summary([run[index] for run in with_])
+        ratio = loaded[0] / base[0] if base[0] else float("inf")
+        for tag, (med, lo, hi) in (("without unrelated objects", base), (setting, loaded)):
+            rows.append({"name": f"{figure}, {tag}: median of {len(without)} "
+                                 f"(min {lo:.{digits}f}, max {hi:.{digits}f})",
+                         "value": round(med, digits), "unit": unit, "goal": "", "met": True,
+                         "min": round(lo, digits), "max": round(hi, digits)})  # fmt: skip
+        # the window alone carries no goal: a few tenths of a second make any ratio there
+        goal = index != 1
+        rows.append({"name": f"{figure}: with / without unrelated objects (medians)",
+                     "value": round(ratio, 3), "unit": "x",
+                     "goal": f"<= {GOAL_RATIO:.2f}" if goal else "",
+                     "met": ratio <= GOAL_RATIO if goal else True})  # fmt: skip
+    return rows
+
+
+def run() -> list[dict[str, Any]]:
+    layout = dev_cluster.Layout(paths.scratch_state_dir("bench-unrelated"))
+    _progress(f"starting a control plane of its own from empty ({layout.root})")
+    dev_cluster.fresh(layout, nodes=NODES, ascend_per_node=8, progress=_progress)
+    try:
+        bench = Bench(layout)
+        bench.set_up()
+        without = [bench.measure(f"without-{i}", churn=False) for i in range(RUNS)]
+        bench.add_unrelated()
+        with_ = [bench.measure(f"with-{i}", churn=True) for i in range(RUNS)]
+        return rows_from(without, with_)
+    finally:
+        dev_cluster.down(layout, _progress, purge=True)
+
+
+if __name__ == "__main__":
+    from bench.__main__ import markdown_table
+
+    print(markdown_table(run()))

@@ -1,0 +1,294 @@
+"""Watches of our children that the API server filters by our label: only our objects travel.
+
+kopf filters ``labels=`` in Python after receiving every object of a kind, so an operator
+beside 5,000 unrelated pods would parse and drop each of them and every change to them.
+kopf cannot send a label selector, so children are watched here directly, one ``ChildWatch``
+per kind and namespace (or one per kind with ``--all-namespaces``), each asking for
+``ascendpd.io/deployment`` (pods: only the model inspector's), and kopf keeps the
+PDDeployment watch alone.
+
+A ``ChildWatch`` is a reflector in the style of client-go's: list (the list's
+resourceVersion), then watch from the last resourceVersion seen (bookmarks keep it fresh on a
+quiet watch), re-watch when the server ends a watch, re-list when the server says the version
+is too old (410 Gone) or after any error, waiting with capped exponential backoff between
+failures. A re-list replaces what this watch knew: an object that vanished while the watch
+was down is reported gone. Every change feeds the ``LiveCache`` and puts the owning
+PDDeployment on the work queue, as kopf's child handler did.
+
+``run(stop)`` is the whole long-lived loop: it returns once ``stop`` is set and may be
+started again after an exception (each start re-lists).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+from .kube import KubeError
+from .live_cache import LiveCache
+from .model_source import COMPONENT_INSPECTOR
+from .naming import LABEL_DEPLOYMENT, LABEL_ROLE
+
+Json = dict[str, Any]
+Key = tuple[str, str]
+log = logging.getLogger(__name__)
+
+#: The server ends each watch after a random time in this range (client-go: 5 to 10 minutes),
+#: so the watches of one operator do not all reconnect at once.
+WATCH_TIMEOUT_RANGE = (300, 600)
+BACKOFF_INITIAL_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 30.0
+#: A watch that ends sooner than this without an event counts as a failure (backoff).
+MIN_WATCH_SECONDS = 1.0
+
+
+def selector_for(kind: str) -> str:
+    """The label selector the API server applies for ``kind``."""
+    if kind == "Pod":
+        # Runtime pods reach us through their StatefulSet's status; only the inspector's
+        # pod carries news of its own (its termination message).
+        return f"{LABEL_DEPLOYMENT},{LABEL_ROLE}={COMPONENT_INSPECTOR}"
+    return LABEL_DEPLOYMENT
+
+
+class Transport(Protocol):
+    """What a watch needs of the API (``kube.Kube`` in the operator, a fake in tests)."""
+
+    def list_versioned(
+        self, kind: str, namespace: str | None, selector: str
+    ) -> tuple[list[Json], str]: ...
+
+    def watch(
+        self,
+        kind: str,
+        namespace: str | None,
+        selector: str,
+        resource_version: str,
+        timeout_seconds: int,
+    ) -> Iterator[Json]: ...
+
+
+class Queue(Protocol):
+    def put(self, key: Key) -> None: ...
+
+
+class Expired(Exception):
+    """The server no longer has the resourceVersion the watch asked for (410 Gone)."""
+
+
+class WatchError(Exception):
+    """The watch stream reported an error other than 410 (an ERROR event)."""
+
+
+class Backoff:
+    """Capped exponential delays with jitter: 0.5, 1, 2, ... 30 s, back to 0.5 on success."""
+
+    def __init__(
+        self,
+        initial: float = BACKOFF_INITIAL_SECONDS,
+        cap: float = BACKOFF_MAX_SECONDS,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.initial = initial
+        self.cap = cap
+        self.failures = 0
+        self.rng = rng or random.Random()
+
+    def next(self) -> float:
+        base = min(self.cap, self.initial * 2.0**self.failures)
+        self.failures += 1
+        # up to 10 % jitter, never above the cap: watches failing together spread out
+        return min(self.cap, base * (1 + 0.1 * self.rng.random()))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class ChildWatch:
+    """List and watch one kind in one namespace (None: all), feeding the cache and queue."""
+
+    def __init__(
+        self,
+        kind: str,
+        namespace: str | None,
+        transport: Transport,
+        queue: Queue,
+        cache: LiveCache | None = None,
+        backoff: Backoff | None = None,
+        timeout_range: tuple[int, int] = WATCH_TIMEOUT_RANGE,
+    ) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.selector = selector_for(kind)
+        self.transport = transport
+        self.queue = queue
+        self.cache = cache
+        self.backoff = backoff or Backoff()
+        self.timeout_range = timeout_range
+        #: The resourceVersion to continue from: the last list's, event's or bookmark's.
+        self.resource_version = ""
+        #: (namespace, name) -> (resourceVersion, owner) of every object this watch knows.
+        self.known: dict[Key, tuple[str, str]] = {}
+        #: monotonic time of the last successful list or event: for health reporting.
+        self.last_progress: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"watch {self.kind} in {self.namespace or 'all namespaces'}"
+
+    # --- the long-lived loop -----------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """List, then watch until ``stop``; re-list after 410 and after every failure."""
+        must_list = True
+        while not stop.is_set():
+            try:
+                if must_list:
+                    self.relist()
+                    must_list = False
+                if self.watch_once(stop):
+                    self.backoff.reset()
+                    continue
+                # Ended at once without a single event: do not hammer the server.
+                delay = self.backoff.next()
+            except Expired:
+                # The normal way a long-lost watch resumes: list again, at once the first time.
+                must_list = True
+                if self.backoff.failures == 0:
+                    self.backoff.failures = 1
+                    log.info("%s: resourceVersion %s expired; listing again",
+                             self.name, self.resource_version)  # fmt: skip
+                    continue
+                delay = self.backoff.next()
+                log.warning("%s: expired again; listing in %.1f s", self.name, delay)
+            except Exception as exc:  # any failure: back off, then list again
+                must_list = True
+                delay = self.backoff.next()
+                log.warning("%s failed (%s: %s); listing again in %.1f s",
+                            self.name, type(exc).__name__, exc, delay)  # fmt: skip
+            if stop.wait(delay):
+                return
+
+    def watch_once(self, stop: threading.Event) -> bool:
+        """One watch request from ``resource_version`` until the server ends it or ``stop``;
+        True when it delivered an event or lasted a while (the connection works)."""
+        timeout = random.randint(*self.timeout_range)
+        started = time.monotonic()
+        delivered = False
+        events = self.transport.watch(
+            self.kind, self.namespace, self.selector, self.resource_version, timeout
+        )
+        try:
+            for event in events:
+                self.handle(event)
+                delivered = True
+                if stop.is_set():
+                    break
+        except KubeError as exc:
+            if exc.status == 410:
+                raise Expired(str(exc)) from exc
+            raise
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()  # a generator left early releases its connection now
+        return delivered or time.monotonic() - started >= MIN_WATCH_SECONDS
+
+    # --- pure bookkeeping (unit-tested with a fake transport) --------------------------
+    def relist(self) -> None:
+        """List anew and replace what this watch knew: new, changed and vanished objects
+        are reported; unchanged ones are not."""
+        items, version = self.transport.list_versioned(self.kind, self.namespace, self.selector)
+        current: set[Key] = set()
+        for obj in items:
+            current.add(_key(obj))
+            self._seen(obj)
+        for key in [k for k in self.known if k not in current]:
+            self._gone(key)
+        self.resource_version = version
+        self.last_progress = time.monotonic()
+
+    def handle(self, event: Json) -> None:
+        """Apply one watch event; raise Expired (410) or WatchError for an ERROR event."""
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            message = f"{code} {obj.get('reason', '')}: {obj.get('message', '')}"
+            if code == 410:
+                raise Expired(message)
+            raise WatchError(message)
+        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if kind in ("ADDED", "MODIFIED"):
+            self._seen(obj)
+        elif kind == "DELETED":
+            self._gone(_key(obj))
+        elif kind != "BOOKMARK":  # a bookmark carries nothing but its resourceVersion
+            raise WatchError(f"unknown watch event type {kind!r}")
+        if version:
+            self.resource_version = version
+        self.last_progress = time.monotonic()
+
+    def _seen(self, obj: Json) -> None:
+        meta = obj["metadata"]
+        key = _key(obj)
+        version = str(meta.get("resourceVersion", ""))
+        owner = (meta.get("labels") or {}).get(LABEL_DEPLOYMENT, "")
+        if self.known.get(key, ("", ""))[0] == version:
+            return  # a re-list of an unchanged object: nothing new
+        if self.cache is not None:
+            # List items carry no kind; the cache keys by it.
+            self.cache.seen({**obj, "kind": self.kind})
+        if owner:
+            self.queue.put((key[0], owner))
+        # Recorded last: if reporting failed, the next list reports the object again.
+        self.known[key] = (version, owner)
+
+    def _gone(self, key: Key) -> None:
+        _, owner = self.known.get(key, ("", ""))
+        if self.cache is not None:
+            self.cache.gone(self.kind, *key)
+        if owner:
+            self.queue.put((key[0], owner))
+        self.known.pop(key, None)
+
+
+def _key(obj: Json) -> Key:
+    meta = obj["metadata"]
+    return (str(meta.get("namespace", "")), str(meta["name"]))
+
+
+def child_watches(
+    kinds: Iterable[str],
+    namespaces: Iterable[str] | None,
+    transport: Transport,
+    queue: Queue,
+    cache: LiveCache | None = None,
+) -> list[ChildWatch]:
+    """One watch per kind and namespace (per kind alone when ``namespaces`` is None)."""
+    scopes: list[str | None] = list(namespaces) if namespaces else [None]
+    return [ChildWatch(k, ns, transport, queue, cache) for k in kinds for ns in scopes]
+
+
+def start_child_watches(
+    kinds: Iterable[str],
+    namespaces: Iterable[str] | None,
+    api_client: Any,
+    queue: Queue,
+    cache: LiveCache | None,
+    stop: threading.Event,
+) -> list[ChildWatch]:
+    """Run every child watch in a daemon thread of its own, on a connection pool of their
+    own sized for them (each watch holds a connection; the reconciler's pool stays free)."""
+    from .kube import Kube, watch_client
+
+    kinds = list(kinds)
+    count = len(kinds) * (len(list(namespaces)) if namespaces else 1)
+    transport = Kube(watch_client(api_client, count))
+    watches = child_watches(kinds, namespaces, transport, queue, cache)
+    for w in watches:
+        threading.Thread(target=w.run, args=(stop,), name=w.name, daemon=True).start()
+    return watches

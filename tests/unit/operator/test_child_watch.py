@@ -1,0 +1,363 @@
+"""Child watches: list+watch bookkeeping, 410 re-list, backoff, and the wire format.
+
+The reflector logic runs against a scripted fake transport (lists and watch streams as the
+API server would answer them); ``Kube.watch`` itself is exercised against a local HTTP server
+that streams chunked watch events, so the query it sends and its parsing are checked too.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from kubernetes import client
+
+from ascend_pd_operator.child_watch import (
+    BACKOFF_MAX_SECONDS,
+    Backoff,
+    ChildWatch,
+    Expired,
+    WatchError,
+    child_watches,
+    selector_for,
+)
+from ascend_pd_operator.kube import Kube, KubeError, iter_lines
+from ascend_pd_operator.live_cache import LiveCache
+from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+
+Json = dict[str, Any]
+
+
+def obj(name: str, rv: str, owner: str | None = "dsv3", ns: str = "ns") -> Json:
+    labels = {LABEL_DEPLOYMENT: owner} if owner else {}
+    return {"metadata": {"name": name, "namespace": ns, "resourceVersion": rv, "labels": labels}}
+
+
+def event(type_: str, o: Json) -> Json:
+    return {"type": type_, "object": o}
+
+
+def gone_410() -> Json:
+    return {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
+                                        "message": "too old resource version: 5 (90)"}}  # fmt: skip
+
+
+class Queue:
+    def __init__(self) -> None:
+        self.keys: list[tuple[str, str]] = []
+
+    def put(self, key: tuple[str, str]) -> None:
+        self.keys.append(key)
+
+
+class Stop(threading.Event):
+    """A stop event whose waits return at once; waits before the stop are recorded (the
+    backoff delays)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self.is_set():
+            self.waits.append(timeout or 0.0)
+        return self.is_set()
+
+
+class FakeTransport:
+    """Answers lists and watches from scripts (an exception in a script is raised); a call
+    after its script ran out sets ``stop`` and ends the run."""
+
+    def __init__(self, lists: list[Any], watches: list[Any], stop: threading.Event) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.stop = stop
+        self.calls: list[tuple[str, ...]] = []
+
+    def list_versioned(
+        self, kind: str, namespace: str | None, selector: str
+    ) -> tuple[list[Json], str]:
+        self.calls.append(("list", kind, str(namespace), selector))
+        if not self.lists:
+            self.stop.set()
+            raise RuntimeError("end of the list script")
+        answer = self.lists.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        items, rv = answer
+        return items, rv
+
+    def watch(
+        self, kind: str, namespace: str | None, selector: str, rv: str, timeout: int
+    ) -> Iterator[Json]:
+        self.calls.append(("watch", kind, str(namespace), selector, rv))
+        if not self.watches:
+            self.stop.set()
+            return iter(())
+        script = self.watches.pop(0)
+        if isinstance(script, Exception):
+            raise script
+        return iter(script)
+
+
+def make(lists: list[Any], watches: list[Any], kind: str = "Service") -> tuple[
+    ChildWatch, FakeTransport, Queue, LiveCache, Stop
+]:  # fmt: skip
+    stop = Stop()
+    transport = FakeTransport(lists, watches, stop)
+    queue, cache = Queue(), LiveCache()
+    watch = ChildWatch(kind, "ns", transport, queue, cache, backoff=Backoff(rng=_NoJitter()))
+    return watch, transport, queue, cache, stop
+
+
+class _NoJitter:
+    def random(self) -> float:
+        return 0.0
+
+
+def cached(cache: LiveCache, kind: str = "Service") -> list[str]:
+    return sorted(o["metadata"]["name"] for o in cache.listed(kind, "ns", {}))
+
+
+def test_selectors_ask_the_server_for_our_label_and_for_the_inspector_pod_only() -> None:
+    assert selector_for("ConfigMap") == "ascendpd.io/deployment"
+    assert selector_for("StatefulSet") == "ascendpd.io/deployment"
+    assert selector_for("Pod") == "ascendpd.io/deployment,ascendpd.io/role=model-inspector"
+
+
+def test_one_watch_per_kind_and_namespace_or_per_kind_cluster_wide() -> None:
+    t = FakeTransport([], [], threading.Event())
+    scoped = child_watches(["Pod", "Job"], ["a", "b"], t, Queue())
+    assert sorted((w.kind, w.namespace) for w in scoped) == [
+        ("Job", "a"), ("Job", "b"), ("Pod", "a"), ("Pod", "b")]  # fmt: skip
+    assert [(w.kind, w.namespace) for w in child_watches(["Pod"], None, t, Queue())] == [
+        ("Pod", None)
+    ]
+
+
+def test_list_then_events_feed_cache_and_queue_and_track_the_resource_version() -> None:
+    watch, transport, queue, cache, stop = make(
+        lists=[([obj("a", "10"), obj("b", "11", owner="other")], "12")],
+        watches=[[
+            event("MODIFIED", obj("a", "13")),
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "20"}}},
+            event("DELETED", obj("b", "21", owner="other")),
+            event("ADDED", obj("c", "22")),
+        ]],
+    )  # fmt: skip
+    watch.run(stop)
+    # the watch continued from the list's version, with our selector
+    assert transport.calls[:2] == [
+        ("list", "Service", "ns", "ascendpd.io/deployment"),
+        ("watch", "Service", "ns", "ascendpd.io/deployment", "12"),
+    ]
+    assert watch.resource_version == "22"
+    assert cached(cache) == ["a", "c"]
+    assert cache.listed("Service", "ns", {})[0]["kind"] == "Service"  # list items lack kind
+    # a bookmark enqueues nothing; every change of an object enqueues its owner
+    assert queue.keys == [("ns", "dsv3"), ("ns", "other"), ("ns", "dsv3"), ("ns", "other"),
+                          ("ns", "dsv3")]  # fmt: skip
+
+
+def test_a_quiet_watch_continues_from_the_bookmark() -> None:
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "50"}}}
+    watch, transport, queue, _, stop = make(lists=[([], "7")], watches=[[bookmark]])
+    watch.run(stop)
+    assert [c[-1] for c in transport.calls if c[0] == "watch"] == ["7", "50"]
+    assert queue.keys == []
+
+
+def test_410_relists_and_reports_what_vanished_meanwhile() -> None:
+    watch, transport, queue, cache, stop = make(
+        lists=[([obj("a", "10"), obj("b", "11")], "12"),
+               # after the 410: b was deleted and a changed while the watch was away
+               ([obj("a", "40")], "41")],
+        watches=[[event("MODIFIED", obj("a", "13")), gone_410()]],
+    )  # fmt: skip
+    watch.run(stop)
+    assert [c[0] for c in transport.calls] == ["list", "watch", "list", "watch"]
+    assert transport.calls[-1][-1] == "41"  # the new list's version, not the expired one
+    assert cached(cache) == ["a"]
+    assert cache.listed("Service", "ns", {})[0]["metadata"]["resourceVersion"] == "40"
+    assert queue.keys[-2:] == [("ns", "dsv3"), ("ns", "dsv3")]  # a changed, b gone
+    assert stop.waits == []  # the first 410 re-lists at once
+
+
+def test_an_http_410_on_the_watch_request_relists_too() -> None:
+    watch, transport, _, _, stop = make(
+        lists=[([], "5"), ([], "90")], watches=[KubeError(410, "Expired", "too old")]
+    )
+    watch.run(stop)
+    assert [c[0] for c in transport.calls] == ["list", "watch", "list", "watch"]
+    assert transport.calls[-1][-1] == "90"
+
+
+def test_a_relist_of_unchanged_objects_enqueues_nothing() -> None:
+    watch, _, queue, _, stop = make(
+        lists=[([obj("a", "10")], "12"), ([obj("a", "10")], "30")],
+        watches=[ConnectionResetError("reset by peer")],
+    )
+    watch.run(stop)
+    assert queue.keys == [("ns", "dsv3")]  # from the first list only
+
+
+def test_failures_back_off_exponentially_up_to_the_cap_and_relist_each_time() -> None:
+    failures: list[Any] = [OSError("connection refused")] * 9
+    watch, transport, _, _, stop = make(lists=[*failures, ([], "1")], watches=[])
+    watch.run(stop)
+    assert stop.waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert [c[0] for c in transport.calls] == ["list"] * 10 + ["watch"]
+
+
+def test_a_working_watch_resets_the_backoff() -> None:
+    watch, _, _, _, stop = make(
+        lists=[OSError("down"), OSError("down"), ([], "1"), ([], "2")],
+        watches=[[event("ADDED", obj("a", "3"))], OSError("cut")],
+    )
+    watch.run(stop)
+    assert stop.waits == [0.5, 1.0, 0.5]
+
+
+def test_error_events_other_than_410_raise_and_unknown_types_too() -> None:
+    watch, *_ = make([], [])
+    with pytest.raises(Expired):
+        watch.handle(gone_410())
+    with pytest.raises(WatchError, match="500 InternalError: etcd"):
+        watch.handle({"type": "ERROR", "object": {"code": 500, "reason": "InternalError",
+                                                  "message": "etcd"}})  # fmt: skip
+    with pytest.raises(WatchError, match="unknown watch event type 'SURPRISE'"):
+        watch.handle({"type": "SURPRISE", "object": obj("a", "1")})
+
+
+def test_an_object_whose_report_failed_is_reported_by_the_next_list() -> None:
+    watch, transport, _, cache, stop = make(lists=[([obj("a", "1")], "2")] * 2, watches=[])
+    puts: list[tuple[str, str]] = []
+
+    class FlakyQueue:
+        def put(self, key: tuple[str, str]) -> None:
+            if not puts:
+                puts.append(("failed", ""))
+                raise RuntimeError("queue unavailable")
+            puts.append(key)
+
+    watch.queue = FlakyQueue()
+    watch.run(stop)
+    assert puts == [("failed", ""), ("ns", "dsv3")]
+    assert stop.waits == [0.5]
+    assert [c[0] for c in transport.calls] == ["list", "list", "watch"]
+    assert cached(cache) == ["a"]
+
+
+def test_run_returns_when_stopped_and_can_run_again() -> None:
+    watch, transport, queue, _, stop = make(lists=[([obj("a", "1")], "2")], watches=[])
+    watch.run(stop)
+    assert queue.keys == [("ns", "dsv3")]
+    # started again (as a supervisor would): it lists afresh, the object is not new
+    again = Stop()
+    transport.stop = again
+    transport.lists = [([obj("a", "1"), obj("b", "3")], "4")]
+    watch.run(again)
+    assert queue.keys == [("ns", "dsv3"), ("ns", "dsv3")]  # only b is new
+    assert transport.calls[-1] == ("watch", "Service", "ns", "ascendpd.io/deployment", "4")
+
+
+def test_backoff_is_capped_and_jittered_within_ten_percent() -> None:
+    b = Backoff()
+    delays = [b.next() for _ in range(12)]
+    assert all(d <= BACKOFF_MAX_SECONDS for d in delays)
+    assert 0.5 <= delays[0] <= 0.55
+    assert delays[-1] == BACKOFF_MAX_SECONDS
+    b.reset()
+    assert b.next() <= 0.55
+
+
+def test_iter_lines_reassembles_events_split_anywhere() -> None:
+    data = b'{"type":"ADDED","n":1}\n{"type":"MODIFIED","n":2}\n\n{"type":"DELETED"}'
+    for cut in range(1, len(data)):
+        chunks = [data[:cut], data[cut:]]
+        assert [json.loads(x)["type"] for x in iter_lines(chunks)] == [
+            "ADDED", "MODIFIED", "DELETED"]  # fmt: skip
+
+
+# --- Kube.watch on the wire ------------------------------------------------------------
+
+
+@pytest.fixture
+def watch_server() -> Iterator[tuple[str, list[dict[str, list[str]]], list[int]]]:
+    """Streams two events and a bookmark as chunks; answers 410 while ``status[0]`` is 410."""
+    queries: list[dict[str, list[str]]] = []
+    status = [200]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            queries.append(parse_qs(urlparse(self.path).query))
+            if status[0] != 200:
+                body = json.dumps({"kind": "Status", "code": 410, "reason": "Gone",
+                                   "message": "too old resource version"}).encode()  # fmt: skip
+                self.send_response(410)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            lines = [
+                event("ADDED", obj("a", "5")),
+                event("MODIFIED", obj("a", "6")),
+                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}},
+            ]
+            payload = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+            for piece in (payload[:7], payload[7:40], payload[40:]):  # events split anywhere
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", queries, status
+    server.shutdown()
+
+
+def _kube(url: str) -> Kube:
+    config = client.Configuration()
+    config.host = url
+    return Kube(client.ApiClient(config))
+
+
+def test_kube_watch_sends_selector_version_and_bookmarks_and_parses_chunks(
+    watch_server: tuple[str, list[dict[str, list[str]]], list[int]],
+) -> None:
+    url, queries, _ = watch_server
+    kube = _kube(url)
+    events = list(kube.watch("ConfigMap", "ns", "ascendpd.io/deployment", "4", 300))
+    assert [e["type"] for e in events] == ["ADDED", "MODIFIED", "BOOKMARK"]
+    assert queries == [{
+        "watch": ["true"], "allowWatchBookmarks": ["true"], "timeoutSeconds": ["300"],
+        "labelSelector": ["ascendpd.io/deployment"], "resourceVersion": ["4"]}]  # fmt: skip
+    # the connection went back to the pool: a second watch works on it
+    assert len(list(kube.watch("ConfigMap", "ns", "x", "9", 300))) == 3
+
+
+def test_kube_watch_answered_410_relists_through_child_watch(
+    watch_server: tuple[str, list[dict[str, list[str]]], list[int]],
+) -> None:
+    url, _queries, status = watch_server
+    status[0] = 410
+    kube = _kube(url)
+    with pytest.raises(KubeError) as raised:
+        list(kube.watch("Service", "ns", "ascendpd.io/deployment", "1", 300))
+    assert raised.value.status == 410
+    watch = ChildWatch("Service", "ns", kube, Queue())
+    watch.resource_version = "1"
+    with pytest.raises(Expired):
+        watch.watch_once(threading.Event())
