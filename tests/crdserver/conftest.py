@@ -45,7 +45,7 @@ def established(server: crd_server.CrdServer) -> Json | None:
     status, body = server.request("GET", CRD_PATH)
     if status != 200:
         return None
-    conditions = {c["type"]: c for c in body.get("status", {}).get("conditions", [])}
+    conditions = {c["type"]: c for c in (body.get("status") or {}).get("conditions") or []}
     return body if conditions.get("Established", {}).get("status") == "True" else None
 
 

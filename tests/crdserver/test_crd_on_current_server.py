@@ -37,6 +37,7 @@ Json = dict[str, Any]
 CASES = load_corpus()
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 CHART = REPO / "charts" / "ascend-pd-operator"
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
 
 def _message(body: Any) -> str:
@@ -125,7 +126,9 @@ def test_kubectl_explain_describes_every_field(server: crd_server.CrdServer, kub
         if f"FIELD: {name} <" not in out:
             return f"{path}: no FIELD line in {out[:300]}"
         description = prop.get("description")
-        if description and _words(description) not in out:
+        # the API server describes apiVersion and kind itself, as for every kind
+        own = path.count(".") > 1 or name not in ("apiVersion", "kind")
+        if own and description and _words(description) not in out:
             return f"{path}: description {description!r} missing from {out[:500]}"
         return None
 
@@ -153,23 +156,27 @@ def test_every_example_is_accepted_and_listed(
         done = kubectl("apply", "--validate=strict", "-f", "-", input=yaml.safe_dump(doc))
         assert done.returncode == 0, done.stderr
         namespace, name = doc["metadata"]["namespace"], doc["metadata"]["name"]
-        stored = server.request(
-            "GET", f"{RESOURCES.replace('/default/', f'/{namespace}/')}/{name}"
-        )[1]
-        # the API server's defaulting agrees with the operator's
-        assert stored["spec"] == api.spec_dict(api.parse_spec(doc["spec"]))
-        done = kubectl("get", "pdd", name, "-n", namespace, "--no-headers",
-                       "-o", "custom-columns=P:.spec.prefill.replicas")  # fmt: skip
-        table = kubectl("get", "pdd", name, "-n", namespace)
-        assert table.returncode == 0, table.stderr
-        header, row = table.stdout.splitlines()[:2]
-        columns = dict(zip(header.split(), row.split(), strict=True))
+        item = f"{RESOURCES.replace('/default/', f'/{namespace}/')}/{name}"
+        stored = server.request("GET", item)[1]
+        # the API server's defaulting agrees with the operator's: whatever it filled in is
+        # what the operator's models assume for an absent field
+        assert api.parse_spec(stored["spec"]) == api.parse_spec(doc["spec"])
+        spec_schema = crd_document()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for key, prop in spec_schema["properties"]["spec"]["properties"].items():
+            if key not in doc["spec"] and "default" in prop:
+                assert stored["spec"][key] == prop["default"], key
+        # the printer columns, as the server renders them for kubectl get
+        _, table = server.request("GET", item, accept=TABLE)
+        names = [c["name"] for c in table["columnDefinitions"]]
+        assert names == ["Name", "Ready", "Phase", "Prefill", "Decode", "PP", "Layers", "Age"]
+        cells = dict(zip(names, table["rows"][0]["cells"], strict=True))
         spec = stored["spec"]
-        assert list(columns) == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "PP", "LAYERS",
-                                 "AGE"]  # fmt: skip
-        assert columns["PREFILL"] == str(spec["prefill"]["replicas"])
-        assert columns["DECODE"] == str(spec["decode"]["replicas"])
-        assert columns["PP"] == str(spec["prefill"]["parallelism"]["pipeline"])
+        assert cells["Prefill"] == spec["prefill"]["replicas"]
+        assert cells["Decode"] == spec["decode"]["replicas"]
+        assert cells["PP"] == spec["prefill"]["parallelism"]["pipeline"]
+        listed = kubectl("get", "pdd", "-n", namespace)
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.split()[:8] == [n.upper() for n in names]
         done = kubectl("delete", "pdd", name, "-n", namespace)
         assert done.returncode == 0, done.stderr
 
@@ -193,7 +200,8 @@ def test_bad_input_corpus(server: crd_server.CrdServer, case: Case) -> None:
     assert status == 422, (status, message)
     assert FIELD.search(message), f"names no field: {message}"
     if case.reject == "schema":
-        assert case.message in message, message
+        # the corpus was written against 1.20; later servers add the index of a list item
+        assert case.message in message or case.message in re.sub(r"\[\d+\]", "", message), message
     else:
         rules = _rules_named(case)
         assert rules, f"the operator's message names no rule of rules.py: {case.message}"

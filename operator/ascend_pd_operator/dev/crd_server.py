@@ -87,13 +87,18 @@ class CrdServer:
         return context
 
     def request(
-        self, method: str, path: str, body: Any = None, timeout: float = 30.0
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 30.0,
+        accept: str = "application/json",
     ) -> tuple[int, Any]:
         """One API call as the client user; (status, decoded JSON body or text), 0 if down."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path, data=data, method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            headers={"Content-Type": "application/json", "Accept": accept},
         )  # fmt: skip
         try:
             with urllib.request.urlopen(
