@@ -23,7 +23,10 @@ class Kubectl:
     """kubectl against the CRD server (the project's kubectl, the server's kubeconfig)."""
 
     def __init__(self, kubeconfig: Path) -> None:
-        self.env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+        # the discovery cache beside the server's state, not in ~/.kube (a new port each run)
+        self.env = dict(
+            os.environ, KUBECONFIG=str(kubeconfig), KUBECACHEDIR=str(kubeconfig.parent / "cache")
+        )
 
     def __call__(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(kubectl_path()), *args], input=input, capture_output=True,

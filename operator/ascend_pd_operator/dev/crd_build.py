@@ -265,6 +265,7 @@ def fetch_sources(work: Path, log: Path, progress: Progress) -> tuple[Path, list
     root = work / "root"
     for deb in sorted(debs.glob("*.deb")):
         _run(["dpkg", "-x", str(deb), str(root)], log, f"dpkg -x {deb.name}")
+    shutil.rmtree(debs)  # unpacked: 2 GB of sources beside a 1.4 GB build cache is enough
     gopath = root / "usr" / "share" / "gocode"
     if not (gopath / "src" / "k8s.io" / "apiextensions-apiserver").is_dir():
         raise build.BuildError(
@@ -291,7 +292,7 @@ def install_go(work: Path, log: Path, progress: Progress) -> Path:
 def _heartbeat(progress: Progress, started: float, stop: threading.Event) -> None:
     while not stop.wait(30):
         minutes, seconds = divmod(int(time.monotonic() - started), 60)
-        progress(f"  still compiling ({minutes}m{seconds:02d}s; usually 4-8 minutes on 2 cores)")
+        progress(f"  still compiling ({minutes}m{seconds:02d}s; usually 5-10 minutes on 2 cores)")
 
 
 def compile_server(
