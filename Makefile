@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint unit e2e dev-up dev-down demo demo-down crd bench reliability clean
+.PHONY: venv test lint unit e2e crd-test crd-server crd-server-down dev-up dev-down demo demo-down crd bench reliability clean
 
 venv: $(STAMP)
 
@@ -26,7 +26,17 @@ test: lint
 	$(BIN)/pytest
 
 unit: venv
-	$(BIN)/pytest -m "not e2e and not sglang"
+	$(BIN)/pytest -m "not e2e and not sglang and not crdserver"
+
+# The CRD on a current Kubernetes (a CRD server built once from Debian's Go sources).
+crd-test: venv
+	$(BIN)/pytest -m crdserver tests/crdserver
+
+crd-server: venv
+	$(BIN)/ascend-pd-dev cluster crd-server up
+
+crd-server-down: venv
+	$(BIN)/ascend-pd-dev cluster crd-server down
 
 e2e: venv
 	$(BIN)/pytest -m e2e tests/e2e

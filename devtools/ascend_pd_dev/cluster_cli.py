@@ -3,7 +3,8 @@
 ``up`` builds the control plane once (cached per user), starts it on free loopback ports and
 prints the ``export KUBECONFIG=...`` line; a healthy cluster is left running. ``down`` stops
 exactly the processes ``up`` started (by their pid files). ``status`` exits 0 when the cluster
-is up and 3 when it is not.
+is up and 3 when it is not. ``crd-server up|down`` runs a current CRD server beside it
+(``crd_server``: Kubernetes 1.36, CRDs and custom resources only) for checking the CRD.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ import json
 import sys
 import time
 
-from ascend_pd_dev import build, certs, cluster, kubelet_sim, paths, reflect2_fix
+from ascend_pd_dev import (
+    build,
+    certs,
+    cluster,
+    crd_server,
+    kubelet_sim,
+    paths,
+    reflect2_fix,
+)
 
 
 def _progress(message: str) -> None:
@@ -34,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="also delete its data, credentials and logs (.dev/)")  # fmt: skip
     status = sub.add_parser("status", help="show whether the local control plane runs")
     status.add_argument("--output", choices=["text", "json"], default="text")
+    crd = sub.add_parser(
+        "crd-server",
+        help="a current CRD server (Kubernetes 1.36, CRDs only) for checking the CRD",
+    )
+    crd.add_argument("crd_action", choices=["up", "down"], metavar="up|down")
 
 
 def _positive(text: str) -> int:
@@ -52,13 +66,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         if action == "up":
             return _up(layout, args)
+        if action == "crd-server":
+            return _crd_server(args.crd_action)
         if action == "down":
             stopped = cluster.down(layout, _progress, purge=args.purge)
             _progress("nothing was running" if not stopped else "down")
             return 0
         return _status(layout, args.output)
     except (build.BuildError, cluster.ClusterError, certs.CertError,
-            reflect2_fix.Reflect2FixError) as err:  # fmt: skip
+            reflect2_fix.Reflect2FixError, crd_server.CrdServerError) as err:  # fmt: skip
         print(f"ascend-pd-dev cluster {action}: {err}", file=sys.stderr)
         return 1
 
@@ -71,6 +87,20 @@ def _up(layout: cluster.Layout, args: argparse.Namespace) -> int:
     _progress(f"look around: KUBECONFIG={layout.kubeconfig} kubectl get nodes -L accelerator")
     _progress("stop it with: ascend-pd-dev cluster down")
     print(f"export KUBECONFIG={layout.kubeconfig}")
+    return 0
+
+
+def _crd_server(action: str) -> int:
+    root = paths.state_dir() / "crd-server"
+    if action == "down":
+        stopped = crd_server.stop(root, _progress)
+        _progress("nothing was running" if not stopped else "down")
+        return 0
+    server = crd_server.start(root, _progress, fresh=False)
+    _progress(f"CRD server {crd_server.server_version(server)} at {server.url} (CRDs and "
+              "custom resources only; no namespaces, workloads or controllers)")  # fmt: skip
+    _progress("stop it with: ascend-pd-dev cluster crd-server down")
+    print(f"export KUBECONFIG={server.kubeconfig}")
     return 0
 
 

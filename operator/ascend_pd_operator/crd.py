@@ -87,11 +87,29 @@ def _structural(node: Any, defs: Json) -> Any:
             out[key] = {name: _structural(prop, defs) for name, prop in value.items()}
         else:
             out[key] = _structural(value, defs)
+    if out.get("default") == {} and "properties" in out:
+        out["default"] = _complete_default(out)
     if free_form:
         out["x-kubernetes-preserve-unknown-fields"] = True
     elif typed_map:
         out["additionalProperties"] = _structural(node["additionalProperties"], defs)
     return out
+
+
+def _complete_default(schema: Json) -> Json:
+    """The object an empty default becomes after the API server's defaulting: every property
+    with a default, nested ones complete already (children are converted first).
+
+    The API server checks a ``default`` against its node's CEL rules as written, without
+    filling nested defaults in, so ``default: {}`` fails every rule that reads a defaulted
+    key ("no such key"), and the CRD is refused. A complete default lets rules read any
+    defaulted key unguarded, on the default as on a stored object.
+    """
+    return {
+        name: copy.deepcopy(prop["default"])
+        for name, prop in schema["properties"].items()
+        if "default" in prop
+    }
 
 
 def _attach_rules(defs: Json, with_cel: bool) -> None:

@@ -1,0 +1,264 @@
+"""The CEL CRD on a current API server (apiextensions-apiserver 1.36, ``dev/crd_server``).
+
+The operator's e2e suite runs on the 1.20 control plane, which knows no CEL; this server
+decides what only the CRD decides on a current Kubernetes: that the CRD (its defaults, its CEL
+rules and their estimated cost) is accepted, that ``kubectl explain`` describes every field,
+that the examples are accepted and shown with the printer columns, that the bad-input corpus is
+refused where the corpus says the schema or CEL refuses it (and accepted where it says the
+operator does), that unknown fields are refused under strict field validation, and that the
+chart hands this server's version the CEL variant.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import urllib.parse
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from crd_env import CRD_NAME, REPO, RESOURCES, Kubectl, crd_document
+
+from ascend_pd_operator import api
+from ascend_pd_dev import crd_server
+from ascend_pd_operator.rules import RULES
+from ascend_pd_dev.tools import ensure_helm
+from reliability.bad_inputs import FIELD, Case, case_document, load_corpus
+from reliability.offline import offline_verdict
+
+pytestmark = pytest.mark.crdserver
+
+Json = dict[str, Any]
+CASES = load_corpus()
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+CHART = REPO / "charts" / "ascend-pd-operator"
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+
+def _message(body: Any) -> str:
+    return str(body.get("message", "")) if isinstance(body, dict) else str(body)
+
+
+def _dry_run_create(server: crd_server.CrdServer, doc: Json, strict: bool = False) -> tuple:
+    """Create ``doc`` with server-side dry run (nothing is stored); (status, message)."""
+    namespace = doc["metadata"].get("namespace", "default")
+    query = {"dryRun": "All"}
+    if strict:
+        query["fieldValidation"] = "Strict"
+    path = RESOURCES.replace("/namespaces/default/", f"/namespaces/{namespace}/")
+    status, body = server.request("POST", f"{path}?{urllib.parse.urlencode(query)}", doc)
+    return status, _message(body)
+
+
+# --- the CRD itself ---------------------------------------------------------------------------
+
+
+def test_the_server_is_a_current_kubernetes(server: crd_server.CrdServer) -> None:
+    version = crd_server.server_version(server)
+    major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])
+    assert (major, minor) >= (1, 36), version
+
+
+def test_the_cel_crd_is_established_with_its_rules(server: crd_server.CrdServer) -> None:
+    status, body = server.request(
+        "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+    )
+    assert status == 200
+    conditions = {c["type"]: c["status"] for c in body["status"]["conditions"]}
+    assert conditions["Established"] == "True"
+    assert conditions["NamesAccepted"] == "True"
+    served = body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert served == crd_document()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert "x-kubernetes-validations" in served["properties"]["spec"]
+
+
+def test_a_default_that_breaks_a_rule_is_refused(crd_server_up: crd_server.CrdServer) -> None:
+    """The bug of issue 15 as this server sees it: ``speculative: default: {}`` fails the
+    speculative roles rule (evaluated on the default as written), so the CRD is refused."""
+    doc = crd_document()
+    spec_schema = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_schema["properties"]["speculative"]["default"] = {}
+    doc["metadata"]["name"] = CRD_NAME  # dry run: the real one may exist already
+    status, body = crd_server_up.request(
+        "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions?dryRun=All", doc
+    )
+    message = _message(body)
+    assert status == 422, (status, message)
+    assert "properties[speculative].default" in message, message
+    assert "no such key: algorithm" in message, message
+    assert "speculative.roles with prefill must include decode" in message, message
+
+
+# --- kubectl explain ------------------------------------------------------------------------
+
+
+def _fields(schema: Json, path: str) -> Iterator[tuple[str, Json]]:
+    for name, prop in (schema.get("properties") or {}).items():
+        here = f"{path}.{name}"
+        yield here, prop
+        yield from _fields(prop, here)
+        items = prop.get("items")
+        if isinstance(items, dict) and "properties" in items:
+            yield from _fields(items, here)
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_kubectl_explain_describes_every_field(server: crd_server.CrdServer, kubectl: Kubectl):
+    schema = crd_document()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    fields = [(p, s) for p, s in _fields(schema, api.PLURAL) if not p.endswith(".metadata")]
+    assert len(fields) > 80
+
+    def explain(item: tuple[str, Json]) -> str | None:
+        path, prop = item
+        done = kubectl("explain", path)
+        out = _words(done.stdout)
+        name = path.rsplit(".", 1)[1]
+        if done.returncode != 0:
+            return f"{path}: {done.stderr.strip()}"
+        if f"FIELD: {name} <" not in out:
+            return f"{path}: no FIELD line in {out[:300]}"
+        description = prop.get("description")
+        # the API server describes apiVersion and kind itself, as for every kind
+        own = path.count(".") > 1 or name not in ("apiVersion", "kind")
+        if own and description and _words(description) not in out:
+            return f"{path}: description {description!r} missing from {out[:500]}"
+        return None
+
+    with ThreadPoolExecutor(4) as pool:
+        problems = [p for p in pool.map(explain, fields) if p]
+    assert not problems, "\n".join(problems)
+
+
+# --- examples and printer columns -----------------------------------------------------------
+
+
+def _pddeployments(path: Path) -> list[Json]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == api.KIND]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_is_accepted_and_listed(
+    server: crd_server.CrdServer, kubectl: Kubectl, example: Path
+) -> None:
+    docs = _pddeployments(example)
+    assert docs
+    for doc in docs:
+        # No namespaces API here and NamespaceLifecycle is off: the example's own namespace
+        # is taken as it is.
+        done = kubectl("apply", "--validate=strict", "-f", "-", input=yaml.safe_dump(doc))
+        assert done.returncode == 0, done.stderr
+        namespace, name = doc["metadata"]["namespace"], doc["metadata"]["name"]
+        item = f"{RESOURCES.replace('/default/', f'/{namespace}/')}/{name}"
+        stored = server.request("GET", item)[1]
+        # the API server's defaulting agrees with the operator's: whatever it filled in is
+        # what the operator's models assume for an absent field
+        assert api.parse_spec(stored["spec"]) == api.parse_spec(doc["spec"])
+        spec_schema = crd_document()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for key, prop in spec_schema["properties"]["spec"]["properties"].items():
+            if key not in doc["spec"] and "default" in prop:
+                assert stored["spec"][key] == prop["default"], key
+        # the printer columns, as the server renders them for kubectl get
+        _, table = server.request("GET", item, accept=TABLE)
+        names = [c["name"] for c in table["columnDefinitions"]]
+        assert names == ["Name", "Ready", "Phase", "Prefill", "Decode", "PP", "Layers", "Age"]
+        cells = dict(zip(names, table["rows"][0]["cells"], strict=True))
+        spec = stored["spec"]
+        assert cells["Prefill"] == spec["prefill"]["replicas"]
+        assert cells["Decode"] == spec["decode"]["replicas"]
+        assert cells["PP"] == spec["prefill"]["parallelism"]["pipeline"]
+        listed = kubectl("get", "pdd", "-n", namespace)
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.split()[:8] == [n.upper() for n in names]
+        done = kubectl("delete", "pdd", name, "-n", namespace)
+        assert done.returncode == 0, done.stderr
+
+
+# --- the bad-input corpus -------------------------------------------------------------------
+
+
+def _rules_named(case: Case) -> list[str]:
+    """The rule messages (``rules.py``) the operator's own check of the case names."""
+    verdict = offline_verdict(case)
+    return [r.message for r in RULES if r.message in verdict.message]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.reject}-{c.name}")
+def test_bad_input_corpus(server: crd_server.CrdServer, case: Case) -> None:
+    status, message = _dry_run_create(server, case_document(case, "default"))
+    if case.reject in ("layout", "model"):
+        # the operator refuses these; the API server has no reason to
+        assert status == 201, (status, message)
+        return
+    assert status == 422, (status, message)
+    assert FIELD.search(message), f"names no field: {message}"
+    if case.reject == "schema":
+        # the corpus was written against 1.20; later servers add the index of a list item
+        assert case.message in message or case.message in re.sub(r"\[\d+\]", "", message), message
+    else:
+        rules = _rules_named(case)
+        assert rules, f"the operator's message names no rule of rules.py: {case.message}"
+        for rule in rules:
+            assert rule in message, message
+
+
+def test_the_corpus_covers_both_server_points() -> None:
+    points = {c.reject for c in CASES}
+    assert {"schema", "rule", "layout", "model"} <= points
+
+
+# --- strict field validation ----------------------------------------------------------------
+
+
+def _with_unknown_field(example: str = "deepseek-v3-pp2.yaml") -> Json:
+    doc = copy.deepcopy(_pddeployments(REPO / "examples" / example)[0])
+    doc["metadata"]["namespace"] = "default"
+    doc["spec"]["prefill"]["replicaz"] = 2
+    return doc
+
+
+def test_unknown_fields_are_refused_under_strict_validation(
+    server: crd_server.CrdServer, kubectl: Kubectl
+) -> None:
+    doc = _with_unknown_field()
+    status, message = _dry_run_create(server, doc, strict=True)
+    assert status == 400, (status, message)
+    assert 'unknown field "spec.prefill.replicaz"' in message, message
+    done = kubectl("apply", "--validate=strict", "--dry-run=server", "-f", "-",
+                   input=yaml.safe_dump(doc))  # fmt: skip
+    assert done.returncode != 0
+    assert 'unknown field "spec.prefill.replicaz"' in done.stderr, done.stderr
+    # without strict validation the field is pruned, not refused: strictness is what refuses it
+    status, message = _dry_run_create(server, doc, strict=False)
+    assert status == 201, (status, message)
+
+
+# --- the chart's CRD selection ----------------------------------------------------------------
+
+
+def test_the_chart_hands_this_server_the_cel_variant(server: crd_server.CrdServer) -> None:
+    version = crd_server.server_version(server)
+    done = subprocess.run(
+        [str(ensure_helm()), "template", "apd", str(CHART), "--namespace", "ascend-pd-system",
+         "--kube-version", version],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    crds = [d for d in yaml.safe_load_all(done.stdout)
+            if d and d.get("kind") == "CustomResourceDefinition"]  # fmt: skip
+    assert len(crds) == 1
+    rendered = crds[0]
+    shipped = crd_document()
+    assert rendered["spec"] == shipped["spec"], "the chart did not pick the CEL variant"
+    status, body = server.request(
+        "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions?dryRun=All", rendered
+    )
+    # dry run against the Established one: the name is taken, everything else was checked
+    assert status in (201, 409), (status, _message(body))
