@@ -61,6 +61,27 @@ def path(res: Resource, namespace: str | None = None, name: str | None = None) -
 THROTTLE_ATTEMPTS = 5
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MAX_RETRY_AFTER_SECONDS = 30.0
+#: (connect, read) seconds: a request to an API server that vanished mid-call fails
+#: instead of blocking its worker forever.
+REQUEST_TIMEOUT = (10.0, 60.0)
+#: Answers that say "try again later", not "this request is wrong".
+TRANSIENT_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that says nothing about the request: a conflict, throttling, a server
+    error, the API server unreachable or timing out, or this replica no longer leading.
+
+    The work is retried later; it never becomes a condition on the PDDeployment.
+    """
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, KubeError):
+        return exc.status in TRANSIENT_STATUSES or exc.status >= 500 or exc.reason == "NotLeader"
+    if isinstance(exc, ApiException):  # the generated clients (leader election)
+        return exc.status in TRANSIENT_STATUSES or not exc.status or exc.status >= 500
+    return isinstance(exc, OSError | urllib3.exceptions.HTTPError)
 
 
 def retry_after(status: int, header: str | None) -> float | None:
@@ -108,7 +129,11 @@ class Kube:
         )
         for _ in range(THROTTLE_ATTEMPTS):
             response = self.api.call_api(
-                method, full_url, header_params=header_params, body=serialized
+                method,
+                full_url,
+                header_params=header_params,
+                body=serialized,
+                _request_timeout=REQUEST_TIMEOUT,
             )
             response.read()  # type: ignore[no-untyped-call]
             wait = retry_after(response.status, response.getheader("Retry-After"))  # type: ignore[no-untyped-call]
