@@ -226,9 +226,7 @@ def test_a_transient_error_is_retried_and_leaves_a_ready_status_alone(
     queue = WorkQueue(base_delay=0.01)
     queue.add(("llm", "dsv3"))
     sts = ("StatefulSet", "llm", "dsv3-decode-0")
-    run_worker_until(
-        queue, reconciler, lambda: kube.objects[sts]["spec"]["replicas"] == replicas
-    )
+    run_worker_until(queue, reconciler, lambda: kube.objects[sts]["spec"]["replicas"] == replicas)
     # retried by the queue, without waiting for another event, until the apply went through
     applies = [c for c in kube.calls if c[0].startswith("APPLY")]
     assert applies[:3] == [
@@ -255,3 +253,56 @@ def test_a_spec_the_cluster_refuses_still_becomes_a_condition(dsv3: Json) -> Non
     status = kube.objects[(api.KIND, "llm", "dsv3")]["status"]
     assert status["phase"] != "Ready"
     assert any("Invalid value: -1" in c.get("message", "") for c in status["conditions"])
+
+
+# --- the resync sees drift no watch event reported --------------------------------------------
+
+
+class ListingFakeKube(FakeKube):  # type: ignore[misc, valid-type]
+    """The fake API server, also answering existence selectors (``key`` alone)."""
+
+    def list(self, kind: str, namespace: str | None, selector: str = "") -> list[Json]:
+        if selector and "=" not in selector:
+            self.calls.append(("LIST", kind))
+            return [copy.deepcopy(o) for (k, ns, _), o in self.objects.items()
+                    if k == kind and ns == namespace
+                    and selector in o["metadata"].get("labels", {})]  # fmt: skip
+        found: list[Json] = super().list(kind, namespace, selector)
+        return found
+
+
+def test_the_resync_repairs_a_child_whose_edit_no_watch_event_reported(dsv3: Json) -> None:
+    from ascend_pd_operator.handlers import resync_once
+    from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+
+    kube = ListingFakeKube()
+    cr = copy.deepcopy(dsv3)
+    cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
+    kube.objects[(api.KIND, "llm", "dsv3")] = cr
+    cache = LiveCache(listed_kinds=("StatefulSet", "Deployment", "Service", "ConfigMap", "Job"))
+    reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)
+    reconciler.reconcile("llm", "dsv3")
+    watch_everything(kube, cache)
+    # a user removes our deployment label from the router Service: the child watches filter
+    # on that label, so the operator's handlers never see this edit
+    svc = kube.objects[("Service", "llm", "dsv3-router")]
+    del svc["metadata"]["labels"][LABEL_DEPLOYMENT]
+    kube._store(svc, False)
+    kube.calls.clear()
+    reconciler.reconcile("llm", "dsv3")  # an event-triggered reconcile cannot tell
+    assert kube.writes() == []
+    queue = WorkQueue()
+    resync_once(queue, kube, ["llm"], cache)
+    assert queue.get(0) == ("llm", "dsv3")
+    result = reconciler.reconcile("llm", "dsv3")
+    assert ("APPLY", "Service") in kube.writes() and result.applied == 1
+    assert (
+        kube.objects[("Service", "llm", "dsv3-router")]["metadata"]["labels"][LABEL_DEPLOYMENT]
+        == "dsv3"
+    )
+    # and an idle resync changes nothing
+    watch_everything(kube, cache)
+    kube.calls.clear()
+    resync_once(queue, kube, ["llm"], cache)
+    reconciler.reconcile("llm", "dsv3")
+    assert kube.writes() == []
