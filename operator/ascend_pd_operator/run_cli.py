@@ -88,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     # Pods are watched for the inspector's alone; the other children are watched whole.
     cache = LiveCache(listed_kinds=set(WATCHED_CHILDREN) - {"Pod"})
     registry = build_registry(queue, kube, namespaces, args.resync_seconds, supervisor, cache)
+    # Not live until kopf has started them (as kopf's own endpoint was not up until then).
+    supervisor.expect("resync", "watch")
 
     leading = None
     if args.leader_elect:

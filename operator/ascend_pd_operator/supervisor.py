@@ -93,7 +93,13 @@ class Supervisor:
         self.expected = expected
         self._clock = clock
         self._units: dict[str, Unit] = {}
+        self._expected: set[str] = set()
         self._lock = threading.Lock()
+
+    def expect(self, *names: str) -> None:
+        """Units started later (by kopf's startup): not live until they run."""
+        with self._lock:
+            self._expected.update(names)
 
     def start(self, name: str, body: Callable[[Unit], None], period: float) -> Unit:
         """Run ``body(unit)`` in a daemon thread named ``name`` until ``stop``, restarting it."""
@@ -134,7 +140,10 @@ class Supervisor:
 
     def problems(self) -> list[str]:
         """Why the operator is not live (empty: it is)."""
-        found = []
+        with self._lock:
+            found = [
+                f"{name}: not started yet" for name in sorted(self._expected - set(self._units))
+            ]
         for unit in self.units():
             alive = unit.thread is not None and unit.thread.is_alive()
             if not alive and not self.stop.is_set():

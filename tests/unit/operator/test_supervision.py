@@ -288,3 +288,14 @@ def test_supervisor_logs_expected_errors_without_traceback(
     eventually(lambda: len(runs) == 4)
     assert not [r for r in caplog.records if r.exc_info]
     assert len([r for r in caplog.records if "resync" in r.getMessage()]) == 3
+
+
+def test_healthz_fails_until_the_expected_units_run(
+    stop: threading.Event, served: tuple[Supervisor, int]
+) -> None:
+    supervisor, port = served
+    supervisor.expect("resync")
+    status, report = get_health(port)
+    assert status == 503 and report["problems"] == ["resync: not started yet"]
+    supervisor.start("resync", lambda unit: stop.wait(), period=1.0)
+    assert get_health(port)[0] == 200
