@@ -139,9 +139,10 @@ def _outage(
     operator: Operator, layout: dev_cluster.Layout, component: str, seconds: float
 ) -> tuple[float, float, bool]:
     """Stop ``component`` for ``seconds`` (watching the operator stay alive), start it
-    again; (stopped at, back at, connections were refused)."""
-    dev_cluster.stop_component(layout, component)
+    again; (stopped at, back at, connections were refused). The outage begins with the
+    SIGTERM: the API server stops listening at once but may take seconds to exit."""
     down = time.monotonic()
+    dev_cluster.stop_component(layout, component)
     refused = component != "kube-apiserver" or _refused(
         dev_cluster.load_state(layout).server  # type: ignore[union-attr]
     )
@@ -255,6 +256,9 @@ def _judge_health(
     first = windows[0][0] if windows else 0.0
     result.details["healthz_samples"] = len(sampler.samples)
     result.details["healthz_failing_samples"] = len(failing)
+    first_problems = [body.get("problems") for t, status, body in sampler.samples if status != 200]
+    if first_problems:
+        result.details["healthz_first_failure"] = first_problems[0]
     if failing:
         result.details["healthz_failing_window_seconds"] = [
             round(min(failing) - first, 1), round(max(failing) - first, 1)

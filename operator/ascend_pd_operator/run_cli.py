@@ -77,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         # kopf logs every handler call at INFO; our reconciler logs what it changes.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+        # urllib3 logs each of its own retries; the supervisor and the worker log the failure
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     if not args.namespace and not args.all_namespaces:
         print("error: pass --namespace NS (repeatable) or --all-namespaces", file=sys.stderr)
         return 1
