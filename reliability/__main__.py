@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bad_inputs, crash, deletion, drift, faults, ha, security
+from . import bad_inputs, crash, deletion, drift, faults, ha, outage, security
 from .env import Env, Release, scenario_cluster
 from .result import ScenarioResult, full_report, table, write_json
 
@@ -30,7 +30,8 @@ RESULTS = Path(__file__).resolve().parent / "results.json"
 Scenario = Callable[[Env, Release, str], ScenarioResult]
 
 
-def scenarios(kills: int, seed: int) -> dict[str, Scenario]:
+def scenarios(kills: int, seed: int, outage_seconds: float) -> dict[str, Scenario]:
+    # control-plane-outage stops the API server: it runs last, so no other scenario sees it
     return {
         "crash": lambda e, r, ns: crash.run(e, r, ns, kills=kills, seed=seed),
         "drift": drift.run,
@@ -39,6 +40,9 @@ def scenarios(kills: int, seed: int) -> dict[str, Scenario]:
         "ha": ha.run,
         "deletion": deletion.run,
         "security": security.run,
+        "control-plane-outage": lambda e, r, ns: outage.run(
+            e, r, ns, outage_seconds=outage_seconds
+        ),
     }
 
 
@@ -82,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="run only this scenario")
     parser.add_argument("--kills", type=int, default=20, help="SIGKILLs in the crash scenario")
     parser.add_argument("--seed", type=int, default=7, help="seed of the crash scenario")
+    parser.add_argument(
+        "--outage-seconds",
+        type=float,
+        default=outage.OUTAGE_SECONDS,
+        help="how long control-plane-outage keeps kube-apiserver stopped",
+    )
     parser.add_argument("--details", action="store_true", help="print each scenario's details")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(f"reliability: {text}", file=sys.stderr, flush=True)
 
-    chosen = {k: v for k, v in scenarios(args.kills, args.seed).items()
+    chosen = {k: v for k, v in scenarios(args.kills, args.seed, args.outage_seconds).items()
               if not args.only or k in args.only}  # fmt: skip
     with scenario_cluster(say) as kubeconfig:
         results, workdir = _run_all(chosen, kubeconfig, say)

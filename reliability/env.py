@@ -199,6 +199,7 @@ class Release:
         resync_seconds: float = 5.0,
         kubeconfig: Path | None = None,
         identity: str = "",
+        extra_args: tuple[str, ...] = (),
     ) -> Operator:
         """``ascend-pd run`` with the chart Deployment's args, scoped to ``namespaces``."""
         deployment = json.loads(json.dumps(self.deployment))
@@ -216,7 +217,7 @@ class Release:
             deployment,
             kubeconfig or self.token_kubeconfig,
             log,
-            ("--resync-seconds", str(resync_seconds)),
+            ("--resync-seconds", str(resync_seconds), *extra_args),
         )
 
 

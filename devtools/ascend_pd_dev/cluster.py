@@ -384,6 +384,76 @@ def _start_controller_manager(
     )
 
 
+def _start_etcd(layout: Layout, state: ClusterState, progress: Progress) -> None:
+    progress(f"starting etcd on 127.0.0.1:{state.ports.etcd_client}")
+    procs.start(
+        etcd_argv(build.etcd_binary(), layout, state.ports),
+        layout.pid_file("etcd"),
+        layout.log_file("etcd"),
+        cwd=layout.root,
+    )
+
+    def etcd_healthy() -> bool:
+        url = f"http://127.0.0.1:{state.ports.etcd_client}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(json.loads(resp.read()).get("health") == "true")
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    _wait("etcd health", etcd_healthy, "etcd", layout, 60)
+
+
+def _start_apiserver(
+    layout: Layout, state: ClusterState, pki: certs.Pki, bin_dir: Path, progress: Progress
+) -> None:
+    progress(f"starting kube-apiserver on {state.server}")
+    procs.start(
+        apiserver_argv(bin_dir / "kube-apiserver", layout, pki, state.ports),
+        layout.pid_file("kube-apiserver"),
+        layout.log_file("kube-apiserver"),
+        cwd=layout.root,
+    )
+    _wait(
+        "kube-apiserver /readyz",
+        lambda: api_get(state, pki, "/readyz")[0] == 200,
+        "kube-apiserver",
+        layout,
+        120,
+    )
+
+
+#: Components ``stop_component`` / ``start_component`` handle (outage tests).
+RESTARTABLE = ("etcd", "kube-apiserver")
+
+
+def stop_component(layout: Layout, component: str) -> bool:
+    """Stop one control-plane process (SIGTERM): its port refuses connections until
+    ``start_component``. True when it was running."""
+    if component not in RESTARTABLE:
+        raise ValueError(f"component {component!r}: only {', '.join(RESTARTABLE)} can be stopped")
+    with build.file_lock(layout.lock):
+        return procs.stop(layout.pid_file(component))
+
+
+def start_component(layout: Layout, component: str, progress: Progress = lambda _: None) -> None:
+    """Start one stopped control-plane process again, on the cluster's saved ports and
+    data, and wait until it is healthy (the API server: ``/readyz``)."""
+    if component not in RESTARTABLE:
+        raise ValueError(f"component {component!r}: only {', '.join(RESTARTABLE)} can be started")
+    state = load_state(layout)
+    if state is None:
+        raise ClusterError(f"no cluster state in {layout.state}: run `ascend-pd dev up` first")
+    with build.file_lock(layout.lock):
+        if procs.running(layout.pid_file(component)) is not None:
+            return
+        if component == "etcd":
+            _start_etcd(layout, state, progress)
+        else:
+            bin_dir = build.ensure_binaries(progress)
+            _start_apiserver(layout, state, certs.Pki(layout.pki), bin_dir, progress)
+
+
 def up(
     layout: Layout, nodes: int, ascend_per_node: int, progress: Progress, rebuild: bool = False
 ) -> ClusterState:
@@ -407,7 +477,6 @@ def _up_locked(
     rebuild: bool,
     bin_dir: Path,
 ) -> ClusterState:
-    etcd = build.etcd_binary()
     for directory in (layout.root, layout.run, layout.logs):
         directory.mkdir(parents=True, exist_ok=True)
     pki = certs.ensure_pki(layout.pki)
@@ -436,38 +505,8 @@ def _up_locked(
     save_state(layout, state)
     _write_kubeconfigs(layout, pki, state)
 
-    progress(f"starting etcd on 127.0.0.1:{state.ports.etcd_client}")
-    procs.start(
-        etcd_argv(etcd, layout, state.ports),
-        layout.pid_file("etcd"),
-        layout.log_file("etcd"),
-        cwd=layout.root,
-    )
-
-    def etcd_healthy() -> bool:
-        url = f"http://127.0.0.1:{state.ports.etcd_client}/health"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return bool(json.loads(resp.read()).get("health") == "true")
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
-
-    _wait("etcd health", etcd_healthy, "etcd", layout, 60)
-
-    progress(f"starting kube-apiserver on {state.server}")
-    procs.start(
-        apiserver_argv(bin_dir / "kube-apiserver", layout, pki, state.ports),
-        layout.pid_file("kube-apiserver"),
-        layout.log_file("kube-apiserver"),
-        cwd=layout.root,
-    )
-    _wait(
-        "kube-apiserver /readyz",
-        lambda: api_get(state, pki, "/readyz")[0] == 200,
-        "kube-apiserver",
-        layout,
-        120,
-    )
+    _start_etcd(layout, state, progress)
+    _start_apiserver(layout, state, pki, bin_dir, progress)
 
     _start_controller_manager(layout, state, pki, bin_dir, progress)
     _start_kubelet_sim(layout, state, pki, progress)

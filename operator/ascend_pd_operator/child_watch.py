@@ -25,7 +25,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from .kube import KubeError
@@ -44,6 +44,9 @@ BACKOFF_INITIAL_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 30.0
 #: A watch that ends sooner than this without an event counts as a failure (backoff).
 MIN_WATCH_SECONDS = 1.0
+#: A working watch hears something (an event, a bookmark, or the server ending it and a new
+#: list) at least this often; the supervisor's health check allows this much silence.
+WATCH_SILENCE_SECONDS = WATCH_TIMEOUT_RANGE[1] + 30.0
 
 
 def selector_for(kind: str) -> str:
@@ -73,7 +76,13 @@ class Transport(Protocol):
 
 
 class Queue(Protocol):
-    def put(self, key: Key) -> None: ...
+    def add(self, key: Key) -> None: ...
+
+
+class Heartbeat(Protocol):
+    """A supervised unit as a watch sees it: it reports progress."""
+
+    def beat(self) -> None: ...
 
 
 class Expired(Exception):
@@ -135,12 +144,28 @@ class ChildWatch:
         self.known: dict[Key, tuple[str, str]] = {}
         #: monotonic time of the last successful list or event: for health reporting.
         self.last_progress: float | None = None
+        #: Told of every successful list or event (the supervised unit's beat).
+        self.heartbeat: Heartbeat | None = None
 
     @property
     def name(self) -> str:
         return f"watch {self.kind} in {self.namespace or 'all namespaces'}"
 
     # --- the long-lived loop -----------------------------------------------------------
+    def supervised(self, stop: threading.Event) -> Callable[[Heartbeat], None]:
+        """The body of this watch's supervised unit: ``run`` reporting progress to it."""
+
+        def body(unit: Heartbeat) -> None:
+            self.heartbeat = unit
+            self.run(stop)
+
+        return body
+
+    def _progress(self) -> None:
+        self.last_progress = time.monotonic()
+        if self.heartbeat is not None:
+            self.heartbeat.beat()
+
     def run(self, stop: threading.Event) -> None:
         """List, then watch until ``stop``; re-list after 410 and after every failure."""
         must_list = True
@@ -209,7 +234,7 @@ class ChildWatch:
         for key in [k for k in self.known if k not in current]:
             self._gone(key)
         self.resource_version = version
-        self.last_progress = time.monotonic()
+        self._progress()
 
     def handle(self, event: Json) -> None:
         """Apply one watch event; raise Expired (410) or WatchError for an ERROR event."""
@@ -230,7 +255,7 @@ class ChildWatch:
             raise WatchError(f"unknown watch event type {kind!r}")
         if version:
             self.resource_version = version
-        self.last_progress = time.monotonic()
+        self._progress()
 
     def _seen(self, obj: Json) -> None:
         meta = obj["metadata"]
@@ -243,7 +268,7 @@ class ChildWatch:
             # List items carry no kind; the cache keys by it.
             self.cache.seen({**obj, "kind": self.kind})
         if owner:
-            self.queue.put((key[0], owner))
+            self.queue.add((key[0], owner))
         # Recorded last: if reporting failed, the next list reports the object again.
         self.known[key] = (version, owner)
 
@@ -252,7 +277,7 @@ class ChildWatch:
         if self.cache is not None:
             self.cache.gone(self.kind, *key)
         if owner:
-            self.queue.put((key[0], owner))
+            self.queue.add((key[0], owner))
         self.known.pop(key, None)
 
 
@@ -279,16 +304,13 @@ def start_child_watches(
     api_client: Any,
     queue: Queue,
     cache: LiveCache | None,
-    stop: threading.Event,
 ) -> list[ChildWatch]:
-    """Run every child watch in a daemon thread of its own, on a connection pool of their
-    own sized for them (each watch holds a connection; the reconciler's pool stays free)."""
+    """Every child watch, on a connection pool of their own sized for them (each watch
+    holds a connection; the reconciler's pool stays free). The caller runs each one as a
+    supervised unit (``ChildWatch.supervised``)."""
     from .kube import Kube, watch_client
 
     kinds = list(kinds)
     count = len(kinds) * (len(list(namespaces)) if namespaces else 1)
     transport = Kube(watch_client(api_client, count))
-    watches = child_watches(kinds, namespaces, transport, queue, cache)
-    for w in watches:
-        threading.Thread(target=w.run, args=(stop,), name=w.name, daemon=True).start()
-    return watches
+    return child_watches(kinds, namespaces, transport, queue, cache)

@@ -1,28 +1,34 @@
 """kopf wiring: watch events only enqueue; one worker runs the level-based reconcile.
 
-Every watch event of a PDDeployment (kopf) or of a child (``child_watch``: the API
-server filters by our deployment label) puts ``(namespace, name)`` on a de-duplicating
-queue; the initial listing at start is the resume, and a resync thread enqueues every
-PDDeployment periodically. No kopf change handlers, timers or daemons are registered, so
-kopf adds no finalizer and deleting a PDDeployment never waits for the operator;
-kopf's persistence still uses our ``ascendpd.io`` prefixes instead of its own.
+Every watch event of a PDDeployment (kopf) or of a child (``child_watch``: the API server
+filters by our deployment label) puts ``(namespace, name)`` on the rate-limited work queue
+(``workqueue.py``); the initial listing at start is the resume, and a resync unit refreshes
+the cache of children from a LIST and enqueues every PDDeployment periodically. A failed
+reconcile is queued again after its key's backoff. The resync, the worker, every child watch
+and a check of kopf's watch tasks run under the supervisor (``supervisor.py``). No kopf
+change handlers, timers or daemons are registered, so kopf adds no finalizer and deleting a
+PDDeployment never waits for the operator; kopf's persistence still uses our ``ascendpd.io``
+prefixes instead of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import kopf
 
 from . import api
-from .child_watch import start_child_watches
-from .kube import Kube, KubeError
+from .child_watch import WATCH_SILENCE_SECONDS, start_child_watches
+from .kube import Kube, KubeError, is_transient
 from .live_cache import LiveCache
-from .naming import PREFIX
+from .naming import LABEL_DEPLOYMENT, PREFIX
 from .reconciler import Reconciler
+from .supervisor import Supervisor, Unit
+from .workqueue import RateLimitedQueue
 
 log = logging.getLogger(__name__)
 
@@ -31,28 +37,12 @@ Key = tuple[str, str]
 WATCHED_CHILDREN = ("StatefulSet", "Deployment", "Service", "ConfigMap", "Job", "Pod")
 
 
-class WorkQueue:
-    """A set of keys with at most one pending entry per key, drained by one worker."""
-
-    def __init__(self) -> None:
-        self._pending: list[Key] = []
-        self._cond = threading.Condition()
-
-    def put(self, key: Key) -> None:
-        with self._cond:
-            if key not in self._pending:
-                self._pending.append(key)
-                self._cond.notify()
-
-    def get(self, timeout: float | None = None) -> Key | None:
-        with self._cond:
-            if not self._pending:
-                self._cond.wait(timeout)
-            return self._pending.pop(0) if self._pending else None
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._pending)
+#: The queue of reconcile keys (client-go style: dedup, one worker per key, backoff).
+WorkQueue = RateLimitedQueue[Key]
+#: How often the kopf watch check runs (its supervised unit's period).
+WATCH_CHECK_SECONDS = 10.0
+#: Name prefix kopf gives its per-resource watcher tasks (``orchestration.py``).
+KOPF_WATCHER_PREFIX = "watcher for "
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -72,7 +62,7 @@ def build_registry(
     kube: Kube,
     namespaces: Iterable[str] | None,
     resync_seconds: float,
-    stop: threading.Event,
+    supervisor: Supervisor,
     cache: LiveCache | None = None,
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
@@ -85,51 +75,140 @@ def build_registry(
         return info
 
     @kopf.on.startup(registry=registry)
-    def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
-        threading.Thread(
-            target=_resync_loop,
-            args=(queue, kube, namespaces, resync_seconds, stop),
-            name="resync",
-            daemon=True,
-        ).start()
+        stop = supervisor.stop
+        watches = WatchCheck(asyncio.get_running_loop())
+        supervisor.start(
+            "resync",
+            lambda unit: resync_loop(unit, queue, kube, namespaces, resync_seconds, stop, cache),
+            period=resync_seconds,
+        )
+        supervisor.start("watch", lambda unit: watches.run(unit, stop), period=WATCH_CHECK_SECONDS)
         # Children: our own watches, filtered by the API server (child_watch.py).
-        start_child_watches(WATCHED_CHILDREN, namespaces, kube.api, queue, cache, stop)
+        for watch in start_child_watches(WATCHED_CHILDREN, namespaces, kube.api, queue, cache):
+            supervisor.start(watch.name, watch.supervised(stop), period=WATCH_SILENCE_SECONDS)
 
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
     def _pdd_event(type: str, body: Any, **_: Any) -> None:
         if type != "DELETED":
-            queue.put((body["metadata"]["namespace"], body["metadata"]["name"]))
+            queue.add((body["metadata"]["namespace"], body["metadata"]["name"]))
 
     return registry
 
 
-def _resync_loop(
+def resync_once(
+    queue: WorkQueue, kube: Kube, namespaces: Iterable[str] | None, cache: LiveCache | None
+) -> None:
+    """Refresh the cache from a LIST of our children, then enqueue every PDDeployment.
+
+    The LIST is what lets the resync repair drift no watch event reported: the cache
+    alone would call such a child unchanged and skip it.
+    """
+    for ns in list(namespaces) if namespaces else [None]:
+        if cache is not None:
+            for kind in sorted(cache.listed_kinds):
+                cache.refresh(kind, ns, kube.list(kind, ns, LABEL_DEPLOYMENT))
+        for item in kube.list(api.KIND, ns):
+            queue.add((item["metadata"]["namespace"], item["metadata"]["name"]))
+
+
+def resync_loop(
+    unit: Unit,
     queue: WorkQueue,
     kube: Kube,
     namespaces: Iterable[str] | None,
     every: float,
     stop: threading.Event,
+    cache: LiveCache | None = None,
 ) -> None:
-    """Periodic resync: every PDDeployment is reconciled at least every ``every`` seconds."""
-    while not stop.wait(every):
-        for ns in list(namespaces) if namespaces else [None]:
-            try:
-                for item in kube.list(api.KIND, ns):
-                    queue.put((item["metadata"]["namespace"], item["metadata"]["name"]))
-            except (KubeError, OSError) as exc:
-                log.warning("resync: listing PDDeployments failed: %s", exc)
+    """Periodic resync: every PDDeployment is reconciled at least every ``every`` seconds.
 
-
-def worker(queue: WorkQueue, reconciler: Reconciler, stop: threading.Event) -> None:
-    """Drain the queue; a failed reconcile is retried on the next event or resync."""
+    Supervised: a failed LIST (the API server unreachable, anything) ends this call, and
+    the supervisor starts it again after a backoff; a restart resyncs at once.
+    """
+    if unit.restarts == 0 and stop.wait(every):
+        return  # kopf's initial listing has just enqueued everything
     while not stop.is_set():
+        resync_once(queue, kube, namespaces, cache)
+        unit.beat()
+        if stop.wait(every):
+            return
+
+
+def worker(
+    queue: WorkQueue,
+    reconciler: Reconciler,
+    stop: threading.Event,
+    unit: Unit | None = None,
+    ready: Callable[[], bool] = lambda: True,
+) -> None:
+    """Drain the queue; a failed reconcile is queued again after its key's backoff.
+
+    Conflicts are retried quietly and transient API errors with one log line; neither
+    touches the status (the reconciler raises them before writing it). ``ready`` holds
+    the worker back (e.g. until this replica leads).
+    """
+    while not stop.is_set():
+        if unit is not None:
+            unit.beat()
+        if not ready():
+            stop.wait(1.0)
+            continue
         key = queue.get(timeout=1.0)
         if key is None:
             continue
         try:
             reconciler.reconcile(*key)
-        except KubeError as exc:  # e.g. a conflict or the namespace going away: retried
-            log.warning("reconcile of %s/%s: %s", *key, exc)
-        except Exception:  # keep the worker alive; the next trigger retries
-            log.exception("reconcile of %s/%s failed", *key)
+        except Exception as exc:
+            delay = queue.add_rate_limited(key)
+            if isinstance(exc, KubeError) and exc.status == 409:
+                log.debug("reconcile of %s/%s: conflict, retrying in %.1fs", *key, delay)
+            elif is_transient(exc):
+                log.warning("reconcile of %s/%s: %s: %s; retrying in %.1fs",
+                            *key, type(exc).__name__, exc, delay)  # fmt: skip
+            elif isinstance(exc, KubeError):
+                log.warning("reconcile of %s/%s: %s; retrying in %.1fs", *key, exc, delay)
+            else:
+                log.exception("reconcile of %s/%s failed; retrying in %.1fs", *key, delay)
+        else:
+            queue.forget(key)
+        finally:
+            queue.done(key)
+
+
+class WatchCheck:
+    """Are kopf's watch streams alive, and does kopf's event loop answer?
+
+    kopf reconnects a watch stream that breaks (the API server going away), but a
+    watcher task that ends with an error kopf does not retry stays dead while the
+    process lives on. This check runs on kopf's loop: a watcher task it has seen that
+    ended other than by cancellation is dead, and the unit stops beating, so /healthz
+    fails; so it does when the loop does not answer within the period.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+
+    async def dead_watchers(self) -> list[str]:
+        for task in asyncio.all_tasks():
+            if task.get_name().startswith(KOPF_WATCHER_PREFIX):
+                self._tasks[task.get_name()] = task  # kopf replaces a cancelled one by name
+        return sorted(name for name, task in self._tasks.items()
+                      if task.done() and not task.cancelled())  # fmt: skip
+
+    def run(self, unit: Unit, stop: threading.Event) -> None:
+        reported: list[str] = []
+        while not stop.is_set():
+            dead = asyncio.run_coroutine_threadsafe(self.dead_watchers(), self.loop).result(
+                timeout=unit.period
+            )
+            if not dead:
+                unit.beat()
+            elif dead != reported:
+                unit.last_error = f"kopf watch tasks ended: {', '.join(dead)}"
+                log.error("%s; /healthz will fail so the operator is restarted", unit.last_error)
+                reported = dead
+            if stop.wait(unit.period):
+                return

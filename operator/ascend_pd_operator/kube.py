@@ -76,6 +76,27 @@ MAX_RETRY_AFTER_SECONDS = 30.0
 #: the server's end of the watch) within its own timeout plus the slack.
 WATCH_CONNECT_SECONDS = 10.0
 WATCH_READ_SLACK_SECONDS = 30.0
+#: (connect, read) seconds: a request to an API server that vanished mid-call fails
+#: instead of blocking its worker forever.
+REQUEST_TIMEOUT = (10.0, 60.0)
+#: Answers that say "try again later", not "this request is wrong".
+TRANSIENT_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that says nothing about the request: a conflict, throttling, a server
+    error, the API server unreachable or timing out, or this replica no longer leading.
+
+    The work is retried later; it never becomes a condition on the PDDeployment.
+    """
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, KubeError):
+        return exc.status in TRANSIENT_STATUSES or exc.status >= 500 or exc.reason == "NotLeader"
+    if isinstance(exc, ApiException):  # the generated clients (leader election)
+        return exc.status in TRANSIENT_STATUSES or not exc.status or exc.status >= 500
+    return isinstance(exc, OSError | urllib3.exceptions.HTTPError)
 
 
 def retry_after(status: int, header: str | None) -> float | None:
@@ -168,7 +189,11 @@ class Kube:
             auth_settings=["BearerToken"],
         )
         return self.api.call_api(
-            method, full_url, header_params=header_params, body=serialized, _request_timeout=timeout
+            method,
+            full_url,
+            header_params=header_params,
+            body=serialized,
+            _request_timeout=timeout or REQUEST_TIMEOUT,
         )
 
     # --- verbs -------------------------------------------------------------------------

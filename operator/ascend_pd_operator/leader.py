@@ -19,7 +19,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .supervisor import Unit
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ def _micro(t: dt.datetime) -> str:
 
 
 class LeaderElector:
-    """Blocks in ``wait_for_leadership()``, then renews from a daemon thread."""
+    """``run()`` (a supervised unit) acquires the lease, then renews it."""
 
     def __init__(
         self,
@@ -175,36 +178,47 @@ class LeaderElector:
             return None
         return lease.holder if lease else ""
 
-    def wait_for_leadership(self, poll_seconds: float | None = None) -> None:
-        poll = poll_seconds or self.renew_seconds
-        while not self.try_once():
-            time.sleep(poll)
-        self.is_leader.set()
-        threading.Thread(target=self._renew_loop, name="lease-renewer", daemon=True).start()
+    def run(self, unit: Unit, stop: threading.Event) -> None:
+        """Acquire the lease, then renew it, until ``stop`` or the lease is lost.
 
-    def _renew_loop(self) -> None:
-        # Give up leadership strictly before the lease could expire for the others.
-        deadline = self.lease_seconds * ACTING_SHARE
-        while True:
-            time.sleep(self.renew_seconds)
-            try:
-                if self.try_once():
-                    continue
-                reason = "the lease changed hands or a renewal conflicted"
-            except Exception as exc:
-                reason = f"renewal failed: {exc.__class__.__name__}"
-            current = self._safe_holder()
-            if current in (self.identity, None) and (
-                time.monotonic() - self._last_renewed < deadline
-            ):
-                log.warning("leader election: %s; retrying", reason)
-                continue
-            log.error(
-                "leader election: lost lease %s/%s (%s); stopping",
-                self.namespace,
-                self.name,
-                reason,
-            )
-            self.is_leader.clear()
-            self.on_lost()
+        Any exception ends this call and the supervisor calls it again, which resumes where it was
+        (still waiting, or leading and renewing: ``is_leader`` and the last renewal
+        survive the restart). The unit beats after every round that reached the API.
+        """
+        while not self.is_leader.is_set():
+            if self.try_once():
+                self.is_leader.set()
+            unit.beat()
+            if not self.is_leader.is_set() and stop.wait(self.renew_seconds):
+                return
+        if stop.wait(self.renew_seconds):
             return
+        while (outcome := self._renew_once()) != "lost":
+            if outcome == "renewed":
+                unit.beat()
+            if stop.wait(self.renew_seconds):
+                return
+        stop.wait()  # lost: on_lost() ended the process or will; nothing left to do
+
+    def _renew_once(self) -> Literal["renewed", "retrying", "lost"]:
+        """One renewal; "lost" once the lease is lost (``on_lost`` has been called)."""
+        deadline = self.lease_seconds * ACTING_SHARE
+        try:
+            if self.try_once():
+                return "renewed"
+            reason = "the lease changed hands or a renewal conflicted"
+        except Exception as exc:
+            reason = f"renewal failed: {exc.__class__.__name__}"
+        current = self._safe_holder()
+        if current in (self.identity, None) and (time.monotonic() - self._last_renewed < deadline):
+            log.warning("leader election: %s; retrying", reason)
+            return "retrying"
+        log.error(
+            "leader election: lost lease %s/%s (%s); stopping",
+            self.namespace,
+            self.name,
+            reason,
+        )
+        self.is_leader.clear()
+        self.on_lost()
+        return "lost"

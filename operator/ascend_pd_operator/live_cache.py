@@ -76,6 +76,39 @@ class LiveCache:
         with self._lock:
             self._objects[(obj["kind"], meta["namespace"], meta["name"])] = obj
 
+    def refresh(self, kind: str, namespace: str | None, items: Iterable[Json]) -> int:
+        """Replace what the watch reported of ``kind`` in ``namespace`` (None: every one) by
+        the result of a fresh LIST; return how many entries changed.
+
+        The periodic resync calls this, so drift the watch did not report (an edit that
+        removes our deployment label is dropped by the handlers' label filter; a stream can
+        miss an event) is seen: a child listed at another resourceVersion than the one we
+        applied is applied again, and a child no longer listed is forgotten (applied afresh).
+        A LIST older than a watch event costs at most one extra apply.
+        """
+        fresh = {
+            (kind, obj["metadata"]["namespace"], obj["metadata"]["name"]): {**obj, "kind": kind}
+            for obj in items
+        }
+        changed = 0
+        with self._lock:
+            stale = [
+                key
+                for key in self._objects
+                if key[0] == kind and namespace in (None, key[1]) and key not in fresh
+            ]
+            for key in stale:
+                self._objects.pop(key, None)
+                self._applied.pop(key, None)
+                self._generations.pop(key, None)
+            for key, obj in fresh.items():
+                old = self._objects.get(key)
+                version = obj["metadata"].get("resourceVersion")
+                if old is None or old["metadata"].get("resourceVersion") != version:
+                    self._objects[key] = obj
+                    changed += 1
+        return changed + len(stale)
+
     def gone(self, kind: str, namespace: str, name: str) -> None:
         # A deleted child is applied afresh anyway; forgetting its records keeps the cache
         # from growing with every PDDeployment ever deleted.

@@ -5,7 +5,9 @@ them and delete children no longer desired → compute the status → patch it w
 it changed. Every trigger (create, update, resume, child event, resync) runs the
 same function, so a deleted or edited child is restored on the next event. A
 rejected spec or an incompatible layout applies and deletes nothing: the
-running children stay exactly as they were.
+running children stay exactly as they were. A transient API error (``is_transient``:
+a conflict, 429, 5xx, the API server unreachable) is raised before the status is
+written, so it never turns a Ready deployment Degraded; the work queue retries it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from . import api
 from .children import child_key
 from .desired import Desired, desired_state, validate
-from .kube import Kube, KubeError, NotFound
+from .kube import Kube, KubeError, NotFound, is_transient
 from .live_cache import LiveCache
 from .model_source import (
     COMPONENT_FACTS,
@@ -118,6 +120,10 @@ class Reconciler:
                         live[(obj["kind"], obj["metadata"]["name"])] = obj
                     deleted = self._prune(owner, desired)
                 except KubeError as exc:
+                    if is_transient(exc):
+                        # A conflict, throttling or a server error says nothing about the
+                        # spec: leave the status as it is and let the queue retry the key.
+                        raise
                     apply_error = _apply_error(current, exc)
                     live = {}
         if not live:

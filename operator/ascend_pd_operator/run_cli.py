@@ -1,9 +1,11 @@
 """``ascend-pd run [--namespace NS ...| --all-namespaces]``: run the operator.
 
-kopf watches PDDeployments and their children and serves the liveness endpoint
-(``--health-port``, path ``/healthz``); a worker thread reconciles. Credentials
-come from the pod's service account in a cluster, else ``$KUBECONFIG``. With
-``--leader-elect`` only the replica holding the Lease reconciles.
+kopf watches PDDeployments and their children; a worker thread reconciles. The
+worker, the resync, leader election and a check of kopf's watches run under one
+supervisor, and ``/healthz`` on ``--health-port`` fails once one of them has made no
+progress for its period plus ``--unhealthy-after-seconds``. Credentials come from the
+pod's service account in a cluster, else ``$KUBECONFIG``. With ``--leader-elect``
+only the replica holding the Lease reconciles.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from .api_access import DEFAULT_HEALTH_PORT, HEALTH_PATH
+from .supervisor import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from .leader import LeaderElector
@@ -42,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--resync-seconds", type=float, default=60.0, help="periodic resync interval (60)"
     )
     parser.add_argument(
+        "--unhealthy-after-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        help="/healthz fails once a supervised thread has made no progress for its period "
+        f"plus this long ({DEFAULT_GRACE_SECONDS:g})",
+    )
+    parser.add_argument(
         "--leader-elect",
         action="store_true",
         help="reconcile only while holding the Lease ascend-pd-operator in $POD_NAMESPACE",
@@ -52,10 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import kopf
 
+    from . import health
     from .handlers import WATCHED_CHILDREN, WorkQueue, build_registry, worker
-    from .kube import Kube, load_config
+    from .kube import Kube, is_transient, load_config
     from .live_cache import LiveCache
     from .reconciler import Reconciler
+    from .supervisor import Supervisor
 
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,
@@ -65,32 +77,44 @@ def run(args: argparse.Namespace) -> int:
         # kopf logs every handler call at INFO; our reconciler logs what it changes.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+        # urllib3 logs each of its own retries; the supervisor and the worker log the failure
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     if not args.namespace and not args.all_namespaces:
         print("error: pass --namespace NS (repeatable) or --all-namespaces", file=sys.stderr)
         return 1
     kube = Kube(load_config())
     stop = threading.Event()
+    supervisor = Supervisor(stop, grace=args.unhealthy_after_seconds, expected=is_transient)
     queue = WorkQueue()
     namespaces = None if args.all_namespaces else list(args.namespace)
     # Pods are watched for the inspector's alone; the other children are watched whole.
     cache = LiveCache(listed_kinds=set(WATCHED_CHILDREN) - {"Pod"})
-    registry = build_registry(queue, kube, namespaces, args.resync_seconds, stop, cache)
+    registry = build_registry(queue, kube, namespaces, args.resync_seconds, supervisor, cache)
+    # Not live until kopf has started them (as kopf's own endpoint was not up until then).
+    supervisor.expect("resync", "watch")
 
-    def reconcile_forever() -> None:
+    leading = None
+    if args.leader_elect:
         # A standby watches (and answers its liveness probe) but never writes.
-        if args.leader_elect:
-            kube.may_write = _wait_for_leadership(stop).holds
-        worker(queue, Reconciler(kube, cache=cache), stop)
-
-    threading.Thread(target=reconcile_forever, name="reconciler", daemon=True).start()
-    liveness = f"http://0.0.0.0:{args.health_port}{HEALTH_PATH}" if args.health_port else None
+        elector = _elector(stop)
+        kube.may_write = elector.holds
+        leading = elector.is_leader.is_set
+        supervisor.start("leader-election", lambda unit: elector.run(unit, stop),
+                         period=elector.renew_seconds)  # fmt: skip
+    reconciler = Reconciler(kube, cache=cache)
+    supervisor.start(
+        "worker",
+        lambda unit: worker(queue, reconciler, stop, unit, ready=leading or (lambda: True)),
+        period=1.0,
+    )
+    if args.health_port:
+        health.serve(supervisor, args.health_port)
     try:
         kopf.run(
             registry=registry,
             standalone=True,
             clusterwide=bool(args.all_namespaces),
             namespaces=namespaces or (),
-            liveness_endpoint=liveness,
             # No stop_flag: kopf waits for a threading.Event in an executor thread that
             # would keep the process alive after SIGTERM; kopf handles the signals itself.
         )
@@ -99,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_for_leadership(stop: threading.Event) -> LeaderElector:
+def _elector(stop: threading.Event) -> LeaderElector:
     from kubernetes import client
 
     from .leader import LeaderElector
@@ -111,15 +135,13 @@ def _wait_for_leadership(stop: threading.Event) -> LeaderElector:
         stop.set()
         os._exit(1)
 
-    elector = LeaderElector(
+    logging.getLogger(__name__).info(
+        "leader election: waiting for lease %s/ascend-pd-operator", namespace
+    )
+    return LeaderElector(
         client.CoordinationV1Api(),
         namespace=namespace,
         name="ascend-pd-operator",
         identity=os.environ.get("POD_NAME", socket.gethostname()),
         on_lost=lost,
     )
-    log = logging.getLogger(__name__)
-    log.info("leader election: waiting for lease %s/ascend-pd-operator", namespace)
-    elector.wait_for_leadership()
-    log.info("leader election: leading; reconciling")
-    return elector

@@ -24,10 +24,10 @@ import pytest
 import yaml
 from crd_env import CRD_NAME, REPO, RESOURCES, Kubectl, crd_document
 
-from ascend_pd_operator import api
 from ascend_pd_dev import crd_server
-from ascend_pd_operator.rules import RULES
 from ascend_pd_dev.tools import ensure_helm
+from ascend_pd_operator import api
+from ascend_pd_operator.rules import RULES
 from reliability.bad_inputs import FIELD, Case, case_document, load_corpus
 from reliability.offline import offline_verdict
 

@@ -51,7 +51,7 @@ class Queue:
     def __init__(self) -> None:
         self.keys: list[tuple[str, str]] = []
 
-    def put(self, key: tuple[str, str]) -> None:
+    def add(self, key: tuple[str, str]) -> None:
         self.keys.append(key)
 
 
@@ -239,7 +239,7 @@ def test_an_object_whose_report_failed_is_reported_by_the_next_list() -> None:
     puts: list[tuple[str, str]] = []
 
     class FlakyQueue:
-        def put(self, key: tuple[str, str]) -> None:
+        def add(self, key: tuple[str, str]) -> None:
             if not puts:
                 puts.append(("failed", ""))
                 raise RuntimeError("queue unavailable")

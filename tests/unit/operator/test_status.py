@@ -289,7 +289,7 @@ def test_work_queue_keeps_one_entry_per_key() -> None:
 
     queue = WorkQueue()
     for key in [("a", "x"), ("a", "x"), ("b", "y"), ("a", "x")]:
-        queue.put(key)
+        queue.add(key)
     assert len(queue) == 2
     assert queue.get(0) == ("a", "x") and queue.get(0) == ("b", "y")
     assert queue.get(0) is None

@@ -1,0 +1,275 @@
+"""Control-plane outage: kube-apiserver stopped, started again, then etcd restarted.
+
+The landed operator lost its resync thread to the first ``MaxRetryError`` of an API
+outage while ``/healthz`` kept answering 200. Here the real ``ascend-pd run`` serves one
+Ready PDDeployment on the local control plane while:
+
+1. kube-apiserver is stopped for ``outage_seconds`` (its process ends: connections to its
+   port are refused, no HTTP answer at all), then started again on the same port;
+2. etcd is stopped and started again under the running API server.
+
+Afterwards the resync must still run. To see that, the scenario makes drift that no
+watch event reports: it removes our ``ascendpd.io/deployment`` label from the router
+Service. The API server does send that MODIFIED event, but the operator's child
+watches select children by that very label, so the edited object no longer matches and
+the handlers never see it (nor does the cache of children). Only the periodic resync,
+which lists the children afresh, can notice; the repair time is measured against the
+resync interval. The same drift is made once before the outage as a control.
+
+Throughout, a sampler polls ``/healthz`` every half second: it may fail only while
+recovery is impossible (from the stop of a component until it is back, plus the time a
+supervised unit needs to show progress again) and must answer 200 before and after.
+With ``--unhealthy-after-seconds`` shorter than the outage, it is expected to fail
+during the outage. The operator process must live throughout, its log must hold no
+thread that died, and the final audit must find nothing lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import urlsplit
+
+from ascend_pd_dev import cluster as dev_cluster
+from ascend_pd_operator.api_access import HEALTH_PATH
+from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+from ascend_pd_operator.supervisor import Backoff
+
+from .audit import audit_namespace
+from .env import Env, Operator, Release, ScenarioError, wait_for
+from .result import ScenarioResult
+from .specs import pdd
+
+#: The issue's outage; ``make reliability`` runs it, the CI test a shorter one.
+OUTAGE_SECONDS = 120.0
+CI_OUTAGE_SECONDS = 35.0
+RESYNC_SECONDS = 5.0
+#: The operator's ``--unhealthy-after-seconds`` here: shorter than the outage, so the
+#: probe's verdict during the outage is observable at both sizes.
+UNHEALTHY_AFTER_SECONDS = 15.0
+
+
+class HealthSampler:
+    """Polls an operator's /healthz from a thread: (monotonic time, HTTP status, body)."""
+
+    def __init__(self, port: int, every: float = 0.5) -> None:
+        self.url = f"http://127.0.0.1:{port}{HEALTH_PATH}"
+        self.every = every
+        self.samples: list[tuple[float, int, dict[str, Any]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="healthz-sampler", daemon=True)
+
+    def start(self) -> HealthSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), *self.probe()))
+            self._stop.wait(self.every)
+
+    def probe(self) -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(self.url, timeout=5) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+        except (OSError, ValueError):
+            return 0, {}
+
+    def failing_times(self) -> list[float]:
+        return [t for t, status, _ in self.samples if status != 200]
+
+
+def _local_layout(env: Env) -> dev_cluster.Layout:
+    # every local control plane keeps its kubeconfig at the root of its state directory
+    layout = dev_cluster.Layout(env.kubeconfig.resolve().parent)
+    if layout.kubeconfig.resolve() != env.kubeconfig.resolve() or not dev_cluster.load_state(
+        layout
+    ):
+        raise ScenarioError(
+            "control-plane-outage stops the local control plane's own processes: it needs "
+            f"a local dev cluster, and {env.kubeconfig} is not one"
+        )
+    return layout
+
+
+def _refused(server: str) -> bool:
+    """A TCP connection to the API server's port is refused (not answered with an error)."""
+    parts = urlsplit(server)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 443), 5):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+
+
+def _unreported_drift(
+    env: Env, namespace: str, name: str, bound_seconds: float
+) -> tuple[bool, float]:
+    """Remove our deployment label from the router Service; (repaired, seconds)."""
+    service = f"{name}-router"
+    env.kubectl("label", "-n", namespace, "service", service, f"{LABEL_DEPLOYMENT}-")
+    started = time.monotonic()
+
+    def repaired() -> bool:
+        obj = env.get_json("-n", namespace, "service", service) or {"metadata": {}}
+        return (obj["metadata"].get("labels") or {}).get(LABEL_DEPLOYMENT) == name
+
+    ok, _ = wait_for(repaired, bound_seconds, 0.2)
+    return bool(ok), time.monotonic() - started
+
+
+def _recovery_allowance(resync_seconds: float) -> float:
+    """After a component is back: the supervisor's longest restart backoff, one resync
+    period until the resync beats again, and slack for a busy machine."""
+    return Backoff().cap + resync_seconds + 15.0
+
+
+def _outage(
+    operator: Operator, layout: dev_cluster.Layout, component: str, seconds: float
+) -> tuple[float, float, bool]:
+    """Stop ``component`` for ``seconds`` (watching the operator stay alive), start it
+    again; (stopped at, back at, connections were refused). The outage begins with the
+    SIGTERM: the API server stops listening at once but may take seconds to exit."""
+    down = time.monotonic()
+    dev_cluster.stop_component(layout, component)
+    refused = component != "kube-apiserver" or _refused(
+        dev_cluster.load_state(layout).server  # type: ignore[union-attr]
+    )
+    # the outage lasts its full length unless the operator dies meanwhile
+    wait_for(lambda: not operator.alive() or time.monotonic() - down >= seconds, seconds + 5, 1.0)
+    dev_cluster.start_component(layout, component)
+    return down, time.monotonic(), refused
+
+
+def run(
+    env: Env,
+    release: Release,
+    namespace: str,
+    outage_seconds: float = OUTAGE_SECONDS,
+    resync_seconds: float = RESYNC_SECONDS,
+    unhealthy_after: float = UNHEALTHY_AFTER_SECONDS,
+    bound_seconds: float = 180.0,
+) -> ScenarioResult:
+    result = ScenarioResult("control-plane-outage")
+    layout = _local_layout(env)
+    name = "outage"
+    operator = release.operator(
+        [namespace], "outage-operator", resync_seconds=resync_seconds,
+        extra_args=("--unhealthy-after-seconds", str(unhealthy_after)),
+    )  # fmt: skip
+    operator.start()
+    assert operator.process is not None
+    sampler = HealthSampler(operator.process.health_port).start()
+    windows: list[tuple[float, float]] = []  # when recovery was impossible
+    allowance = _recovery_allowance(resync_seconds)
+    result.details.update(outage_seconds=outage_seconds, resync_seconds=resync_seconds,
+                          unhealthy_after_seconds=unhealthy_after)  # fmt: skip
+    try:
+        env.apply([pdd(name, namespace)])
+        ok, seconds = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
+        result.record(bool(ok), seconds, f"initial: {audit_namespace(env.kube, namespace)}")
+        if not ok:
+            return result
+        ok, seconds = _unreported_drift(env, namespace, name, bound_seconds)
+        result.record(ok, seconds, "drift before the outage was not repaired")
+        result.details["drift_repair_before_seconds"] = round(seconds, 1)
+
+        down, up, refused = _outage(operator, layout, "kube-apiserver", outage_seconds)
+        windows.append((down, up + allowance))
+        result.details["apiserver_refused_connections"] = refused
+        if not refused:
+            result.problems.append("the stopped API server's port did not refuse connections")
+        if not operator.alive():
+            result.problems.append("the operator exited during the API server outage")
+            return result
+        ok, seconds = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
+        result.record(bool(ok), time.monotonic() - up, f"after the API server came back: "
+                      f"{audit_namespace(env.kube, namespace)}")  # fmt: skip
+        result.details["reconverged_after_apiserver_seconds"] = round(time.monotonic() - up, 1)
+        back, _ = wait_for(lambda: sampler.probe()[0] == 200, bound_seconds, 0.5)
+        result.details["healthz_ok_after_apiserver_seconds"] = round(time.monotonic() - up, 1)
+        if not back:
+            result.problems.append(f"/healthz still failing after the API server came back: "
+                                   f"{sampler.probe()[1].get('problems')}")  # fmt: skip
+
+        down, up, _ = _outage(operator, layout, "etcd", 0.0)
+        windows.append((down, up + allowance))
+        ok, seconds = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
+        result.record(bool(ok), time.monotonic() - up,
+                      f"after etcd restarted: {audit_namespace(env.kube, namespace)}")  # fmt: skip
+        result.details["reconverged_after_etcd_seconds"] = round(time.monotonic() - up, 1)
+
+        ok, seconds = _unreported_drift(env, namespace, name, bound_seconds)
+        result.record(ok, seconds, "drift after the outage was not repaired")
+        result.details["drift_repair_after_seconds"] = round(seconds, 1)
+        if ok and seconds > resync_seconds + 10.0:
+            result.problems.append(f"drift after the outage took {seconds:.0f}s, more than one "
+                                   f"resync interval ({resync_seconds:g}s) + 10s")  # fmt: skip
+        final_ok, _ = wait_for(lambda: sampler.probe()[0] == 200, bound_seconds, 0.5)
+        if not final_ok:
+            result.problems.append(f"/healthz failing at the end: {sampler.probe()[1]}")
+        found = audit_namespace(env.kube, namespace)
+        result.lost += len(found.missing)
+        result.duplicated += len(found.extra)
+        result.record(found.ok, 0.0, f"final audit: {found}")
+    finally:
+        sampler.stop()
+        _judge_health(result, sampler, windows)
+        text = operator.log_text()
+        result.details["threads_died_in_log"] = text.count("Exception in thread")
+        if "Exception in thread" in text:
+            result.problems.append("a thread died (see 'Exception in thread' in the log)")
+        last = sampler.samples[-1][2] if sampler.samples else {}
+        result.details["units_at_end"] = last.get("units")
+        result.details["operator_alive"] = operator.alive()
+        if not operator.alive():
+            result.problems.append("the operator process exited")
+        operator.kill()
+        # kube-controller-manager and kubelet-sim must have ridden out the outage too;
+        # bring back whatever did not, so later scenarios find the cluster whole
+        dead = [c for c, r in dev_cluster.component_status(layout).items() if r is None]
+        result.details["control_plane_components_restarted"] = dead
+        if dead:
+            state = dev_cluster.load_state(layout)
+            if state is not None:
+                dev_cluster.up(layout, state.nodes, state.ascend_per_node, lambda _: None)
+    return result
+
+
+def _judge_health(
+    result: ScenarioResult, sampler: HealthSampler, windows: list[tuple[float, float]]
+) -> None:
+    """/healthz failed only while recovery was impossible; record when it failed."""
+    failing = sampler.failing_times()
+    outside = [t for t in failing if not any(start <= t <= end for start, end in windows)]
+    first = windows[0][0] if windows else 0.0
+    result.details["healthz_samples"] = len(sampler.samples)
+    result.details["healthz_failing_samples"] = len(failing)
+    first_problems = [body.get("problems") for t, status, body in sampler.samples if status != 200]
+    if first_problems:
+        result.details["healthz_first_failure"] = first_problems[0]
+    if failing:
+        result.details["healthz_failing_window_seconds"] = [
+            round(min(failing) - first, 1), round(max(failing) - first, 1)
+        ]  # fmt: skip
+    result.details["healthz_failed_during_apiserver_outage"] = bool(
+        windows and any(windows[0][0] <= t <= windows[0][1] for t in failing)
+    )
+    if outside:
+        result.problems.append(
+            f"/healthz failed {len(outside)} times while the control plane was up "
+            f"(at {[round(t - first, 1) for t in outside[:5]]}s after the outage began)"
+        )
