@@ -36,6 +36,9 @@ PYTHON = VENV / "bin" / "python"
 STUBS = Path(__file__).resolve().parent / "stubs"
 DRIVER = Path(__file__).resolve().parent / "driver.py"
 
+#: Lines a test wants in the session's terminal summary (conftest prints them).
+SUMMARY: list[str] = []
+
 VERSIONS = ("0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.19", "0.5.20", "0.5.23")
 
 TORCH = "torch==2.13.0"
