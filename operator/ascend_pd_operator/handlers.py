@@ -24,6 +24,7 @@ from .live_cache import LiveCache
 from .model_source import COMPONENT_INSPECTOR
 from .naming import LABEL_DEPLOYMENT, LABEL_ROLE, PREFIX
 from .reconciler import Reconciler
+from .status import launch_refusal
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +104,19 @@ def build_registry(
     for kind in WATCHED_CHILDREN:
         res = resource_for(kind)
         labels: dict[str, Any] = {LABEL_DEPLOYMENT: kopf.PRESENT}
-        if kind == "Pod":
-            # Runtime pods reach us through their StatefulSet's status; only the
-            # inspector's pod carries news of its own (its termination message).
-            labels[LABEL_ROLE] = COMPONENT_INSPECTOR
-        kopf.on.event(res.group, res.version, res.plural, labels=labels, registry=registry)(
-            _child_handler(queue, kind, cache)
-        )
+        # Runtime pods reach us through their StatefulSet's status; only the inspector's
+        # pod and a pod whose command SGLang refused carry news of their own (a
+        # termination message), and a refusal changes no StatefulSet status.
+        when = _pod_with_news if kind == "Pod" else None
+        kopf.on.event(
+            res.group, res.version, res.plural, labels=labels, when=when, registry=registry
+        )(_child_handler(queue, kind, cache))
     return registry
+
+
+def _pod_with_news(body: Any, **_: Any) -> bool:
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_ROLE) == COMPONENT_INSPECTOR or bool(launch_refusal(dict(body)))
 
 
 def _child_handler(queue: WorkQueue, kind: str, cache: LiveCache | None) -> Callable[..., None]:

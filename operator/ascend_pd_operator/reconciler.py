@@ -33,9 +33,17 @@ from .model_source import (
     model_facts_configmap,
     resolve_facts,
 )
-from .naming import LABEL_DEPLOYMENT, LABEL_ROLE, MANAGED_BY, Owner, inspector_name
+from .naming import (
+    LABEL_DEPLOYMENT,
+    LABEL_ROLE,
+    MANAGED_BY,
+    REASON_LAUNCH_REFUSED,
+    ROLES,
+    Owner,
+    inspector_name,
+)
 from .naming import model_facts_name as facts_cm_name
-from .status import Observation, compute_status, status_changed
+from .status import Observation, compute_status, instance_ready, status_changed
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -122,6 +130,7 @@ class Reconciler:
                     live = {}
         if not live:
             live = self._observe(owner)
+        pods = self._runtime_pods(owner, live)
         status = compute_status(
             Observation(
                 owner=owner,
@@ -132,6 +141,7 @@ class Reconciler:
                 children=live,
                 previous=previous,
                 apply_error=apply_error,
+                pods=pods,
             ),
             now=self.clock(),
         )
@@ -201,6 +211,15 @@ class Reconciler:
                 live[(kind, item["metadata"]["name"])] = item
         return live
 
+    def _runtime_pods(self, owner: Owner, live: dict[tuple[str, str], Json]) -> list[Json]:
+        """The runtime pods, read only while an instance is not ready: only then can a pod
+        carry a launch refusal (its termination message) the status must show."""
+        statefulsets = [obj for (kind, _), obj in live.items() if kind == "StatefulSet"]
+        if all(instance_ready(sts) for sts in statefulsets):
+            return []
+        selector = f"{LABEL_DEPLOYMENT}={owner.name},{LABEL_ROLE} in ({','.join(ROLES)})"
+        return self.kube.list("Pod", owner.namespace, selector)
+
     def _prune(self, owner: Owner, desired: Desired) -> int:
         wanted = {child_key(m)[1:] for m in desired.children}
         deleted = 0
@@ -218,10 +237,12 @@ class Reconciler:
     # --- events --------------------------------------------------------------------------
 
     def _events(self, cr: Json, previous: Json, status: Json) -> None:
-        """A Warning Event when a rule rejects the spec or the layout (once per message)."""
+        """A Warning Event when a rule rejects the spec or the layout, or SGLang refuses a
+        pod's command line (once per message)."""
         before = {c["type"]: c for c in previous.get("conditions") or []}
         for cond in status["conditions"]:
-            if cond["type"] not in ("Validated", "KVLayoutCompatible", "ModelResolved", "Ready"):
+            watched = ("Validated", "KVLayoutCompatible", "ModelResolved", "Ready")
+            if cond["type"] not in watched and cond["reason"] != REASON_LAUNCH_REFUSED:
                 continue
             if cond["status"] != "False" or cond["reason"] in ("InspectingModel", "NotReady"):
                 continue
