@@ -11,6 +11,7 @@ release cannot run are refused by the operator with the rule's message.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -103,3 +104,34 @@ def test_every_pod_command_parses_to_its_intent(version: str, workdir: Path) -> 
 def _diff(got: dict[str, Any], want: dict[str, Any]) -> str:
     keys = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
     return ", ".join(f"{k}={got.get(k)!r} (want {want.get(k)!r})" for k in keys)
+
+
+def test_flag_differences_between_releases(workdir: Path) -> None:
+    """Which options each release drops or adds (and choice lists of the flags we write
+    that change): the record behind extraArgs that one release accepts and the next
+    refuses. Every flag the launcher writes exists in every release."""
+    options = {v: parse_all(v, workdir)[2]["options"] for v in VERSIONS}
+    written = {a for case in parse_all(VERSIONS[-1], workdir)[0] for a in case.argv}
+    for version, known in options.items():
+        missing = sorted(f for f in written if f.startswith("--") and f not in known)
+        assert not missing, f"SGLang {version} lacks {missing}"
+    lines = []
+    for before, after in itertools.pairwise(VERSIONS):
+        old, new = options[before], options[after]
+        removed = sorted(set(old) - set(new))
+        added = sorted(set(new) - set(old))
+        choices = sorted(
+            f"{flag} choices {old[flag]} -> {new[flag]}"
+            for flag in set(old) & set(new) & written
+            if old[flag] != new[flag]
+        )
+        # An old flag that is now a prefix of two new ones is refused as ambiguous.
+        ambiguous = sorted(f for f in removed if sum(n.startswith(f) for n in new) > 1)
+        lines.append(
+            f"{before} -> {after}: removed {removed or 'none'}; ambiguous now "
+            f"{ambiguous or 'none'}; {len(added)} added; {choices or 'no choice changes'}"
+        )
+    harness.SUMMARY.extend(lines)
+    print("\n".join(lines))
+    assert "--cuda-graph-max-bs" in options[VERSIONS[0]]
+    assert "--cuda-graph-max-bs" not in options[VERSIONS[-1]]
