@@ -213,12 +213,16 @@ class Reconciler:
 
     def _runtime_pods(self, owner: Owner, live: dict[tuple[str, str], Json]) -> list[Json]:
         """The runtime pods, read only while an instance is not ready: only then can a pod
-        carry a launch refusal (its termination message) the status must show."""
+        carry a launch refusal (its termination message) the status must show. With the
+        watches' cache, from it: the pod watch feeds it exactly the pods with a refusal."""
         statefulsets = [obj for (kind, _), obj in live.items() if kind == "StatefulSet"]
         if all(instance_ready(sts) for sts in statefulsets):
             return []
-        selector = f"{LABEL_DEPLOYMENT}={owner.name},{LABEL_ROLE} in ({','.join(ROLES)})"
-        return self.kube.list("Pod", owner.namespace, selector)
+        if self.cache is not None:
+            pods = self.cache.listed("Pod", owner.namespace, {LABEL_DEPLOYMENT: owner.name})
+        else:
+            pods = self.kube.list("Pod", owner.namespace, f"{LABEL_DEPLOYMENT}={owner.name}")
+        return [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) in ROLES]
 
     def _prune(self, owner: Owner, desired: Desired) -> int:
         wanted = {child_key(m)[1:] for m in desired.children}
