@@ -11,7 +11,6 @@ SGLang's parser must produce.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import yaml
 from ascend_pd_operator import api, render_cli
 from ascend_pd_runtime import env_contract
 from ascend_pd_runtime.launcher import plan_launch
+from ascend_pd_runtime.plan_cli import example_config
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -259,10 +259,15 @@ def _example_extra(args: list[str]) -> dict[str, Any]:
 
 
 def _config_json(spec: dict[str, Any], configmaps: list[dict[str, Any]]) -> str:
-    """The model's config.json: inline facts, or the referenced ConfigMap's key."""
+    """The model's config.json: the bundled real one the inline facts describe (SGLang
+    0.5.14+ reads it with transformers in ``ServerArgs.__post_init__``), or the
+    referenced ConfigMap's key. The launcher checks it gives the operator's layout."""
     model = spec["model"]
-    if model.get("config"):
-        return json.dumps(api.ModelConfig.model_validate(model["config"]).to_config_json())
+    config = model.get("config")
+    if config:
+        name = {"Qwen2ForCausalLM": "qwen2-7b"}.get(config.get("architecture", ""), "")
+        name = name or ("deepseek-v3.2" if config.get("indexHeadDim") else "deepseek-v3")
+        return example_config(name).read_text()
     ref = model["configMapRef"]
     cm = next(c for c in configmaps if c["metadata"]["name"] == ref["name"])
     return str(cm["data"][ref.get("key", "config.json")])
