@@ -21,7 +21,12 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from .rules import MAX_REPLICAS, violations
+from .rules import (
+    EXTENDED_RESOURCE_MAX_LENGTH,
+    EXTENDED_RESOURCE_PATTERN,
+    MAX_REPLICAS,
+    violations,
+)
 
 GROUP = "ascendpd.io"
 VERSION = "v1alpha1"
@@ -262,7 +267,11 @@ class Ascend(_Model):
     """Ascend NPU and HCCL settings."""
 
     resource_name: str = Field(
-        "huawei.com/Ascend910", description="Extended resource name of the NPUs."
+        "huawei.com/Ascend910",
+        max_length=EXTENDED_RESOURCE_MAX_LENGTH,
+        pattern=EXTENDED_RESOURCE_PATTERN,
+        description="Extended resource name of the NPUs: <domain>/<name>, e.g. "
+        "huawei.com/Ascend910.",
     )
     host_network: bool = Field(True, description="Run runtime pods in the host network.")
     driver_host_path: str = Field(

@@ -32,6 +32,7 @@ from .kube import KubeError
 from .live_cache import LiveCache
 from .model_source import COMPONENT_INSPECTOR
 from .naming import LABEL_DEPLOYMENT, LABEL_ROLE
+from .status import launch_refusal
 
 Json = dict[str, Any]
 Key = tuple[str, str]
@@ -50,12 +51,20 @@ WATCH_SILENCE_SECONDS = WATCH_TIMEOUT_RANGE[1] + 30.0
 
 
 def selector_for(kind: str) -> str:
-    """The label selector the API server applies for ``kind``."""
-    if kind == "Pod":
-        # Runtime pods reach us through their StatefulSet's status; only the inspector's
-        # pod carries news of its own (its termination message).
-        return f"{LABEL_DEPLOYMENT},{LABEL_ROLE}={COMPONENT_INSPECTOR}"
+    """The label selector the API server applies for ``kind``: every child of ours."""
     return LABEL_DEPLOYMENT
+
+
+def pod_with_news(pod: Json) -> bool:
+    """Runtime pods reach us through their StatefulSet's status; only the inspector's pod
+    and a pod whose command SGLang refused carry news of their own (a termination message),
+    and a refusal changes no StatefulSet status. Other pods are neither cached nor queued."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_ROLE) == COMPONENT_INSPECTOR or bool(launch_refusal(pod))
+
+
+#: kind -> which of our objects of that kind the operator keeps (default: all)
+KEEP: dict[str, Callable[[Json], bool]] = {"Pod": pod_with_news}
 
 
 class Transport(Protocol):
@@ -133,6 +142,7 @@ class ChildWatch:
         self.kind = kind
         self.namespace = namespace
         self.selector = selector_for(kind)
+        self.keep = KEEP.get(kind)
         self.transport = transport
         self.queue = queue
         self.cache = cache
@@ -264,6 +274,10 @@ class ChildWatch:
         owner = (meta.get("labels") or {}).get(LABEL_DEPLOYMENT, "")
         if self.known.get(key, ("", ""))[0] == version:
             return  # a re-list of an unchanged object: nothing new
+        if self.keep is not None and not self.keep(obj):
+            if key in self.known:
+                self._gone(key)  # it was news and is no longer: forget it like a deletion
+            return
         if self.cache is not None:
             # List items carry no kind; the cache keys by it.
             self.cache.seen({**obj, "kind": self.kind})

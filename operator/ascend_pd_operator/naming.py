@@ -31,6 +31,10 @@ BOOTSTRAP_PORT_BASE = 8998
 
 ROLES = ("prefill", "decode")
 
+#: Condition reason of ``<Role>Ready`` when SGLang's parser refused a pod's command line
+#: (the launcher's exit ``env_contract.EXIT_ARGS_REFUSED``); also the Warning Event's.
+REASON_LAUNCH_REFUSED = "LaunchRefused"
+
 
 @dataclass(frozen=True)
 class Owner:

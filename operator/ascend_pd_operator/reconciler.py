@@ -35,9 +35,17 @@ from .model_source import (
     model_facts_configmap,
     resolve_facts,
 )
-from .naming import LABEL_DEPLOYMENT, LABEL_ROLE, MANAGED_BY, Owner, inspector_name
+from .naming import (
+    LABEL_DEPLOYMENT,
+    LABEL_ROLE,
+    MANAGED_BY,
+    REASON_LAUNCH_REFUSED,
+    ROLES,
+    Owner,
+    inspector_name,
+)
 from .naming import model_facts_name as facts_cm_name
-from .status import Observation, compute_status, status_changed
+from .status import Observation, compute_status, instance_ready, status_changed
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -128,6 +136,7 @@ class Reconciler:
                     live = {}
         if not live:
             live = self._observe(owner)
+        pods = self._runtime_pods(owner, live)
         status = compute_status(
             Observation(
                 owner=owner,
@@ -138,6 +147,7 @@ class Reconciler:
                 children=live,
                 previous=previous,
                 apply_error=apply_error,
+                pods=pods,
             ),
             now=self.clock(),
         )
@@ -207,6 +217,19 @@ class Reconciler:
                 live[(kind, item["metadata"]["name"])] = item
         return live
 
+    def _runtime_pods(self, owner: Owner, live: dict[tuple[str, str], Json]) -> list[Json]:
+        """The runtime pods, read only while an instance is not ready: only then can a pod
+        carry a launch refusal (its termination message) the status must show. With the
+        watches' cache, from it: the pod watch feeds it exactly the pods with a refusal."""
+        statefulsets = [obj for (kind, _), obj in live.items() if kind == "StatefulSet"]
+        if all(instance_ready(sts) for sts in statefulsets):
+            return []
+        if self.cache is not None:
+            pods = self.cache.listed("Pod", owner.namespace, {LABEL_DEPLOYMENT: owner.name})
+        else:
+            pods = self.kube.list("Pod", owner.namespace, f"{LABEL_DEPLOYMENT}={owner.name}")
+        return [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) in ROLES]
+
     def _prune(self, owner: Owner, desired: Desired) -> int:
         wanted = {child_key(m)[1:] for m in desired.children}
         deleted = 0
@@ -224,10 +247,12 @@ class Reconciler:
     # --- events --------------------------------------------------------------------------
 
     def _events(self, cr: Json, previous: Json, status: Json) -> None:
-        """A Warning Event when a rule rejects the spec or the layout (once per message)."""
+        """A Warning Event when a rule rejects the spec or the layout, or SGLang refuses a
+        pod's command line (once per message)."""
         before = {c["type"]: c for c in previous.get("conditions") or []}
         for cond in status["conditions"]:
-            if cond["type"] not in ("Validated", "KVLayoutCompatible", "ModelResolved", "Ready"):
+            watched = ("Validated", "KVLayoutCompatible", "ModelResolved", "Ready")
+            if cond["type"] not in watched and cond["reason"] != REASON_LAUNCH_REFUSED:
                 continue
             if cond["status"] != "False" or cond["reason"] in ("InspectingModel", "NotReady"):
                 continue

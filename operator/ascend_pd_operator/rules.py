@@ -56,7 +56,24 @@ MANAGED_FLAGS = (
     "speculative-eagle-topk",
     "speculative-num-draft-tokens",
 )
-MANAGED_FLAG_PATTERN = "^--(" + "|".join(MANAGED_FLAGS) + ")(=.*)?$"
+#: A managed flag anywhere in an element: alone, as ``--flag=value``, or after whitespace
+#: (``"--foo --tp-size 4"``: one argv element SGLang would refuse, and whose intent is
+#: an override). Written as CEL string literal text (see CONTROL_CHARACTER_PATTERN).
+_SPACE = "[ \\\\x09-\\\\x0d]"  # space, tab, newline, vertical tab, form feed, return
+MANAGED_FLAG_PATTERN = f"(^|{_SPACE})--(" + "|".join(MANAGED_FLAGS) + f")(=|{_SPACE}|$)"
+#: Control characters (newline, tab, NUL, DEL...): never part of a real argument. The
+#: pattern is the regex text ``[\x00-\x1f\x7f]``; in CEL its backslashes are escaped.
+CONTROL_CHARACTER_PATTERN = "[\\\\x00-\\\\x1f\\\\x7f]"
+
+#: An extended resource name as Kubernetes validates one (IsExtendedResourceName): a
+#: DNS-subdomain prefix, '/', a name of at most 63 characters (alphanumeric at both ends;
+#: '-', '_', '.' inside). The prefix may be at most 244 characters, since quota's
+#: ``requests.<name>`` must stay a qualified name.
+_DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+EXTENDED_RESOURCE_PATTERN = (
+    f"^{_DNS_LABEL}([.]{_DNS_LABEL})*/([A-Za-z0-9][-A-Za-z0-9_.]{{0,61}})?[A-Za-z0-9]$"
+)
+EXTENDED_RESOURCE_MAX_LENGTH = 244 + 1 + 63
 
 _SUFFIX = "([.+-]?(post|rc|dev)?[0-9]*)?$"
 _lo, _hi = SUPPORTED_SGLANG_MIN[2], SUPPORTED_SGLANG_MAX[2]
@@ -116,8 +133,22 @@ def _mooncake_ok(s: Any) -> bool:
     )
 
 
+def _regex(cel_literal: str) -> str:
+    """The regex a CEL string literal of ours denotes (CEL unescapes ``\\\\``)."""
+    return cel_literal.replace("\\\\", "\\")
+
+
 def _managed(args: list[str]) -> list[str]:
-    return [a for a in args if re.match(MANAGED_FLAG_PATTERN, a)]
+    return [a for a in args if re.search(_regex(MANAGED_FLAG_PATTERN), a)]
+
+
+def _with_control(args: list[str]) -> list[str]:
+    return [a for a in args if re.search(_regex(CONTROL_CHARACTER_PATTERN), a)]
+
+
+def _native_resource(name: str) -> bool:
+    """In Kubernetes' own namespace, or quota's ``requests.`` prefix: not an extended name."""
+    return "kubernetes.io/" in name or name.startswith("requests.")
 
 
 RULES: tuple[Rule, ...] = (
@@ -164,6 +195,24 @@ RULES: tuple[Rule, ...] = (
         "name, host, port, speculative settings)",
         check=lambda r: not _managed(r.extra_args),
         detail=lambda r: f"got {', '.join(_managed(r.extra_args))}",
+    ),
+    Rule(
+        where="RoleSpec",
+        cel=f"self.extraArgs.all(a, !a.matches('{CONTROL_CHARACTER_PATTERN}'))",
+        message="extraArgs elements may not contain control characters (newline, tab, ...): "
+        "each element is one argument, give every flag and value its own element",
+        check=lambda r: not _with_control(r.extra_args),
+        detail=lambda r: f"got {', '.join(map(repr, _with_control(r.extra_args)))}",
+    ),
+    Rule(
+        where="Ascend",
+        # has(): the API server evaluates rules on the schema's defaults as written.
+        cel="!has(self.resourceName) || (!self.resourceName.contains('kubernetes.io/') && "
+        "!self.resourceName.startsWith('requests.'))",
+        message="ascend.resourceName must be an extended resource name outside Kubernetes' "
+        "own kubernetes.io/ namespace and the requests. prefix",
+        check=lambda a: not _native_resource(a.resource_name),
+        detail=lambda a: f"got {a.resource_name!r}",
     ),
     Rule(
         where="ModelVolume",

@@ -12,12 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ascend_pd_runtime.env_contract import EXIT_ARGS_REFUSED
 from ascend_pd_runtime.layout import KVLayout
 
 from .api import PDDeploymentSpec
 from .desired import Desired
 from .model_source import FactsResolution
-from .naming import ROLES, Owner, endpoint, instance_name, router_name
+from .naming import (
+    LABEL_ROLE,
+    REASON_LAUNCH_REFUSED,
+    ROLES,
+    Owner,
+    endpoint,
+    instance_name,
+    router_name,
+)
 from .workloads import layout_fingerprint
 
 Json = dict[str, Any]
@@ -38,6 +47,8 @@ class Observation:
     previous: Json = field(default_factory=dict)
     #: Why applying the children failed (the API server refused one), if it did.
     apply_error: str = ""
+    #: The runtime pods, when the reconciler looked (some instance not ready).
+    pods: list[Json] = field(default_factory=list)
 
 
 def _condition(type_: str, status: str, reason: str, message: str) -> Json:
@@ -74,6 +85,37 @@ def instance_ready(sts: Json | None) -> bool:
         status.get("observedGeneration", 0) >= generation
         and status.get("readyReplicas", 0) >= want
         and status.get("updatedReplicas", want) >= want
+    )
+
+
+def launch_refusal(pod: Json) -> str:
+    """The launcher's termination message when SGLang's parser refused this pod's command
+    (a container terminated, now or before its restart, with ``EXIT_ARGS_REFUSED``)."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        for key in ("state", "lastState"):
+            ended = (container.get(key) or {}).get("terminated") or {}
+            if ended.get("exitCode") == EXIT_ARGS_REFUSED:
+                message = str(ended.get("message") or "").strip()
+                return message or "SGLang's parser refused the command line (no message)"
+    return ""
+
+
+def launch_refusals(pods: list[Json], role: str) -> list[str]:
+    """``pod <name>: <message>`` for every pod of ``role`` whose command SGLang refused."""
+    found = []
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        if (pod["metadata"].get("labels") or {}).get(LABEL_ROLE) != role:
+            continue
+        message = launch_refusal(pod)
+        if message:
+            found.append(f"pod {pod['metadata']['name']}: {message}")
+    return found
+
+
+def _refused_condition(role: str, refusals: list[str]) -> Json:
+    more = f" (and {len(refusals) - 1} more pods)" if len(refusals) > 1 else ""
+    return _condition(
+        f"{role.capitalize()}Ready", "False", REASON_LAUNCH_REFUSED, refusals[0] + more
     )
 
 
@@ -165,6 +207,10 @@ def compute_status(obs: Observation, now: str) -> Json:
             exists = exists and role_exists
             all_ready = all_ready and role_ready
             ready_text = f"{role_status['readyReplicas']}/{role_status['replicas']} instances ready"
+            refusals = [] if role_ready else launch_refusals(obs.pods, role)
+            if refusals:
+                conds.append(_refused_condition(role, refusals))
+                continue
             conds.append(
                 _condition(
                     f"{role.capitalize()}Ready",

@@ -30,6 +30,11 @@ with the exact message, and exits 0 or 1. The operator reads the terminated
 container's message with ``decode_inspect_result`` and stores ``config`` as key
 ``config.json`` of the ConfigMap ``<name>-model-facts`` it owns; the inspector
 needs no Kubernetes credentials.
+
+The launcher exits ``EXIT_ARGS_REFUSED`` when the installed SGLang's parser refuses
+the command it built, after writing the parser's message and the offending argument
+to ``ASCEND_PD_TERMINATION_LOG`` (default ``/dev/termination-log``); the operator
+shows that termination message in the PDDeployment's status.
 """
 
 from __future__ import annotations
@@ -88,6 +93,12 @@ KV_BUF_GROUPS = "ASCEND_PD_KV_BUF_GROUPS"
 EXTRA_ARGS = "ASCEND_PD_EXTRA_ARGS"  #: JSON array of extra SGLang arguments
 # --- model inspector ------------------------------------------------------------------
 INSPECT_OUTPUT = "ASCEND_PD_INSPECT_OUTPUT"
+# --- launcher failures --------------------------------------------------------------------
+#: Where the launcher writes why it exits (default ``DEFAULT_TERMINATION_LOG``).
+TERMINATION_LOG = "ASCEND_PD_TERMINATION_LOG"
+#: The launcher's exit code when SGLang's own parser refuses the command line; the
+#: operator reports the container's termination message as LaunchRefused.
+EXIT_ARGS_REFUSED = 5
 
 #: Where the operator mounts the ``<name>-kv-layout`` ConfigMap, and its key.
 KV_LAYOUT_MOUNT_DIR = "/etc/ascend-pd/kv-layout"
@@ -95,6 +106,7 @@ KV_LAYOUT_KEY = "plan.json"
 #: Key of the model facts in ``<name>-model-facts`` (and in a user's configMapRef default).
 MODEL_CONFIG_KEY = "config.json"
 DEFAULT_INSPECT_OUTPUT = "/dev/termination-log"
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
 #: The ``config.json`` keys the inspector publishes: everything ``parse_model_facts`` reads.
 MODEL_CONFIG_KEYS = (

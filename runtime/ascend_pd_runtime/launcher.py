@@ -5,7 +5,16 @@ line, but only after checking, with the layout core, that the model it finds
 at ``<model path>/config.json`` gives the same KV layout the operator computed
 (the mounted ``<name>-kv-layout`` plan). A difference means a wrong model on
 one side or a stale ConfigMap: the pod exits naming both values rather than
-serving KV into the wrong layers. Then it execs SGLang so signals reach it.
+serving KV into the wrong layers. Then it asks the installed SGLang's own parser
+whether it accepts the command (``sglang_args``): SGLang's flags drift between
+releases and ``extraArgs`` are free text, and a refusal should end the pod at once,
+not after the model started loading. Then it execs SGLang so signals reach it.
+
+Exit codes (the operator reads ``EXIT_ARGS_REFUSED``): 1 bad input (the env contract
+or the kv-layout file), 3 the KV layout differs from the operator's, 4 the leader or
+store host did not resolve, 5 SGLang's parser refused the command line. Every failure
+is also written as the container's termination message (``TERMINATION_LOG``), so
+``kubectl describe pod`` and the PDDeployment's status show it.
 """
 
 from __future__ import annotations
@@ -14,15 +23,17 @@ import argparse
 import json
 import os
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import env_contract
-from .env_contract import LaunchEnv, read_launch_env
+from . import env_contract, sglang_args
+from .env_contract import EXIT_ARGS_REFUSED, LaunchEnv, read_launch_env
 from .errors import BadInput, LayoutMismatch
 from .layout import KVLayout, StageLayout, compute_layout
 from .model_facts import load_model_facts
@@ -30,6 +41,10 @@ from .partition import format_partition
 from .plan import plan_document
 
 EXIT_BAD_INPUT, EXIT_LAYOUT_MISMATCH, EXIT_UNRESOLVED = 1, 3, 4
+#: A termination message is at most 4096 bytes; kubelet truncates the rest.
+TERMINATION_MESSAGE_LIMIT = 4096
+#: The arguments of ``python -m sglang.launch_server`` start after these three.
+SERVER_ARGS_START = 3
 
 Resolver = Callable[[str], str]
 
@@ -41,6 +56,15 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     summary: str
+    #: The user's extraArgs, the tail of ``argv``.
+    extra_args: tuple[str, ...] = ()
+    sglang_version: str = ""
+    role: str = ""
+
+    @property
+    def server_args(self) -> list[str]:
+        """What ``sglang.launch_server`` parses."""
+        return self.argv[SERVER_ARGS_START:]
 
     def as_json(self) -> dict[str, Any]:
         return {"command": self.argv, "env": self.env, "summary": self.summary}
@@ -57,6 +81,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds to wait for the leader and store hosts to resolve (600)",
     )
     parser.add_argument("--python", default=sys.executable, help="python that runs SGLang")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="plan and check the command with SGLang's parser, then exit (0: accepted)",
+    )
+    parser.add_argument(
+        "--no-parser-check",
+        action="store_true",
+        help="exec without asking SGLang's parser first",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,20 +99,94 @@ def run(args: argparse.Namespace) -> int:
             os.environ, resolver=retrying_resolver(args.resolve_timeout), python=args.python
         )
     except LayoutMismatch as exc:
-        print(f"ascend-pd-runtime: KV layout mismatch: {exc}", file=sys.stderr)
-        return EXIT_LAYOUT_MISMATCH
+        return _fail(EXIT_LAYOUT_MISMATCH, f"KV layout mismatch: {exc}")
     except BadInput as exc:
-        print(f"ascend-pd-runtime: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _fail(EXIT_BAD_INPUT, str(exc))
     except TimeoutError as exc:
-        print(f"ascend-pd-runtime: {exc}", file=sys.stderr)
-        return EXIT_UNRESOLVED
+        return _fail(EXIT_UNRESOLVED, str(exc))
     if args.dry_run:
         print(json.dumps(launch.as_json(), indent=2))
+        return 0
+    if not args.no_parser_check:
+        env = {**os.environ, **launch.env}
+        try:
+            refusal = parser_refusal(launch, args.python, env)
+        except BadInput as exc:
+            return _fail(EXIT_BAD_INPUT, str(exc))
+        if refusal:
+            return _fail(EXIT_ARGS_REFUSED, refusal)
+    if args.check:
+        print("ascend-pd-runtime: SGLang's parser accepts the command", file=sys.stderr)
         return 0
     print(launch.summary, file=sys.stderr, flush=True)
     os.execvpe(launch.argv[0], launch.argv, {**os.environ, **launch.env})
     return 0  # not reached
+
+
+def _fail(code: int, message: str) -> int:
+    """Report a failure on stderr and as the termination message; return ``code``."""
+    print(f"ascend-pd-runtime: {message}", file=sys.stderr, flush=True)
+    write_termination_message(os.environ.get(env_contract.TERMINATION_LOG) or "", message)
+    return code
+
+
+def write_termination_message(path: str, message: str) -> None:
+    """Best effort: outside a pod the default path may not exist or be writable."""
+    path = path or env_contract.DEFAULT_TERMINATION_LOG
+    data = message.encode("utf-8")[:TERMINATION_MESSAGE_LIMIT]
+    try:
+        Path(path).write_bytes(data)
+    except OSError as exc:
+        print(f"ascend-pd-runtime: cannot write {path}: {exc}", file=sys.stderr)
+
+
+def run_parser(
+    python: str, argv: list[str], report: tuple[str, ...], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """Run ``sglang_args`` in ``python`` (SGLang's interpreter) on ``argv``; its answer.
+
+    Raises ``BadInput`` when the parser cannot be consulted (SGLang does not import).
+    """
+    with tempfile.TemporaryDirectory(prefix="ascend-pd-args-") as tmp:
+        out = Path(tmp) / "result.json"
+        request = json.dumps({"argv": argv, "report": list(report)})
+        done = subprocess.run(
+            [python, sglang_args.__file__, str(out)],
+            input=request,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0 or not out.exists():
+            tail = (done.stderr or done.stdout).strip()[-1500:]
+            raise BadInput(
+                f"could not ask SGLang's parser about the command ({python} exited "
+                f"{done.returncode}): {tail}"
+            )
+        result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+        return result
+
+
+def parser_refusal(launch: Launch, python: str, env: Mapping[str, str]) -> str:
+    """The termination message when SGLang's parser refuses ``launch``, else ""."""
+    result = run_parser(python, launch.server_args, (), env)
+    if result.get("ok"):
+        return ""
+    return refusal_message(launch, str(result.get("error", "")), str(result.get("argument", "")))
+
+
+def refusal_message(launch: Launch, error: str, argument: str) -> str:
+    """Name the offending argument, where it came from, and SGLang's own words."""
+    version = f"SGLang {launch.sglang_version}" if launch.sglang_version else "SGLang"
+    text = f"{version} refused the command line: {error}"
+    if argument:
+        if argument in launch.extra_args:
+            origin = f"from spec.{launch.role}.extraArgs ({env_contract.EXTRA_ARGS})"
+        else:
+            origin = "set by the launcher (this SGLang version lacks it)"
+        text += f". Offending argument {argument!r}, {origin}"
+    return text
 
 
 def plan_launch(environ: Mapping[str, str], resolver: Resolver, python: str) -> Launch:
@@ -103,7 +211,14 @@ def plan_launch(environ: Mapping[str, str], resolver: Resolver, python: str) -> 
         f"stages {ranges} fingerprint={computed['fingerprint']} dist-init={dist_init} "
         f"sglang={env.sglang_version}"
     )
-    return Launch(argv=argv, env=extra_env, summary=summary)
+    return Launch(
+        argv=argv,
+        env=extra_env,
+        summary=summary,
+        extra_args=env.extra_args,
+        sglang_version=env.sglang_version,
+        role=env.role,
+    )
 
 
 def read_expected_plan(path: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 The operator runs behind the fault proxy (every fault rate zero: it only counts), with a resync
 period far longer than the test, so a repair can only come from a child watch event. The proxy
 records every watch request by path and label selector: each child watch must carry our
-selector (the inspector's role for pods); none may ask for a kind's every object.
+selector; none may ask for a kind's every object.
 """
 
 from __future__ import annotations
@@ -116,9 +116,5 @@ def test_child_watches_carry_our_selector_and_edits_still_repair(
     for plural, template in CHILD_PATHS.items():
         path = template.format(ns=namespace)
         asked = {k.split(" ", 1)[1] for k in watches if k.split(" ", 1)[0] == path}
-        wanted = (
-            "labelSelector=ascendpd.io/deployment,ascendpd.io/role=model-inspector"
-            if plural == "pods"
-            else "labelSelector=ascendpd.io/deployment"
-        )
+        wanted = "labelSelector=ascendpd.io/deployment"
         assert asked == {wanted}, f"{plural}: watched with {asked}, every watch: {watches}"

@@ -22,3 +22,11 @@ def sglang_envs() -> Iterator[harness.Envs]:
         yield harness.Envs(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What the SGLang tests measured (e.g. argvs parsed per release), in the test log."""
+    if harness.SUMMARY:
+        terminalreporter.section("SGLang tier summary")
+        for line in harness.SUMMARY:
+            terminalreporter.write_line(line)

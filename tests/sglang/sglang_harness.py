@@ -36,6 +36,9 @@ PYTHON = VENV / "bin" / "python"
 STUBS = Path(__file__).resolve().parent / "stubs"
 DRIVER = Path(__file__).resolve().parent / "driver.py"
 
+#: Lines a test wants in the session's terminal summary (conftest prints them).
+SUMMARY: list[str] = []
+
 VERSIONS = ("0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.19", "0.5.20", "0.5.23")
 
 TORCH = "torch==2.13.0"
@@ -193,6 +196,33 @@ def _ensure_version_locked(version: str) -> Path:
     )
     _write_stamp(target, wheel.name)
     return target
+
+
+#: sglang-router releases: 0.3.2 (2026-01-15) is the newest on PyPI and predates SGLang
+#: 0.5.10 (2026-04-05), so it is what every supported SGLang release was served with;
+#: its 0.3.x predecessors are what an image pinned a little older carries.
+ROUTER_VERSIONS = ("0.3.0", "0.3.1", "0.3.2")
+
+
+def ensure_router(version: str) -> Path:
+    """``router-<version>``: the sglang-router wheel (its Rust extension is abi3 and loads
+    here), installed with ``--no-deps``; its parser needs nothing else."""
+    ensure_venv()
+    with _cache_lock():
+        target = HARNESS / f"router-{version}"
+        found = sorted(WHEELS.glob(f"sglang_router-{version}-*.whl"))
+        if not found:
+            _log(f"downloading sglang-router {version} (pip download --no-deps)")
+            pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
+            _run([*pip, "--only-binary=:all:", "-d", str(WHEELS), f"sglang-router=={version}"])
+            found = sorted(WHEELS.glob(f"sglang_router-{version}-*.whl"))
+        if not found:
+            raise RuntimeError(f"no wheel of sglang-router {version} in {WHEELS}")
+        if not _stamp(target, found[-1].name):
+            shutil.rmtree(target, ignore_errors=True)
+            _pip("install", "--no-deps", "--no-compile", "--target", str(target), str(found[-1]))
+            _write_stamp(target, found[-1].name)
+        return target
 
 
 def transformers_pin(target: Path, version: str) -> str:

@@ -124,10 +124,39 @@ def cached(cache: LiveCache, kind: str = "Service") -> list[str]:
     return sorted(o["metadata"]["name"] for o in cache.listed(kind, "ns", {}))
 
 
-def test_selectors_ask_the_server_for_our_label_and_for_the_inspector_pod_only() -> None:
+def test_selectors_ask_the_server_for_our_label() -> None:
     assert selector_for("ConfigMap") == "ascendpd.io/deployment"
     assert selector_for("StatefulSet") == "ascendpd.io/deployment"
-    assert selector_for("Pod") == "ascendpd.io/deployment,ascendpd.io/role=model-inspector"
+    assert selector_for("Pod") == "ascendpd.io/deployment"
+
+
+def _pod(name: str, rv: str, role: str = "prefill", exit_code: int | None = None) -> Json:
+    pod = obj(name, rv)
+    pod["metadata"]["labels"]["ascendpd.io/role"] = role
+    if exit_code is not None:
+        ended = {"exitCode": exit_code, "message": "unrecognized arguments: --foo"}
+        pod["status"] = {"containerStatuses": [{"lastState": {"terminated": ended}}]}
+    return pod
+
+
+def test_only_pods_with_news_are_cached_and_one_that_stops_being_news_is_forgotten() -> None:
+    refused = _pod("dsv3-prefill-0-0", "2", exit_code=5)
+    watch, _, queue, cache, _ = make(
+        lists=[([_pod("dsv3-prefill-0-1", "1"), refused, _pod("i", "3", "model-inspector")], "4")],
+        watches=[[event("MODIFIED", _pod("dsv3-prefill-0-0", "5"))]],
+        kind="Pod",
+    )
+    watch.relist()
+    assert cached(cache, "Pod") == ["dsv3-prefill-0-0", "i"]
+    assert queue.keys == [("ns", "dsv3"), ("ns", "dsv3")]
+    # the refused pod restarts and runs: no longer news, so the cache drops it
+    watch.handle(event("MODIFIED", _pod("dsv3-prefill-0-0", "5")))
+    assert cached(cache, "Pod") == ["i"]
+    assert queue.keys[-1] == ("ns", "dsv3")
+    # an ordinary runtime pod changing is not news: nothing is queued
+    before = len(queue.keys)
+    watch.handle(event("MODIFIED", _pod("dsv3-prefill-0-1", "6")))
+    assert len(queue.keys) == before
 
 
 def test_one_watch_per_kind_and_namespace_or_per_kind_cluster_wide() -> None:

@@ -190,3 +190,35 @@ def test_cache_lists_by_kind_namespace_and_labels() -> None:
     ]
     assert cache.listed("StatefulSet", "other", {"app": "a"}) == []
     assert cache.listed("Service", "llm", {"app": "a"}) == []
+
+
+def test_a_refused_launch_reaches_the_status_and_an_event(world: Any) -> None:
+    """A prefill pod whose command SGLang refused (exit 5), as the pod watch feeds it."""
+    kube, cache, reconciler = world
+    reconciler.reconcile("llm", "dsv3")
+    watch_everything(kube, cache)
+    message = "SGLang 0.5.23 refused the command line: ambiguous option: --cuda-graph-max-bs"
+    ended = {"terminated": {"exitCode": 5, "message": message}}
+    cache.seen(
+        {
+            "kind": "Pod",
+            "metadata": {
+                "name": "dsv3-prefill-1-0",
+                "namespace": "llm",
+                "labels": {"ascendpd.io/deployment": "dsv3", "ascendpd.io/role": "prefill"},
+            },
+            "status": {"containerStatuses": [{"state": {"waiting": {}}, "lastState": ended}]},
+        }
+    )
+    kube.calls.clear()
+    result = reconciler.reconcile("llm", "dsv3")
+    cond = next(c for c in result.status["conditions"] if c["type"] == "PrefillReady")
+    assert (cond["reason"], cond["message"]) == (
+        "LaunchRefused",
+        f"pod dsv3-prefill-1-0: {message}",
+    )
+    assert ("CREATE", "Event") in kube.calls
+    assert {kind for verb, kind in kube.calls if verb == "LIST"} <= {"PodGroup"}
+    kube.calls.clear()
+    reconciler.reconcile("llm", "dsv3")  # the same refusal: no second event
+    assert ("CREATE", "Event") not in kube.calls

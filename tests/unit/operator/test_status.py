@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
@@ -293,3 +294,71 @@ def test_work_queue_keeps_one_entry_per_key() -> None:
     assert len(queue) == 2
     assert queue.get(0) == ("a", "x") and queue.get(0) == ("b", "y")
     assert queue.get(0) is None
+
+
+# --- SGLang refused a pod's command line (the launcher's exit 5) --------------------------
+
+REFUSAL = (
+    "SGLang 0.5.23 refused the command line: unrecognized arguments: --foo\n--tp-size 4. "
+    "Offending argument '--foo\\n--tp-size 4', from spec.prefill.extraArgs"
+)
+
+
+def runtime_pod(name: str, role: str, state: Json, last_state: Json | None = None) -> Json:
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"ascendpd.io/deployment": "dsv3", "ascendpd.io/role": role},
+        },
+        "status": {
+            "containerStatuses": [{"name": "sglang", "state": state, "lastState": last_state or {}}]
+        },
+    }
+
+
+def terminated(code: int, message: str = "") -> Json:
+    return {"terminated": {"exitCode": code, "reason": "Error", "message": message}}
+
+
+def test_launch_refusal_is_the_role_condition_with_pod_and_message(dsv3: Json) -> None:
+    pods = [
+        runtime_pod("dsv3-prefill-1-1", "prefill", terminated(ec.EXIT_ARGS_REFUSED, REFUSAL)),
+        # restarted since: the refusal is in lastState
+        runtime_pod(
+            "dsv3-prefill-1-0",
+            "prefill",
+            {"waiting": {"reason": "CrashLoopBackOff"}},
+            terminated(ec.EXIT_ARGS_REFUSED, REFUSAL),
+        ),
+        runtime_pod("dsv3-decode-0-0", "decode", {"running": {}}),
+    ]
+    obs = observe(dsv3, all_children(ready=False), {})
+    status = compute_status(dataclasses.replace(obs, pods=pods), T0)
+    cond = conditions(status)["PrefillReady"]
+    assert (cond["status"], cond["reason"]) == ("False", "LaunchRefused")
+    assert cond["message"] == f"pod dsv3-prefill-1-0: {REFUSAL} (and 1 more pods)"
+    assert conditions(status)["DecodeReady"]["reason"] == "InstancesReady"
+    assert status["phase"] == "Progressing"
+
+
+def test_other_exits_and_ready_roles_are_no_refusal(dsv3: Json) -> None:
+    pods = [
+        runtime_pod("dsv3-prefill-1-0", "prefill", terminated(ec.EXIT_ARGS_REFUSED - 2, "layout")),
+        runtime_pod("dsv3-prefill-1-1", "prefill", terminated(137)),
+        # a refusal on a pod of a ready role is history (e.g. from the previous revision)
+        runtime_pod("dsv3-decode-0-0", "decode", {"running": {}}, terminated(5, REFUSAL)),
+    ]
+    obs = observe(dsv3, all_children(ready=False), {})
+    status = compute_status(dataclasses.replace(obs, pods=pods), T0)
+    assert conditions(status)["PrefillReady"]["reason"] == "InstancesNotReady"
+    assert conditions(status)["DecodeReady"]["reason"] == "InstancesReady"
+
+
+def test_a_refusal_without_message_still_says_what_happened(dsv3: Json) -> None:
+    pods = [runtime_pod("dsv3-prefill-1-0", "prefill", terminated(ec.EXIT_ARGS_REFUSED))]
+    obs = observe(dsv3, all_children(ready=False), {})
+    cond = conditions(compute_status(dataclasses.replace(obs, pods=pods), T0))["PrefillReady"]
+    assert (
+        cond["message"]
+        == "pod dsv3-prefill-1-0: SGLang's parser refused the command line (no message)"
+    )
