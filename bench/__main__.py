@@ -1,12 +1,18 @@
 """``make bench``: run every benchmark module, write bench/results.json, print a table.
 
-Each module exposes ``run() -> list[row]`` with rows ``{name, value, unit, goal, met}``.
-A module whose prerequisites are missing (no cluster, no SGLang cache) reports that as a
-row with ``met: false`` instead of hiding it.
+Each module exposes ``run(sizes) -> list[row]`` with rows ``{name, value, unit, goal, met}``
+and two sizes: ``FULL`` (what ``make bench`` measures) and ``SMOKE`` (``--smoke``: tiny, so
+the test suite can run every code path). Only a row with a goal carries a verdict: ``met``
+is a bool exactly when ``goal`` is set, and None otherwise.
+
+A module that cannot be imported, raises, or returns a malformed row is a failed module:
+it gets an error row, the others still run, and the exit status is 1 with the failed
+modules named, so a broken benchmark can never look like a finished one.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import sys
@@ -20,43 +26,91 @@ MODULES = [
     "bench.bench_operator",
     "bench.bench_unrelated",
 ]
-RESULTS = Path(__file__).resolve().parent / "results.json"
-#: The latest table, committed so the README can link it.
-RESULTS_MD = Path(__file__).resolve().parent / "results.md"
+BENCH_DIR = Path(__file__).resolve().parent
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--module",
+        action="append",
+        dest="modules",
+        metavar="NAME",
+        help=f"run only this module (repeatable; default: {', '.join(MODULES)})",
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="each module's tiny SMOKE sizes (no real figures)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=BENCH_DIR,
+        help="directory for results.json and results.md (default: bench/)",
+    )
+    return parser.parse_args(argv)
+
+
+def check_rows(rows: Any) -> None:
+    """Raise ``ValueError`` naming the first row that breaks the row contract."""
+    if not isinstance(rows, list):
+        raise ValueError(f"run() returned {type(rows).__name__}; expected a list of rows")
+    for row in rows:
+        missing = {"name", "value", "unit", "goal", "met"} - set(row)
+        if missing:
+            raise ValueError(f"row {row.get('name')!r} lacks {sorted(missing)}")
+        if row["goal"] and not isinstance(row["met"], bool):
+            raise ValueError(f"row {row['name']!r} has goal {row['goal']!r} but no verdict")
+        if not row["goal"] and row["met"] is not None:
+            raise ValueError(
+                f"row {row['name']!r} has no goal but a verdict ({row['met']!r}); "
+                "a row without a goal must have met None"
+            )
+
+
+def run_module(name: str, smoke: bool) -> list[dict[str, Any]]:
+    module = importlib.import_module(name)
+    rows = module.run(module.SMOKE) if smoke else module.run()
+    check_rows(rows)
+    return list(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     rows: list[dict[str, Any]] = []
-    for name in MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
+    failed: list[str] = []
+    for name in args.modules or MODULES:
         print(f"running {name} ...", file=sys.stderr, flush=True)
         try:
-            rows.extend(module.run())
-        except Exception as exc:  # a failed benchmark is a result, not a crash
+            rows.extend(run_module(name, args.smoke))
+        except Exception as exc:  # recorded, the other modules still run; exit status 1
             traceback.print_exc()
+            failed.append(name)
             rows.append(
                 {
-                    "name": name,
+                    "name": f"{name} (failed: {type(exc).__name__}: {exc})",
                     "value": None,
                     "unit": "",
                     "goal": "runs",
                     "met": False,
-                    "error": str(exc),
+                    "error": f"{type(exc).__name__}: {exc}",
                 }
             )
-    RESULTS.write_text(json.dumps(rows, indent=2) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results, results_md = args.out / "results.json", args.out / "results.md"
+    results.write_text(json.dumps(rows, indent=2) + "\n")
     table = markdown_table(rows)
-    RESULTS_MD.write_text(
+    results_md.write_text(
         "# Latest `make bench`\n\nOne run on the machine that ran it; compare ratios, not "
         f"absolute times.\n\n{table}\n"
     )
     print(table)
-    print(f"\nwritten to {RESULTS} and {RESULTS_MD}", file=sys.stderr)
+    print(f"\nwritten to {results} and {results_md}", file=sys.stderr)
+    if failed:
+        print(
+            f"error: {len(failed)} benchmark module(s) failed: {', '.join(failed)}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -64,7 +118,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     lines = ["| figure | value | goal | met |", "|---|---:|---|:---:|"]
     for r in rows:
         value = "—" if r["value"] is None else f"{r['value']} {r['unit']}".strip()
-        met = "yes" if r["met"] else "**no**"
+        met = "" if r["met"] is None else "yes" if r["met"] else "**no**"
         lines.append(f"| {r['name']} | {value} | {r['goal']} | {met} |")
     return "\n".join(lines)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,18 @@ from ascend_pd_runtime.plan_cli import example_config
 REPO = Path(__file__).resolve().parents[1]
 SGLANG_TESTS = REPO / "tests" / "sglang"
 VERSION = "0.5.23"
-TOKENS = 128 * 1024
 PAGE_SIZE = 128
-REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Sizes:
+    tokens: int
+    repeats: int
+
+
+FULL = Sizes(tokens=128 * 1024, repeats=3)
+#: The test suite's smoke run: every code path, no meaningful figure.
+SMOKE = Sizes(tokens=8 * PAGE_SIZE, repeats=1)
 #: Issue goals for the layout core's plan (guard, mapping, vectorized descriptors).
 GOAL_SPEEDUP = 20.0
 GOAL_WIRE_SHARE = 0.01
@@ -83,10 +93,10 @@ def _harness() -> Any:
     return sglang_harness
 
 
-def _cases() -> tuple[list[dict[str, Any]], dict[str, float]]:
+def _cases(tokens: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Case JSON for the harness driver, and each case's KV bytes on the wire."""
     rng = np.random.default_rng(0)
-    pages = TOKENS // PAGE_SIZE
+    pages = tokens // PAGE_SIZE
     src_pages = (rng.permutation(pages) * 2).tolist()
     dst_pages = (rng.permutation(pages) * 2 + 1).tolist()
     cases, wire = [], {}
@@ -120,13 +130,15 @@ def _cases() -> tuple[list[dict[str, Any]], dict[str, float]]:
                 "custom_mem_pool": False,
             }
         )
-        wire[name] = float(TOKENS * sum(per_token) * layers)
+        wire[name] = float(tokens * sum(per_token) * layers)
     return cases, wire
 
 
-def _time(harness: Any, dirs: tuple[Path, ...], cases_path: Path, patched: bool) -> Any:
+def _time(
+    harness: Any, dirs: tuple[Path, ...], cases_path: Path, patched: bool, repeats: int
+) -> Any:
     code = _TIMER.format(
-        tests=str(SGLANG_TESTS), cases=str(cases_path), patched=patched, repeats=REPEATS
+        tests=str(SGLANG_TESTS), cases=str(cases_path), patched=patched, repeats=repeats
     )
     out = harness.run_python(dirs, code)
     if out.returncode != 0:
@@ -134,17 +146,17 @@ def _time(harness: Any, dirs: tuple[Path, ...], cases_path: Path, patched: bool)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run() -> list[dict[str, Any]]:
+def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
     harness = _harness()
     work = harness.workdir()
     try:
         patched_dir, _ = harness.patched_copy(VERSION, work)
         pristine = harness.ensure_version(VERSION)
-        cases, wire = _cases()
+        cases, wire = _cases(sizes.tokens)
         cases_path = work / "bench-cases.json"
         cases_path.write_text(json.dumps({"cases": cases}))
-        upstream_t = _time(harness, (pristine,), cases_path, patched=False)
-        patched_t = _time(harness, (patched_dir, pristine), cases_path, patched=True)
+        upstream_t = _time(harness, (pristine,), cases_path, False, sizes.repeats)
+        patched_t = _time(harness, (patched_dir, pristine), cases_path, True, sizes.repeats)
     finally:
         import shutil
 
@@ -161,7 +173,8 @@ def run() -> list[dict[str, Any]]:
         rows.append(
             {
                 "name": f"layout-core plan (guard + mapping + vectorized descriptors) vs upstream "
-                f"send_kvcache (SGLang {VERSION}), 128K tokens fragmented, {name} "
+                f"send_kvcache (SGLang {VERSION}), {sizes.tokens // 1024}K tokens fragmented, "
+                f"{name} "
                 f"({pa['descriptors']} descriptors)",
                 "value": round(plan_speedup, 1),
                 "unit": "x",
@@ -176,7 +189,7 @@ def run() -> list[dict[str, Any]]:
                 "value": round(send_speedup, 1),
                 "unit": "x",
                 "goal": "",
-                "met": True,
+                "met": None,
             }
         )
         rows.append(
@@ -186,7 +199,7 @@ def run() -> list[dict[str, Any]]:
                 f"({pa['plan_seconds'] * 1e3:.1f})",
                 "unit": "ms",
                 "goal": "",
-                "met": True,
+                "met": None,
             }
         )
         for gbps in (25, 50):
@@ -199,8 +212,9 @@ def run() -> list[dict[str, Any]]:
                     f"{send_share * 100:.2f} %)",
                     "value": round(plan_share * 100, 3),
                     "unit": "%",
+                    # the goal is set at 50 GB/s; the 25 GB/s row is shown without a verdict
                     "goal": f"< {GOAL_WIRE_SHARE * 100:g} %" if gbps == 50 else "",
-                    "met": plan_share < GOAL_WIRE_SHARE or gbps != 50,
+                    "met": plan_share < GOAL_WIRE_SHARE if gbps == 50 else None,
                 }
             )
     return rows

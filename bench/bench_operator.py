@@ -7,13 +7,15 @@ nodes, enough NPUs for every pod here, and no load from the e2e suite sharing th
 cluster). It is brought up if needed and stopped again if this run started it.
 
 - one CR: from the apply request (the API call ``kubectl apply --server-side`` makes) to
-  every child existing, and to phase Ready through kubelet-sim; ``RUNS`` runs, one after
+  every child existing, and to phase Ready through kubelet-sim; ``runs`` runs, one after
   the other;
-- ``SCALE`` CRs applied at once (10 concurrent apply requests): until all children
+- ``scale`` CRs applied at once (10 concurrent apply requests): until all children
   exist, until all are Ready;
-- idle: write calls through the proxy during ``IDLE_SECONDS`` (``ASCEND_PD_BENCH_IDLE_SECONDS``,
-  300) with the ``SCALE`` CRs Ready and a resync every ``RESYNC_SECONDS``;
-- RSS of the operator process at 0 and at ``SCALE`` CRs.
+- idle: write calls through the proxy during ``idle_seconds`` (``ASCEND_PD_BENCH_IDLE_SECONDS``,
+  300) with the ``scale`` CRs Ready and a resync every ``resync_seconds``;
+- RSS of the operator process at 0 and at ``scale`` CRs.
+
+``FULL`` holds the sizes ``make bench`` uses; ``SMOKE`` the test suite's tiny ones.
 
 Children and readiness are timed from watch events, never by polling.
 """
@@ -31,6 +33,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,22 +44,36 @@ from ascend_pd_dev import paths
 from ascend_pd_dev.certs import Pki
 from ascend_pd_dev.faultproxy import STATS_PATH
 from ascend_pd_dev.kubectl import kubectl_path
-from ascend_pd_dev.local_run import OperatorProcess, free_port, stop_process_group
+from ascend_pd_dev.local_run import OperatorProcess, free_port, stop_child_group
 from ascend_pd_operator import api
 from ascend_pd_operator.crd import crd_yaml
 from ascend_pd_operator.kube import Kube
 from ascend_pd_operator.naming import LABEL_DEPLOYMENT
 from ascend_pd_operator.render_cli import render
 
-RUNS = 20
-SCALE = 100
-RESYNC_SECONDS = 10
-IDLE_SECONDS = float(os.environ.get("ASCEND_PD_BENCH_IDLE_SECONDS", "300"))
-BENCH_NODES = 40  # x 8 NPUs: room for RUNS + SCALE deployments of 2 NPUs each
+BENCH_NODES = 40  # x 8 NPUs: room for runs + scale deployments of 2 NPUs each
 GOAL_ONE_P95_S = 1.0
 GOAL_SCALE_S = 30.0
 GOAL_RSS_MIB = 150.0
 WATCHED = ("ConfigMap", "Service", "StatefulSet", "Deployment")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    runs: int
+    scale: int
+    resync_seconds: int
+    idle_seconds: float
+
+
+FULL = Sizes(
+    runs=20,
+    scale=100,
+    resync_seconds=10,
+    idle_seconds=float(os.environ.get("ASCEND_PD_BENCH_IDLE_SECONDS", "300")),
+)
+#: The test suite's smoke run (on the e2e cluster): every code path, no meaningful figure.
+SMOKE = Sizes(runs=2, scale=2, resync_seconds=1, idle_seconds=2.0)
 
 MODEL_CONFIG = {
     "architectures": ["DeepseekV2ForCausalLM"],
@@ -193,10 +210,11 @@ class Recorder:
 
 
 class Bench:
-    def __init__(self, layout: dev_cluster.Layout, workdir: Path) -> None:
+    def __init__(self, layout: dev_cluster.Layout, workdir: Path, sizes: Sizes) -> None:
         from kubernetes import config
 
         self.layout = layout
+        self.sizes = sizes
         self.workdir = workdir
         self.api_client = config.new_client_from_config(config_file=str(layout.kubeconfig))  # type: ignore[no-untyped-call]
         self.kube = Kube(self.api_client)
@@ -250,7 +268,7 @@ class Bench:
         kubeconfig.write_text(yaml.safe_dump(doc))
         kubeconfig.chmod(0o600)
         args = ["--namespace", self.ns_one, "--namespace", self.ns_scale,
-                "--resync-seconds", str(RESYNC_SECONDS)]  # fmt: skip
+                "--resync-seconds", str(self.sizes.resync_seconds)]  # fmt: skip
         self.operator = OperatorProcess(args, kubeconfig, self.workdir / "operator.log")
         _until(self.operator.healthy, "the operator's liveness endpoint", 120)
 
@@ -266,6 +284,10 @@ class Bench:
         assert self.operator is not None
         return self.operator.rss_mib()
 
+    def operator_log(self) -> str:
+        assert self.operator is not None
+        return self.operator.log.read_text()
+
     def proxy_stats(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.proxy_url + STATS_PATH, timeout=10) as response:
             stats: dict[str, Any] = json.loads(response.read())
@@ -275,8 +297,7 @@ class Bench:
         if self.operator is not None:
             self.operator.stop()
         if self.proxy is not None:
-            stop_process_group(self.proxy.pid)
-            self.proxy.wait()
+            stop_child_group(self.proxy)
         for ns in (self.ns_one, self.ns_scale):
             subprocess.run(
                 [str(kubectl_path()), "--kubeconfig", str(self.layout.kubeconfig), "delete",
@@ -291,7 +312,7 @@ class Bench:
         to_children: list[float] = []
         to_ready: list[float] = []
         try:
-            for i in range(RUNS):
+            for i in range(self.sizes.runs):
                 cr = pddeployment(f"one-{i}", self.ns_one)
                 wanted = expected_children(cr)
                 children, ready = self._converge(rec, cr, wanted)
@@ -313,7 +334,7 @@ class Bench:
 
     def scale(self) -> tuple[float, float, int]:
         rec = Recorder(self.api_client, self.ns_scale).start()
-        crs = [pddeployment(f"scale-{i:03d}", self.ns_scale) for i in range(SCALE)]
+        crs = [pddeployment(f"scale-{i:03d}", self.ns_scale) for i in range(self.sizes.scale)]
         wanted: set[tuple[str, str]] = set().union(*(expected_children(cr) for cr in crs))
         names = {cr["metadata"]["name"] for cr in crs}
         try:
@@ -321,7 +342,7 @@ class Bench:
             with ThreadPoolExecutor(10) as pool:
                 list(pool.map(self.apply, crs))
             rec.wait(lambda: rec.all_children(wanted) is not None, "all children", 300)
-            rec.wait(lambda: names <= set(rec.ready), f"{SCALE} Ready", 600)
+            rec.wait(lambda: names <= set(rec.ready), f"{self.sizes.scale} Ready", 600)
             children = (rec.all_children(wanted) or 0) - t0
             ready = max(rec.ready[n] for n in names) - t0
         finally:
@@ -330,10 +351,11 @@ class Bench:
 
     def idle(self) -> tuple[dict[str, int], int]:
         # Let the last status patches and the first resync after Ready pass.
-        time.sleep(2 * RESYNC_SECONDS)
+        resync, idle = self.sizes.resync_seconds, self.sizes.idle_seconds
+        time.sleep(2 * resync)
         before = self.proxy_stats()
-        _progress(f"idle window: {IDLE_SECONDS:.0f} s, resync every {RESYNC_SECONDS} s")
-        time.sleep(IDLE_SECONDS)
+        _progress(f"idle window: {idle:.0f} s, resync every {resync} s")
+        time.sleep(idle)
         after = self.proxy_stats()
         verbs = set(before["writes"]) | set(after["writes"])
         writes = {v: after["writes"].get(v, 0) - before["writes"].get(v, 0) for v in verbs}
@@ -354,64 +376,74 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def _row(name: str, value: float | None, unit: str, goal: str, met: bool) -> dict[str, Any]:
+def _row(
+    name: str, value: float | None, unit: str, goal: str = "", met: bool | None = None
+) -> dict[str, Any]:
+    """A table row; only a row with a goal carries a verdict."""
     return {"name": name, "value": value, "unit": unit, "goal": goal, "met": met}
 
 
-def run() -> list[dict[str, Any]]:
-    layout = dev_cluster.Layout(paths.state_dir() / "bench")
-    started = not dev_cluster.healthy(layout)
-    if started:
-        _progress(f"starting the bench control plane ({BENCH_NODES} simulated nodes)")
-        dev_cluster.up(layout, nodes=BENCH_NODES, ascend_per_node=8, progress=_progress)
-    workdir = layout.root / "bench-run"
+def run(
+    sizes: Sizes = FULL, layout: dev_cluster.Layout | None = None, workdir: Path | None = None
+) -> list[dict[str, Any]]:
+    """Every operator figure. Without ``layout`` the bench's own control plane is used,
+    brought up (and down again) here when it is not running; logs go to ``workdir``."""
+    started = False
+    if layout is None:
+        layout = dev_cluster.Layout(paths.state_dir() / "bench")
+        started = not dev_cluster.healthy(layout)
+        if started:
+            _progress(f"starting the bench control plane ({BENCH_NODES} simulated nodes)")
+            dev_cluster.up(layout, nodes=BENCH_NODES, ascend_per_node=8, progress=_progress)
+    workdir = workdir or layout.root / "bench-run"
     workdir.mkdir(parents=True, exist_ok=True)
-    bench = Bench(layout, workdir)
+    bench = Bench(layout, workdir, sizes)
+    runs, scale, resync = sizes.runs, sizes.scale, sizes.resync_seconds
     rows: list[dict[str, Any]] = []
     try:
         bench.start()
         time.sleep(3)
         rss_0 = bench.rss_mib()
-        _progress(f"one CR, {RUNS} runs")
+        _progress(f"one CR, {runs} runs")
         children, ready = bench.one_cr()
         bench.kubectl("delete", "namespace", bench.ns_one, "--wait=false")
         p95_children = _percentile(children, 0.95)
         rows += [
-            _row(f"one CR, apply request to every child created: median of {RUNS}",
-                 round(statistics.median(children), 3), "s", "", True),
-            _row(f"one CR, apply request to every child created: p95 of {RUNS}",
+            _row(f"one CR, apply request to every child created: median of {runs}",
+                 round(statistics.median(children), 3), "s"),
+            _row(f"one CR, apply request to every child created: p95 of {runs}",
                  round(p95_children, 3), "s", f"< {GOAL_ONE_P95_S:g} s",
                  p95_children < GOAL_ONE_P95_S),
-            _row(f"one CR, apply request to Ready (kubelet-sim): median of {RUNS}",
-                 round(statistics.median(ready), 3), "s", "", True),
-            _row(f"one CR, apply request to Ready (kubelet-sim): p95 of {RUNS}",
-                 round(_percentile(ready, 0.95), 3), "s", "", True),
+            _row(f"one CR, apply request to Ready (kubelet-sim): median of {runs}",
+                 round(statistics.median(ready), 3), "s"),
+            _row(f"one CR, apply request to Ready (kubelet-sim): p95 of {runs}",
+                 round(_percentile(ready, 0.95), 3), "s"),
         ]  # fmt: skip
-        _progress(f"{SCALE} CRs at once")
+        _progress(f"{scale} CRs at once")
         scale_children, scale_ready, count = bench.scale()
         rows += [
-            _row(f"{SCALE} CRs applied at once: until all {count} children exist",
+            _row(f"{scale} CRs applied at once: until all {count} children exist",
                  round(scale_children, 2), "s", f"< {GOAL_SCALE_S:g} s",
                  scale_children < GOAL_SCALE_S),
-            _row(f"{SCALE} CRs applied at once: until all Ready (kubelet-sim, "
-                 f"{3 * SCALE} pods)", round(scale_ready, 2), "s", "", True),
+            _row(f"{scale} CRs applied at once: until all Ready (kubelet-sim, "
+                 f"{3 * scale} pods)", round(scale_ready, 2), "s"),
         ]  # fmt: skip
-        time.sleep(RESYNC_SECONDS)
-        rss_100 = bench.rss_mib()
+        time.sleep(resync)
+        rss_scale = bench.rss_mib()
         writes, requests = bench.idle()
         total = sum(writes.values())
         detail = ", ".join(f"{v} {n}" for v, n in sorted(writes.items())) or "none"
         rows += [
-            _row(f"operator API writes in {IDLE_SECONDS / 60:g} min idle, {SCALE} Ready CRs, "
-                 f"resync every {RESYNC_SECONDS} s (fault proxy; {detail})",
+            _row(f"operator API writes in {sizes.idle_seconds:g} s idle, {scale} Ready "
+                 f"CRs, resync every {resync} s (fault proxy; {detail})",
                  total, "writes", "0", total == 0),
             _row("operator API requests in the same idle window (reads: resyncs happen)",
-                 requests, "requests", "", True),
-            _row("operator RSS at 0 CRs", round(rss_0, 1), "MiB", "", True),
-            _row(f"operator RSS at {SCALE} CRs", round(rss_100, 1), "MiB",
-                 f"< {GOAL_RSS_MIB:g} MiB", rss_100 < GOAL_RSS_MIB),
+                 requests, "requests"),
+            _row("operator RSS at 0 CRs", round(rss_0, 1), "MiB"),
+            _row(f"operator RSS at {scale} CRs", round(rss_scale, 1), "MiB",
+                 f"< {GOAL_RSS_MIB:g} MiB", rss_scale < GOAL_RSS_MIB),
         ]  # fmt: skip
-        log_text = bench.log.read_text()
+        log_text = bench.operator_log()
         if "Traceback" in log_text:
             _progress(f"the operator logged a traceback:\n{log_text[-3000:]}")
     finally:

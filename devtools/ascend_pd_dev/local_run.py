@@ -87,16 +87,7 @@ class OperatorProcess:
 
     def stop(self, timeout: float = 30.0) -> bool:
         """SIGTERM and wait; SIGKILL after ``timeout``. True when it exited on SIGTERM."""
-        if self.process.poll() is not None:
-            return True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return False
+        return stop_child_group(self.process, timeout)
 
 
 class LocalOperator(OperatorProcess):
@@ -111,6 +102,25 @@ class LocalOperator(OperatorProcess):
     ) -> None:
         argv, pod_env = local_operator_command(deployment, 0)
         super().__init__([*argv[1:], *extra_args], kubeconfig, log, env=pod_env)
+
+
+def stop_child_group(process: subprocess.Popen[Any], timeout: float = 30.0) -> bool:
+    """SIGTERM the process group of our child ``process`` (started with
+    ``start_new_session``) and wait for the child; SIGKILL the group after ``timeout``.
+    True when it exited on SIGTERM. Waiting on the child reaps it: polling its group
+    instead would see the unreaped zombie alive until the timeout."""
+    if process.poll() is not None:
+        return True
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return False
 
 
 def stop_process_group(pid: int, timeout: float = 30.0) -> bool:

@@ -9,9 +9,11 @@ understands (``check_decode_pointer_count``), maps every prefill entry to its
 decode entry (``stage_transfers``) and builds all descriptors at once
 (``build_transfer_descriptors``), in the order SGLang's per-block loop would.
 
-A refused transfer is logged with both sides' counts and layer ranges and
-returns a failed status, so SGLang fails that request and that decode session,
-never writes a byte, and keeps serving correctly paired decodes. Layouts this
+A refused transfer is logged with both sides' counts and layer ranges (or why
+the model's config.json could not be read) and returns a failed status, so SGLang
+fails that request and that decode session, never writes a byte, and keeps
+serving correctly paired decodes. Nothing here raises into SGLang: an exception
+in ``send_kvcache`` ends SGLang's transfer thread and the prefill is reported dead. Layouts this
 module does not model (DeepSeek-V4's compression buckets) are handed back to
 upstream's code with ``UPSTREAM``.
 """
@@ -65,10 +67,21 @@ class PrefillKVLayout:
 
 
 def model_facts_for(manager: Any) -> ModelFacts:
-    """The served model's facts: ``$ASCEND_PD_MODEL_CONFIG``, else SGLang's model path."""
-    source = os.environ.get(MODEL_CONFIG_ENV) or getattr(
-        getattr(manager, "server_args", None), "model_path", None
-    )
+    """The served model's facts: ``$ASCEND_PD_MODEL_CONFIG``, else SGLang's model path.
+
+    Raises ``AscendPDError`` naming where it looked; ``send_kvcache_planned`` turns
+    that into a refused transfer.
+    """
+    from_env = os.environ.get(MODEL_CONFIG_ENV)
+    if from_env:
+        if not os.path.exists(from_env):
+            raise AscendPDError(
+                f"the ascend-pd KV layout guard needs the model's config.json: "
+                f"{MODEL_CONFIG_ENV}={from_env!r} does not exist; it must name the config.json "
+                "or the model directory"
+            )
+        return load_model_facts(from_env)
+    source = getattr(getattr(manager, "server_args", None), "model_path", None)
     if not source or not os.path.exists(source):
         raise AscendPDError(
             f"the ascend-pd KV layout guard needs the model's config.json: model path "
@@ -87,20 +100,27 @@ def _positive_int(value: object) -> int | None:
 def prefill_kv_layout(
     kv_args: Any, facts: ModelFacts, pp_size: int, is_mla: bool
 ) -> PrefillKVLayout:
-    """Derive this prefill stage's layout from ``KVArgs``; raise if it contradicts the model."""
-    groups = _positive_int(getattr(kv_args, "kv_buf_groups", None))
-    if groups is None:
-        groups = facts.kv_buf_groups if is_mla else 2
+    """Derive this prefill stage's layout from ``KVArgs``; raise if it contradicts the model.
+
+    The buffer-group count comes from the model (MLA: 2, or 3 with an index buffer;
+    MHA: K and V), as SGLang 0.5.22+ derives it. SGLang 0.5.12–0.5.21 record
+    ``len(kv_data_ptrs) // layer_num`` instead, after the draft pool's pointers were
+    appended: when groups × draft layers reaches the stage's target layers that
+    quotient exceeds the real count, so it is accepted when it is exactly what that
+    formula gives for the layout the model implies.
+    """
+    groups = facts.kv_buf_groups if is_mla else 2
     total = _positive_int(getattr(kv_args, "hidden_kv_layers", None)) or _positive_int(
         getattr(kv_args, "total_kv_layers", None)
     )
     total = total or facts.total_kv_layers
+    declared_groups = _positive_int(getattr(kv_args, "kv_buf_groups", None))
     mtp = facts.num_nextn_predict_layers
-    if groups != facts.kv_buf_groups or total != facts.total_kv_layers:
+    if total != facts.total_kv_layers:
         raise LayoutMismatch(
-            f"KV layout mismatch: prefill registered {groups} buffer groups × {total} target "
-            f"layers but the model config {facts.source} has {facts.kv_buf_groups} groups × "
-            f"{facts.total_kv_layers} layers"
+            f"KV layout mismatch: prefill registered {declared_groups or groups} buffer groups "
+            f"× {total} target layers but the model config {facts.source} has "
+            f"{facts.kv_buf_groups} groups × {facts.total_kv_layers} layers"
         )
     entries = len(kv_args.kv_data_ptrs)
     start = getattr(kv_args, "prefill_start_layer", None) or 0
@@ -109,7 +129,10 @@ def prefill_kv_layout(
     end = min(start + per_group, total)
     draft = start + per_group - end
     problem = None
-    if remainder or per_group == 0 or end <= start:
+    item_lens = len(getattr(kv_args, "kv_item_lens", None) or ())
+    if item_lens != entries:
+        problem = f"{entries} KV pointers but {item_lens} item lengths"
+    elif remainder or per_group == 0 or end <= start:
         problem = f"{entries} KV pointers from layer {start} do not form {groups} buffer groups"
     elif draft not in (0, mtp):
         problem = (
@@ -123,6 +146,16 @@ def prefill_kv_layout(
         raise LayoutMismatch(
             f"KV layout mismatch on prefill PP rank {pp_rank}: {problem} "
             f"({groups} groups × {total} target layers + 0 or {mtp} draft layers)"
+        )
+    # What SGLang 0.5.12–0.5.21 record for this layout (the pool's layer_num is the
+    # stage's target layers); a prefill that really registered another group count
+    # records neither this nor the model's count.
+    sglang_quotient = entries // (end - start)
+    if declared_groups is not None and declared_groups not in (groups, sglang_quotient):
+        raise LayoutMismatch(
+            f"KV layout mismatch: prefill registered {declared_groups} buffer groups × {total} "
+            f"target layers but the model config {facts.source} has {groups} groups × "
+            f"{facts.total_kv_layers} layers ({entries} KV pointers from layer {start})"
         )
     stage = StageLayout(
         pp_rank=pp_rank, start_layer=start, end_layer=end, kv_buf_groups=groups, draft_layers=draft
@@ -218,8 +251,16 @@ def send_kvcache_planned(
         return UPSTREAM
     try:
         plan, entries = plan_send(manager, prefill_kv_indices, dst_kv_ptrs, dst_kv_indices)
-    except LayoutMismatch as exc:
+    except AscendPDError as exc:
+        # A layout mismatch, or no readable model config: fail this request only.
         logger.error("refusing KV transfer to session %s: %s", session_id, exc)
+        return REFUSED
+    except Exception:
+        # Anything raised here would end SGLang's transfer thread, and the whole prefill
+        # instance would be reported dead; a refusal fails only this request.
+        logger.exception(
+            "refusing KV transfer to session %s: the ascend-pd transfer plan failed", session_id
+        )
         return REFUSED
     if len(plan) == 0:
         return 0

@@ -251,8 +251,14 @@ def patched_copy(version: str, workdir: Path) -> tuple[Path, str]:
     return copy, out.stdout
 
 
-def pythonpath(*dirs: Path) -> str:
-    return os.pathsep.join(str(d) for d in (*dirs, STUBS))
+#: This checkout's runtime source. install-and-patch.sh also pip-installs the runtime into
+#: the shared venv, where another session (another checkout, a CI run) may have replaced
+#: it by the time a test runs: the source on the path is what this session tests.
+RUNTIME_SRC = REPO / "runtime"
+
+
+def pythonpath(*dirs: Path, stubs: Path = STUBS) -> str:
+    return os.pathsep.join(str(d) for d in (*dirs, RUNTIME_SRC, stubs))
 
 
 def run_install_and_patch(
@@ -281,11 +287,22 @@ def workdir() -> Path:
     return path
 
 
-def run_driver(dirs: tuple[Path, ...], cases: list[dict[str, object]], tmp: Path) -> dict[str, Any]:
-    """Run ``driver.py`` in the harness venv with ``dirs`` first on the path."""
+def run_driver(
+    dirs: tuple[Path, ...],
+    cases: list[dict[str, object]],
+    tmp: Path,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run ``driver.py`` in the harness venv with ``dirs`` first on the path.
+
+    ``ASCEND_PD_MODEL_CONFIG`` is never inherited from the caller: the cases name their
+    model (``model_path``) and a developer's setting must not change what they test.
+    """
     cases_path, results_path = tmp / "cases.json", tmp / "results.json"
     cases_path.write_text(json.dumps({"cases": cases}))
     env = dict(os.environ, PYTHONPATH=pythonpath(*dirs), PYTHONDONTWRITEBYTECODE="")
+    env.pop("ASCEND_PD_MODEL_CONFIG", None)
+    env.update(extra_env or {})
     out = subprocess.run(
         ["nice", str(PYTHON), str(DRIVER), str(cases_path), str(results_path)],
         env=env,
@@ -330,11 +347,13 @@ class Envs:
 def run_python(
     dirs: tuple[Path, ...], code: str, stubs: Path = STUBS
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in the harness venv with ``dirs`` and ``stubs`` on the path."""
-    path = os.pathsep.join(str(d) for d in (*dirs, stubs))
+    """Run ``code`` in the harness venv with ``dirs``, this checkout's runtime and ``stubs``
+    on the path (never the caller's ``ASCEND_PD_MODEL_CONFIG``)."""
+    env = dict(os.environ, PYTHONPATH=pythonpath(*dirs, stubs=stubs))
+    env.pop("ASCEND_PD_MODEL_CONFIG", None)
     return subprocess.run(
         ["nice", str(PYTHON), "-c", code],
-        env=dict(os.environ, PYTHONPATH=path),
+        env=env,
         capture_output=True,
         text=True,
         check=False,

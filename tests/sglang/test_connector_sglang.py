@@ -11,6 +11,7 @@ refused before anything is sent.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,3 +181,35 @@ def test_upstream_misplaces_kv_for_a_pp_decode_holding_draft_layers(
         assert patched[case.name]["descriptors"] == case.expected() == case.oracle()
     for case in cases:
         assert (upstream[case.name].get("descriptors") == case.expected()) is (case not in wrong)
+
+
+def test_request_path_refuses_instead_of_raising(env: harness.SGLangEnv, tmp_path: Path) -> None:
+    """An exception out of ``send_kvcache`` ends SGLang's transfer thread and the prefill is
+    reported dead: a missing or unreadable model config, or KVArgs the guard cannot read,
+    must fail the one request with a logged reason instead."""
+    (base,) = [c for c in layout_cases(env.version_tuple) if c.name == "v3-pp1/rank0"]
+    bad_config = tmp_path / "bad-model"
+    bad_config.mkdir()
+    (bad_config / "config.json").write_text('{"num_hidden_layers": 61,')
+    hub = dict(base.to_json(), name="hub-model-id", model_path="deepseek-ai/DeepSeek-V3")
+    unreadable = dict(base.to_json(), name="unreadable-config", model_path=str(bad_config))
+    short = base.to_json()
+    short.update(name="short-item-lens", item_lens=short["item_lens"][:-1])
+    work = tmp_path / "driver"
+    work.mkdir()
+    results = harness.run_driver((env.patched, env.pristine), [hub, unreadable, short], work)[
+        "results"
+    ]
+    expected = {
+        "hub-model-id": "model path 'deepseek-ai/DeepSeek-V3' is not a local path; set "
+        "ASCEND_PD_MODEL_CONFIG to the config.json or the model directory",
+        "unreadable-config": f"{bad_config / 'config.json'}: not valid JSON",
+        "short-item-lens": "122 KV pointers but 121 item lengths",
+    }
+    for name, needle in expected.items():
+        result = results[name]
+        assert result.get("status") == -1, f"{env.version} {name}: {_brief(result)}"
+        assert result["calls"] == 0 and result["descriptors"] == []
+        (message,) = result["logged_errors"]
+        assert message.startswith("refusing KV transfer to session decode-session: "), message
+        assert needle in message, message

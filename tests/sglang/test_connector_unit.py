@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from ascend_pd_runtime import connector
-from ascend_pd_runtime.errors import AscendPDError, LayoutMismatch
+from ascend_pd_runtime.errors import LayoutMismatch
 from ascend_pd_runtime.layout import StageLayout
 from ascend_pd_runtime.model_facts import load_model_facts
 from ascend_pd_runtime.plan_cli import example_config
@@ -184,14 +185,87 @@ def test_compression_bucket_layouts_go_to_upstream() -> None:
 
 
 def test_model_config_is_required_and_can_come_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    monkeypatch.delenv("ASCEND_PD_MODEL_CONFIG", raising=False)
     mgr = manager()
     mgr.server_args.model_path = "deepseek-ai/DeepSeek-V3"
-    with pytest.raises(AscendPDError, match="set ASCEND_PD_MODEL_CONFIG"):
-        _send(mgr, [1])
+    assert _send(mgr, [1]) == connector.REFUSED  # refused, never raised into SGLang
+    assert mgr.engine.calls == []
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "ascend_pd_runtime.connector"]
+    assert "model path 'deepseek-ai/DeepSeek-V3' is not a local path" in message
+    assert "set ASCEND_PD_MODEL_CONFIG to the config.json or the model directory" in message
+    monkeypatch.setenv("ASCEND_PD_MODEL_CONFIG", "/nowhere/config.json")
+    caplog.clear()
+    assert _send(mgr, [1]) == connector.REFUSED
+    assert "ASCEND_PD_MODEL_CONFIG='/nowhere/config.json' does not exist" in caplog.text
     monkeypatch.setenv("ASCEND_PD_MODEL_CONFIG", str(example_config("deepseek-v3")))
     assert _send(mgr, [1]) == 0
+
+
+def test_unreadable_model_config_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("ASCEND_PD_MODEL_CONFIG", raising=False)
+    (tmp_path / "config.json").write_text("{not json")
+    mgr = manager()
+    mgr.server_args.model_path = str(tmp_path)
+    assert _send(mgr, [1]) == connector.REFUSED
+    assert mgr.engine.calls == []
+    assert f"{tmp_path / 'config.json'}: not valid JSON (line 1, column 2" in caplog.text
+
+
+def test_kv_args_with_missing_item_lengths_are_refused(caplog: pytest.LogCaptureFixture) -> None:
+    mgr = manager()
+    mgr.kv_args.kv_item_lens = mgr.kv_args.kv_item_lens[:-1]
+    assert _send(mgr, [1, 2]) == connector.REFUSED
+    assert "60 KV pointers but 59 item lengths" in caplog.text
+
+
+def test_an_unexpected_error_in_the_plan_is_a_refusal(caplog: pytest.LogCaptureFixture) -> None:
+    mgr = manager()
+    del mgr.kv_args.kv_data_ptrs  # a KVArgs this code does not understand
+    assert _send(mgr, [1, 2]) == connector.REFUSED
+    assert mgr.engine.calls == []
+    (record,) = [r for r in caplog.records if r.name == "ascend_pd_runtime.connector"]
+    assert "refusing KV transfer to session s: the ascend-pd transfer plan failed" in (
+        record.getMessage()
+    )
+    assert record.exc_info is not None and record.exc_info[0] is AttributeError
+
+
+def _small_model(tmp_path: Path, layers: int, mtp: int, groups: int) -> Any:
+    config = {"num_hidden_layers": layers, "num_nextn_predict_layers": mtp,
+              "kv_lora_rank": 4, "qk_rope_head_dim": 2}  # fmt: skip
+    if groups == 3:
+        config["index_head_dim"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return load_model_facts(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("layers", "mtp", "groups"), [(2, 1, 2), (3, 1, 3), (1, 1, 2), (4, 2, 2), (2, 2, 3), (7, 1, 2)]
+)
+def test_sglang_quotient_of_a_pp1_prefill_with_draft_is_accepted(
+    tmp_path: Path, layers: int, mtp: int, groups: int
+) -> None:
+    """SGLang 0.5.12–0.5.21 record len(kv_data_ptrs) // layer_num after the draft pool's
+    pointers were appended; at these sizes that is more than the model's groups."""
+    facts = _small_model(tmp_path, layers, mtp, groups)
+    entries = groups * (layers + mtp)
+    recorded = entries // layers  # SGLang's own formula, the pool's layer_num = layers
+    args = kv_args(entries, kv_buf_groups=recorded, total_kv_layers=layers)
+    layout = connector.prefill_kv_layout(args, facts, 1, True)
+    assert layout.stage == StageLayout(0, 0, layers, groups, mtp)
+    assert connector.decode_stage_for(layout, entries) == StageLayout(0, 0, layers, groups, mtp)
+
+
+def test_a_group_count_neither_the_model_nor_sglangs_formula_gives_is_refused(
+    tmp_path: Path,
+) -> None:
+    facts = _small_model(tmp_path, 2, 1, 2)  # 6 pointers: SGLang records 3, the model says 2
+    with pytest.raises(LayoutMismatch, match="prefill registered 4 buffer groups × 2 target"):
+        connector.prefill_kv_layout(kv_args(6, kv_buf_groups=4, total_kv_layers=2), facts, 1, True)
 
 
 # -- the patch engine on a fake installed SGLang -------------------------------------------

@@ -1,0 +1,49 @@
+"""The operator benchmark (``bench/bench_operator.py``) runs end to end at tiny sizes.
+
+It runs on the e2e suite's cluster instead of the bench's own 40-node control plane:
+two CRs one after the other, two at once, a two-second idle window with a one-second
+resync. The figures mean nothing at these sizes; what is checked is that every step
+runs (a refactor of the operator's local runner once broke the benchmark at its last
+line, after ten minutes of measuring), that every row follows the row contract, and that
+the operator logged no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench import bench_operator  # noqa: E402
+from bench.__main__ import check_rows  # noqa: E402
+
+# the fault proxy forwards the dev cluster's admin credentials; Ready needs kubelet-sim
+pytestmark = [pytest.mark.local, pytest.mark.simulated, pytest.mark.timeout(900)]
+
+
+def test_operator_bench_smoke(cluster: Any, tmp_path: Path) -> None:
+    rows = bench_operator.run(bench_operator.SMOKE, layout=cluster.layout, workdir=tmp_path)
+    check_rows(rows)
+    names = [r["name"] for r in rows]
+    assert len(rows) == 10, names
+    assert all(isinstance(r["value"], int | float) for r in rows), rows
+    assert "2 CRs applied at once: until all 14 children exist" in names
+    assert [r["name"] for r in rows if r["goal"]] == [
+        "one CR, apply request to every child created: p95 of 2",
+        "2 CRs applied at once: until all 14 children exist",
+        "operator API writes in 2 s idle, 2 Ready CRs, resync every 1 s "
+        f"(fault proxy; {_writes(rows)})",
+        "operator RSS at 2 CRs",
+    ]
+    log = (tmp_path / "operator.log").read_text()
+    assert "Traceback" not in log, log[-4000:]
+
+
+def _writes(rows: list[dict[str, Any]]) -> str:
+    (row,) = [r for r in rows if r["name"].startswith("operator API writes")]
+    return str(row["name"]).rsplit("(fault proxy; ", 1)[1].rstrip(")")
