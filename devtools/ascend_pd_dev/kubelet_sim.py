@@ -29,6 +29,12 @@ A pod that would run to completion (a Job's, a helm test hook) also stays Runnin
 annotation says ``succeed`` or ``fail``: kubelet-sim cannot know how a container would end, so
 it never invents a success; a test runs the real work itself and then reports the outcome.
 
+One real step, for pods that ask (``kubelet-sim.ascend-pd.dev/run-launch-check: "true"`` on
+the pod or its namespace): a container whose command is ``ascend-pd-runtime launch`` gets the
+launcher's pre-exec check run on this machine in a local runtime registered for its image
+(``--local-runtimes``), and its exit is reported as a kubelet would (``launch_check``,
+``launch_check_runs``). Nothing else of it runs: exit 0 leaves the container "running".
+
 Succeeded and Failed are final, as with a real kubelet. ``kubectl logs``/``exec`` cannot work:
 there is no container. Run it as ``python -m ascend_pd_dev.kubelet_sim --kubeconfig
 PATH`` (``ascend-pd-dev cluster up`` does), or drive ``Simulator.step()`` from Python.

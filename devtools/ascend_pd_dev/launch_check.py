@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ascend_pd_runtime import env_contract
+from ascend_pd_runtime.env_contract import DEFAULT_TERMINATION_LOG, TERMINATION_LOG
 
 RUN_CHECK_ANNOTATION = "kubelet-sim.ascend-pd.dev/run-launch-check"
 LAUNCHER = "ascend-pd-runtime"
@@ -422,8 +422,8 @@ def prepare(
 
     env = {k: paths.rewrite(substitute_dns(v, resolve)) for k, v in env.items()}
     # the launcher writes to /dev/termination-log unless told; here that path is a file of ours
-    wanted = env.get(env_contract.TERMINATION_LOG) or env_contract.DEFAULT_TERMINATION_LOG
-    env[env_contract.TERMINATION_LOG] = str(paths.local(wanted) or termination_file)
+    wanted = env.get(TERMINATION_LOG) or DEFAULT_TERMINATION_LOG
+    env[TERMINATION_LOG] = str(paths.local(wanted) or termination_file)
     image_env = {k: os.environ[k] for k in HOST_ENV if k in os.environ}
     image_env["HOME"] = str(scratch)
     if runtime.pythonpath:
