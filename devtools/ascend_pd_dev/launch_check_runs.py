@@ -111,7 +111,9 @@ class LaunchChecks:
         self.events: list[tuple[Obj, str, str, str]] = []
 
     def shutdown(self) -> None:
+        """Stop starting checks (a running one finishes) and remove every scratch directory."""
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.forget(set())
 
     def forget(self, live_uids: set[str]) -> None:
         """Drop the runs of pods that are gone (and their scratch files)."""
