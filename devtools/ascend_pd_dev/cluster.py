@@ -84,6 +84,8 @@ class Layout:
         self.state = root / "cluster.json"
         self.kubeconfig = root / "kubeconfig"
         self.lock = root / ".lock"
+        #: kubelet-sim's local runtimes (images whose launcher check it may run)
+        self.local_runtimes = self.run / "kubelet-sim-runtimes"
 
     def pid_file(self, component: str) -> Path:
         return self.run / f"{component}.pid"
@@ -229,6 +231,7 @@ def kubelet_sim_argv(layout: Layout, nodes: int, ascend_per_node: int) -> list[s
         f"--kubeconfig={layout.component_kubeconfig('kubelet-sim')}",
         f"--nodes={nodes}",
         f"--ascend-per-node={ascend_per_node}",
+        f"--local-runtimes={layout.local_runtimes}",
     ]
 
 

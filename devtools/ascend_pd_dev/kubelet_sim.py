@@ -29,6 +29,12 @@ A pod that would run to completion (a Job's, a helm test hook) also stays Runnin
 annotation says ``succeed`` or ``fail``: kubelet-sim cannot know how a container would end, so
 it never invents a success; a test runs the real work itself and then reports the outcome.
 
+One real step, for pods that ask (``kubelet-sim.ascend-pd.dev/run-launch-check: "true"`` on
+the pod or its namespace): a container whose command is ``ascend-pd-runtime launch`` gets the
+launcher's pre-exec check run on this machine in a local runtime registered for its image
+(``--local-runtimes``), and its exit is reported as a kubelet would (``launch_check``,
+``launch_check_runs``). Nothing else of it runs: exit 0 leaves the container "running".
+
 Succeeded and Failed are final, as with a real kubelet. ``kubectl logs``/``exec`` cannot work:
 there is no container. Run it as ``python -m ascend_pd_dev.kubelet_sim --kubeconfig
 PATH`` (``ascend-pd-dev cluster up`` does), or drive ``Simulator.step()`` from Python.
@@ -48,7 +54,10 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
+
+from ascend_pd_dev import launch_check, launch_check_runs
 
 SIM_LABEL = "ascend-pd.dev/simulated"
 OUTCOME_ANNOTATION = "kubelet-sim.ascend-pd.dev/outcome"
@@ -332,11 +341,20 @@ def _condition(
     return cond
 
 
-def desired_status(pod: Obj, host_ip: str, pod_ip: str, timestamp: str) -> Obj:
+def desired_status(
+    pod: Obj,
+    host_ip: str,
+    pod_ip: str,
+    timestamp: str,
+    checked: Mapping[str, launch_check_runs.View] | None = None,
+) -> Obj:
     """The status a kubelet would report for ``pod`` under its outcome annotation.
 
+    ``checked``: the containers whose launcher check kubelet-sim runs (``launch_check_runs``),
+    by name; their state comes from the check while the pod would be Running.
     Times already in the pod's status are kept, so an unchanged pod yields an unchanged status.
     """
+    checked = checked or {}
     current = pod.get("status") or {}
     start = current.get("startTime") or timestamp
     outcome = outcome_of(pod)
@@ -371,6 +389,21 @@ def desired_status(pod: Obj, host_ip: str, pod_ip: str, timestamp: str) -> Obj:
 
     def container_status(container: Obj) -> Obj:
         name = container.get("name", "")
+        view = checked.get(name) if runs_checks else None
+        if view is not None:
+            entry = {
+                "name": name,
+                "image": container.get("image", ""),
+                "imageID": f"kubelet-sim://{container.get('image', '')}",
+                "containerID": f"kubelet-sim://{pod['metadata'].get('uid', '')}/{name}",
+                "ready": view.ready and outcome_ready,
+                "started": view.started,
+                "restartCount": view.restart_count,
+                "state": view.state,
+            }
+            if view.last_state:
+                entry["lastState"] = view.last_state
+            return entry
         state: Obj
         if phase == "Succeeded":
             state = {
@@ -413,6 +446,20 @@ def desired_status(pod: Obj, host_ip: str, pod_ip: str, timestamp: str) -> Obj:
             "state": state,
         }
 
+    # the checked containers' state counts while the outcome says the pod runs
+    runs_checks, outcome_ready = phase == "Running", ready
+    pod_message = message
+    views = [checked[c.get("name", "")] for c in containers if c.get("name", "") in checked]
+    if runs_checks and views and len(views) == len(containers) and all(v.final for v in views):
+        # every container ended for good (restart policy Never): so does the pod
+        phase, ready, reason, message = "Failed", False, "PodFailed", None
+        pod_message = "kubelet-sim: the launcher check failed (restart policy Never)"
+    elif runs_checks and ready and not all(v.ready for v in views):
+        waiting = [n for c in containers
+                   if (n := c.get("name", "")) in checked and not checked[n].ready]  # fmt: skip
+        ready, reason = False, "ContainersNotReady"
+        message = f"containers with unready status: [{' '.join(waiting)}]"
+
     status: Obj = {
         "phase": phase,
         "hostIP": host_ip,
@@ -442,9 +489,9 @@ def desired_status(pod: Obj, host_ip: str, pod_ip: str, timestamp: str) -> Obj:
             }
             for c in init_containers
         ]  # fmt: skip
-    if phase != "Running" or message:
+    if phase != "Running" or pod_message:
         status["reason"] = reason
-        status["message"] = message or f"kubelet-sim: outcome {outcome!r}"
+        status["message"] = pod_message or f"kubelet-sim: outcome {outcome!r}"
     return status
 
 
@@ -453,9 +500,14 @@ def status_signature(status: Obj) -> tuple[Any, ...]:
     conditions = tuple(sorted(
         (c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []
     ))  # fmt: skip
+
+    def state_key(state: Obj | None) -> tuple[Any, ...]:
+        return tuple(sorted((kind, (body or {}).get("reason"), (body or {}).get("exitCode"))
+                            for kind, body in (state or {}).items()))  # fmt: skip
+
     containers = tuple(
-        (c.get("name"), c.get("ready"), tuple(sorted((c.get("state") or {}).keys())),
-         c.get("image"))
+        (c.get("name"), c.get("ready"), state_key(c.get("state")), state_key(c.get("lastState")),
+         c.get("restartCount"), c.get("image"))
         for c in status.get("containerStatuses") or []
     )  # fmt: skip
     return (status.get("phase"), status.get("podIP"), status.get("hostIP"), conditions,
@@ -498,7 +550,20 @@ class Simulator:
     ascend_per_node: int = 8
     owner: str = field(default_factory=lambda: str(os.getpid()))
     ips: IpPool = field(default_factory=IpPool)
+    #: where local runtimes are registered (``launch_check``); None: no image is local
+    runtimes_dir: Path | None = None
     _unschedulable: dict[str, str] = field(default_factory=dict)
+    _checks: launch_check_runs.LaunchChecks | None = None
+
+    @property
+    def checks(self) -> launch_check_runs.LaunchChecks:
+        if self._checks is None:
+            self._checks = launch_check_runs.LaunchChecks(self.runtimes_dir)
+        return self._checks
+
+    def close(self) -> None:
+        if self._checks is not None:
+            self._checks.shutdown()
 
     def _list(self, call: Any, **kwargs: Any) -> list[Obj]:
         response = call(_preload_content=False, **kwargs)
@@ -575,13 +640,65 @@ class Simulator:
             del self._unschedulable[key]
         for pod in pending:
             self._schedule(pod, nodes, pods)
+        asking = self._pods_asking_for_checks(pods, names)
+        cluster = self._cluster_view(pods)
         for pod in pods:
             node = pod.get("spec", {}).get("nodeName")
             if node in names:
-                self._sync_pod(pod, node_ips[node])
+                asked = pod["metadata"].get("uid") in asking
+                self._sync_pod(pod, node_ips[node], cluster if asked else None)
             elif node and node.startswith(NODE_PREFIX) and node not in names:
                 # bound to a simulated node that no longer exists: nothing will run it
                 self._delete_pod(pod)
+        if self._checks is not None:
+            self._checks.forget(asking)
+            events, self._checks.events = self._checks.events, []
+            for pod, kind, reason, message in events:
+                self._event(pod, kind, reason, message)
+
+    def _pods_asking_for_checks(self, pods: list[Obj], names: set[str]) -> set[str]:
+        """Uids of our live pods with a launcher container that ask for its check."""
+        candidates = [
+            p for p in pods
+            if p.get("spec", {}).get("nodeName") in names and not is_terminal(p)
+            and not p["metadata"].get("deletionTimestamp")
+            and any(launch_check.is_launcher(c) for c in p.get("spec", {}).get("containers") or [])
+        ]  # fmt: skip
+        if not candidates:
+            return set()
+        namespaces = {
+            n["metadata"]["name"]: n["metadata"].get("annotations") or {}
+            for n in self._list(self.api.list_namespace)
+        }
+        return {
+            str(p["metadata"].get("uid"))
+            for p in candidates
+            if launch_check.asks_for_check(p, namespaces.get(p["metadata"]["namespace"], {}))
+        }
+
+    def _cluster_view(self, pods: list[Obj]) -> launch_check.Cluster:
+        """Reads the launcher check needs: ConfigMaps, Secrets, Services (404: None)."""
+        from kubernetes.client.exceptions import ApiException
+
+        def reader(call: Any) -> Any:
+            def read(namespace: str, name: str) -> Obj | None:
+                try:
+                    response = call(name, namespace, _preload_content=False)
+                except ApiException as err:
+                    if err.status == 404:
+                        return None
+                    raise
+                found: Obj = json.loads(response.data)
+                return found
+
+            return read
+
+        return launch_check.Cluster(
+            config_map=reader(self.api.read_namespaced_config_map),
+            secret=reader(self.api.read_namespaced_secret),
+            service=reader(self.api.read_namespaced_service),
+            pods=pods,
+        )
 
     def _schedule(self, pod: Obj, nodes: list[Obj], pods: list[Obj]) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -654,7 +771,10 @@ class Simulator:
             log.warning("event %s for %s/%s not recorded: %s", reason, meta["namespace"],
                         meta["name"], err.reason)  # fmt: skip
 
-    def _sync_pod(self, pod: Obj, host_ip: str) -> None:
+    def _sync_pod(
+        self, pod: Obj, host_ip: str, cluster: launch_check.Cluster | None = None
+    ) -> None:
+        """Report ``pod``'s status; with ``cluster``, run its launcher check (it asked)."""
         from kubernetes.client.exceptions import ApiException
 
         meta = pod["metadata"]
@@ -668,7 +788,10 @@ class Simulator:
             pod_ip = host_ip  # host-network pods share their node's address
         else:
             pod_ip = current.get("podIP") or self.ips.allocate()
-        wanted = desired_status(pod, host_ip, pod_ip, now_iso())
+        views = {}
+        if cluster is not None and outcome_of(pod) in ("ready", "unready"):
+            views = self.checks.views(pod, pod_ip, host_ip, cluster, asked=True)
+        wanted = desired_status(pod, host_ip, pod_ip, now_iso(), views)
         if status_signature(wanted) == status_signature(current):
             return
         try:
@@ -731,12 +854,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--ascend-per-node", type=int, default=8)
     parser.add_argument("--interval", type=float, default=0.3, help="seconds between cycles")
+    parser.add_argument(
+        "--local-runtimes",
+        type=Path,
+        default=None,
+        help="directory of local runtimes (image -> python) for launcher checks: pods "
+        f"annotated {launch_check.RUN_CHECK_ANNOTATION}=true (or in a namespace so annotated) "
+        "get `ascend-pd-runtime launch --check` run here",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s kubelet-sim %(message)s")
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
-    sim = Simulator(make_api(args.kubeconfig), args.nodes, args.ascend_per_node)
+    sim = Simulator(
+        make_api(args.kubeconfig), args.nodes, args.ascend_per_node,
+        runtimes_dir=args.local_runtimes,
+    )  # fmt: skip
     stopping = False
 
     def on_term(signum: int, frame: object) -> None:
@@ -760,6 +894,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:
             log.exception("cycle failed")
         time.sleep(args.interval)
+    sim.close()
     log.info("stopped")
     return 0
 
