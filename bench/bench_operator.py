@@ -43,10 +43,9 @@ from ascend_pd_dev import cluster as dev_cluster
 from ascend_pd_dev import paths
 from ascend_pd_dev.certs import Pki
 from ascend_pd_dev.faultproxy import STATS_PATH
-from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.local_run import OperatorProcess, free_port, stop_child_group
 from ascend_pd_operator import api
-from ascend_pd_operator.crd import crd_yaml
 from ascend_pd_operator.kube import Kube
 from ascend_pd_operator.naming import LABEL_DEPLOYMENT
 from ascend_pd_operator.render_cli import render
@@ -244,9 +243,7 @@ class Bench:
     # --- set-up ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=bench",
-                     "-f", "-", input=crd_yaml(with_cel=False))  # fmt: skip
-        self.kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
+        install_crd(self.layout.kubeconfig, with_cel=False, field_manager="bench")
         for ns in (self.ns_one, self.ns_scale):
             self.kubectl("create", "namespace", ns)
             self.apply(config_map(ns))

@@ -36,11 +36,10 @@ from typing import Any
 
 from ascend_pd_dev import cluster as dev_cluster
 from ascend_pd_dev import paths, procs
-from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.local_run import OperatorProcess
 from ascend_pd_operator import api
 from ascend_pd_operator.api_access import resource_for
-from ascend_pd_operator.crd import crd_yaml
 from ascend_pd_operator.kube import Kube, KubeError, path
 from bench.bench_operator import config_map, pddeployment
 
@@ -175,9 +174,7 @@ class Bench:
         return done.returncode == 0
 
     def set_up(self) -> None:
-        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=bench",
-                     "-f", "-", input=crd_yaml(with_cel=False))  # fmt: skip
-        self.kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
+        install_crd(self.layout.kubeconfig, with_cel=False, field_manager="bench")
         for ns in self.namespaces:
             self.kubectl("create", "namespace", ns)
             # pods cannot be created before the namespace's default ServiceAccount exists

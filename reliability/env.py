@@ -24,11 +24,10 @@ import yaml
 
 from ascend_pd_dev import cluster as dev_cluster
 from ascend_pd_dev import paths
-from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.local_run import LocalOperator
 from ascend_pd_dev.rbac import service_account_kubeconfig
 from ascend_pd_dev.tools import ensure_helm
-from ascend_pd_operator.crd import crd_yaml
 from ascend_pd_operator.kube import Kube
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,10 +123,7 @@ class Env:
 
     def install_crd(self) -> None:
         # The CRD is cluster-wide and shared with other tests: apply ours, take its fields.
-        self.kubectl("apply", "--server-side", "--force-conflicts",
-                     "--field-manager=ascend-pd-reliability", "-f", "-",
-                     input=crd_yaml(self.server_version >= (1, 25)))  # fmt: skip
-        self.kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
+        install_crd(self.kubeconfig, self.server_version >= (1, 25), "ascend-pd-reliability")
 
     def install_chart(self, watched: list[str], *values: str) -> Release:
         """A release of the chart in a namespace of its own, watching ``watched``."""

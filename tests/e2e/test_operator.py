@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ascend_pd_dev.kubectl import install_crd
 from ascend_pd_dev.local_run import OperatorProcess
-from ascend_pd_operator.crd import crd_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -28,9 +28,7 @@ pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
 @pytest.fixture(scope="module")
 def crd(cluster: Any, kubectl: Any) -> None:
     with_cel = cluster.server_version >= (1, 25)
-    kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e-operator",
-            "-f", "-", input=crd_yaml(with_cel))  # fmt: skip
-    kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
+    install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
 
 
 class Operator(OperatorProcess):

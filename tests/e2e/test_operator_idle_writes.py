@@ -22,8 +22,8 @@ import yaml
 from ascend_pd_dev import cluster as dev_cluster
 from ascend_pd_dev.certs import Pki
 from ascend_pd_dev.faultproxy import STATS_PATH, FaultPlan, FaultProxy
+from ascend_pd_dev.kubectl import install_crd
 from ascend_pd_dev.local_run import OperatorProcess
-from ascend_pd_operator.crd import crd_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RESYNC_SECONDS = 2
@@ -44,9 +44,7 @@ def proxy(cluster: Any) -> Iterator[FaultProxy]:
 def operator_log(
     cluster: Any, kubectl: Any, namespace: str, proxy: FaultProxy, tmp_path: Path
 ) -> Iterator[Path]:
-    kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=e2e-operator",
-            "-f", "-", input=crd_yaml(cluster.server_version >= (1, 25)))  # fmt: skip
-    kubectl("wait", "--for=condition=Established", "crd/pddeployments.ascendpd.io")
+    install_crd(cluster.kubeconfig, cluster.server_version >= (1, 25), "e2e-operator")
     doc = yaml.safe_load(cluster.kubeconfig.read_text())
     for entry in doc["clusters"]:
         entry["cluster"] = {"server": proxy.url}
