@@ -384,14 +384,14 @@ def run(
     sizes: Sizes = FULL, layout: dev_cluster.Layout | None = None, workdir: Path | None = None
 ) -> list[dict[str, Any]]:
     """Every operator figure. Without ``layout`` the bench's own control plane is used,
-    brought up (and down again) here when it is not running; logs go to ``workdir``."""
+    started here from empty (nothing a previous run left can skew the figures) and stopped
+    afterwards; logs go to ``workdir``."""
     started = False
     if layout is None:
-        layout = dev_cluster.Layout(paths.state_dir() / "bench")
-        started = not dev_cluster.healthy(layout)
-        if started:
-            _progress(f"starting the bench control plane ({BENCH_NODES} simulated nodes)")
-            dev_cluster.up(layout, nodes=BENCH_NODES, ascend_per_node=8, progress=_progress)
+        layout = dev_cluster.Layout(paths.scratch_state_dir("bench"))
+        started = True
+        _progress(f"starting the bench control plane from empty ({BENCH_NODES} simulated nodes)")
+        dev_cluster.fresh(layout, nodes=BENCH_NODES, ascend_per_node=8, progress=_progress)
     workdir = workdir or layout.root / "bench-run"
     workdir.mkdir(parents=True, exist_ok=True)
     bench = Bench(layout, workdir, sizes)
