@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -74,6 +76,18 @@ def run_module(name: str, smoke: bool) -> list[dict[str, Any]]:
     return list(rows)
 
 
+def measured_commit() -> str:
+    """The commit the benchmark measured, ``-dirty`` when the tree had changes."""
+    git = ["git", "-C", str(BENCH_DIR.parent)]
+    head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if head.returncode != 0:
+        return "unknown (not a git checkout)"
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    return head.stdout.strip() + ("-dirty" if dirty else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rows: list[dict[str, Any]] = []
@@ -100,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     results.write_text(json.dumps(rows, indent=2) + "\n")
     table = markdown_table(rows)
     results_md.write_text(
-        "# Latest `make bench`\n\nOne run on the machine that ran it; compare ratios, not "
-        f"absolute times.\n\n{table}\n"
+        "# Latest `make bench`\n\nWritten by `make bench` itself (never by hand), at commit "
+        f"{measured_commit()}, on {os.cpu_count()} CPUs. One run on the machine that ran it; "
+        f"compare ratios, not absolute times.\n\n{table}\n"
     )
     print(table)
     print(f"\nwritten to {results} and {results_md}", file=sys.stderr)

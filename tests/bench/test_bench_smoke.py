@@ -62,6 +62,9 @@ def test_layout_bench_smoke(tmp_path: Path) -> None:
     assert len(rows) == 8
     assert_honest(rows)
     assert (tmp_path / "out" / "results.md").read_text().count("\n| transfer plan") == 8
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    assert f"at commit {head}" in (tmp_path / "out" / "results.md").read_text()
 
 
 @pytest.mark.sglang
