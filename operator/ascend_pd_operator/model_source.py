@@ -1,9 +1,10 @@
 """Where the model facts come from: the spec, a user's ConfigMap, or the inspector Job.
 
-Pure: ``resolve_facts`` takes what the reconciler read from the cluster and says
-which facts to use, what ModelResolved should say, and whether to start the
-inspector or store its result. ``inspector_job`` builds the one-shot Job that runs
-``ascend-pd-runtime inspect`` (contract in ``ascend_pd_runtime.env_contract``).
+Pure: ``resolve_facts`` (called by ``planner.choose_facts`` only) takes what the
+reconciler read from the cluster and says which facts to use, what ModelResolved should
+say, and whether to start the inspector or store its result. ``inspector_job`` builds
+the one-shot Job that runs ``ascend-pd-runtime inspect`` (contract in
+``ascend_pd_runtime.env_contract``).
 """
 
 from __future__ import annotations
@@ -55,13 +56,21 @@ class FactsResolution:
 def resolve_facts(
     spec: PDDeploymentSpec,
     *,
+    local_facts: ModelFacts | None = None,
     user_configmap: Json | None = None,
     facts_configmap: Json | None = None,
     inspector: InspectorState | None = None,
     generation: int = 0,
 ) -> FactsResolution:
-    """Decide the model facts from the sources, in the API's order of precedence."""
+    """Decide the model facts from the sources, in the API's order of precedence.
+
+    ``local_facts`` (``ascend-pd render --model-config``) win over every other source.
+    """
     model = spec.model
+    if local_facts is not None:
+        return FactsResolution(
+            local_facts, "True", "Local", _summary(local_facts, "--model-config")
+        )
     if model.config is not None:
         return _parsed(model.config.to_config_json(), "spec.model.config", "Inline")
     if model.config_map_ref is not None:
@@ -137,12 +146,15 @@ def _parsed(raw: Any, where: str, reason: str) -> FactsResolution:
         facts = parse_model_facts(raw, source=where)
     except ModelConfigError as exc:
         return FactsResolution(None, "False", "InvalidModelConfig", str(exc))
+    return FactsResolution(facts, "True", reason, _summary(facts, where))
+
+
+def _summary(facts: ModelFacts, where: str) -> str:
     arch = facts.architecture or facts.attention.upper()
-    message = (
+    return (
         f"{arch}: {facts.num_hidden_layers} layers, {facts.num_nextn_predict_layers} MTP, "
         f"{facts.kv_buf_groups} KV buffer groups (from {where})"
     )
-    return FactsResolution(facts, "True", reason, message)
 
 
 def inspector_state(job: Json, pods: list[Json]) -> InspectorState:

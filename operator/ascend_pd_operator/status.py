@@ -1,6 +1,6 @@
 """Pure status computation: conditions, phase, KV layout summary and readiness.
 
-``compute_status`` takes what one reconcile learnt (validation, model facts,
+``compute_status`` takes what one reconcile learnt (``Findings``) (validation, model facts,
 desired state, the children as the cluster reports them) and the previous
 status, and returns the new status. A condition keeps its lastTransitionTime
 while its status stays the same, so an unchanged world gives an equal status
@@ -35,8 +35,9 @@ INVALID_MODEL_REASONS = ("InvalidModelConfig", "InspectionFailed", "ConfigMapKey
 
 
 @dataclass(frozen=True)
-class Observation:
-    """One reconcile's findings; ``children`` maps (kind, name) to the live object."""
+class Findings:
+    """What the status is computed from (``planner.conclude`` gathers it); ``children``
+    maps (kind, name) to the live object."""
 
     owner: Owner
     spec: PDDeploymentSpec | None
@@ -45,8 +46,10 @@ class Observation:
     desired: Desired | None = None
     children: dict[tuple[str, str], Json] = field(default_factory=dict)
     previous: Json = field(default_factory=dict)
-    #: Why applying the children failed (the API server refused one), if it did.
-    apply_error: str = ""
+    #: Why writing the children failed (the API server refused a write), if it did.
+    write_error: str = ""
+    #: The Ready condition's reason for ``write_error`` (ApplyFailed or PruneFailed).
+    write_error_reason: str = "ApplyFailed"
     #: The runtime pods, when the reconciler looked (some instance not ready).
     pods: list[Json] = field(default_factory=list)
 
@@ -119,7 +122,7 @@ def _refused_condition(role: str, refusals: list[str]) -> Json:
     )
 
 
-def _role_status(obs: Observation, spec: PDDeploymentSpec, role: str) -> tuple[Json, bool, bool]:
+def _role_status(obs: Findings, spec: PDDeploymentSpec, role: str) -> tuple[Json, bool, bool]:
     """(role status, every instance exists, every instance ready)."""
     r = spec.role(role)
     states = [
@@ -135,7 +138,7 @@ def _role_status(obs: Observation, spec: PDDeploymentSpec, role: str) -> tuple[J
     return status, all(s is not None for s in states), ready == r.replicas
 
 
-def _router_status(obs: Observation, spec: PDDeploymentSpec) -> tuple[Json, bool, str]:
+def _router_status(obs: Findings, spec: PDDeploymentSpec) -> tuple[Json, bool, str]:
     if not spec.router.enabled:
         return {"replicas": 0, "readyReplicas": 0}, True, "router disabled"
     dep = obs.children.get(("Deployment", router_name(obs.owner))) or {}
@@ -145,7 +148,7 @@ def _router_status(obs: Observation, spec: PDDeploymentSpec) -> tuple[Json, bool
     return {"replicas": want, "readyReplicas": ready}, ok, f"{ready}/{want} replicas ready"
 
 
-def compute_status(obs: Observation, now: str) -> Json:
+def compute_status(obs: Findings, now: str) -> Json:
     """The new status (camelCase, as stored) for one observation at time ``now``."""
     prev = obs.previous or {}
     status: Json = {"observedGeneration": obs.owner.generation}
@@ -242,9 +245,9 @@ def compute_status(obs: Observation, now: str) -> Json:
             else:
                 conds.append(_condition(type_, "Unknown", "NotApplied", "children not applied"))
 
-    if obs.apply_error:
+    if obs.write_error:
         all_ready = False
-        conds.append(_condition("Ready", "False", "ApplyFailed", obs.apply_error))
+        conds.append(_condition("Ready", "False", obs.write_error_reason, obs.write_error))
     elif all_ready:
         conds.append(_condition("Ready", "True", "Ready", "every instance and the router ready"))
     else:
@@ -274,7 +277,7 @@ def _find(conditions: list[Json], type_: str) -> Json | None:
     return next((c for c in conditions if c.get("type") == type_), None)
 
 
-def _with_times(conds: list[Json], previous: list[Json], now: str, obs: Observation) -> list[Json]:
+def _with_times(conds: list[Json], previous: list[Json], now: str, obs: Findings) -> list[Json]:
     out = []
     for cond in conds:
         before = _find(previous, cond["type"])
