@@ -21,7 +21,7 @@ from ascend_pd_operator.kube import Kube
 from ascend_pd_operator.naming import LABEL_DEPLOYMENT
 from ascend_pd_operator.planner import plan
 from ascend_pd_operator.reconciler import observe_resource
-from ascend_pd_operator.workloads import layout_fingerprint
+from ascend_pd_runtime.plan import layout_fingerprint
 
 Json = dict[str, Any]
 #: Kinds of children the operator creates in a deployment's namespace.

@@ -33,15 +33,30 @@ from ascend_pd_runtime.model_facts import ModelFacts
 from .children import child_key
 from .desired import Desired, Validation, desired_state, validate
 from .model_source import (
-    COMPONENT_FACTS,
-    COMPONENT_INSPECTOR,
     FactsResolution,
     inspector_job,
     inspector_state,
     model_facts_configmap,
     resolve_facts,
 )
-from .naming import LABEL_ROLE, REASON_LAUNCH_REFUSED, ROLES, Owner, inspector_name
+from .naming import (
+    COMPONENT_FACTS,
+    COMPONENT_INSPECTOR,
+    COND_KV_LAYOUT_COMPATIBLE,
+    COND_MODEL_RESOLVED,
+    COND_READY,
+    COND_VALIDATED,
+    LABEL_COMPONENT,
+    LABEL_ROLE,
+    REASON_APPLY_FAILED,
+    REASON_INSPECTING,
+    REASON_LAUNCH_REFUSED,
+    REASON_NOT_READY,
+    REASON_PRUNE_FAILED,
+    ROLES,
+    Owner,
+    inspector_name,
+)
 from .naming import model_facts_name as facts_cm_name
 from .status import Findings, compute_status
 
@@ -54,9 +69,9 @@ STATUS_KINDS = ("StatefulSet", "Deployment")
 #: Components kept across spec changes (they cache the model inspection).
 KEPT_COMPONENTS = (COMPONENT_FACTS, COMPONENT_INSPECTOR)
 #: Conditions whose False status (with a reason worth telling) posts a Warning Event.
-EVENT_CONDITIONS = ("Validated", "KVLayoutCompatible", "ModelResolved", "Ready")
+EVENT_CONDITIONS = (COND_VALIDATED, COND_KV_LAYOUT_COMPATIBLE, COND_MODEL_RESOLVED, COND_READY)
 #: Reasons that are progress, not a problem: no Event.
-QUIET_REASONS = ("InspectingModel", "NotReady")
+QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY)
 
 
 @dataclass(frozen=True)
@@ -231,7 +246,7 @@ def _prunes(obs: Observation, desired: Desired) -> tuple[Write, ...]:
     out = []
     for kind in PRUNED_KINDS:
         for item in obs.owned(kind):
-            component = (item["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
+            component = (item["metadata"].get("labels") or {}).get(LABEL_COMPONENT)
             name = item["metadata"]["name"]
             if component not in KEPT_COMPONENTS and (kind, name) not in wanted:
                 out.append(delete(kind, name))
@@ -263,7 +278,7 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
 def _failure_reason(failure: Failure | None) -> str:
     if failure is None:
         return ""
-    return "PruneFailed" if failure.write.verb == "delete" else "ApplyFailed"
+    return REASON_PRUNE_FAILED if failure.write.verb == "delete" else REASON_APPLY_FAILED
 
 
 def runtime_pods(pods: list[Json]) -> list[Json]:

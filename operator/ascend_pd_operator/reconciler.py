@@ -27,8 +27,15 @@ from typing import Any
 from . import api
 from .kube import Kube, KubeError, NotFound, is_transient
 from .live_cache import LiveCache
-from .model_source import COMPONENT_INSPECTOR
-from .naming import LABEL_DEPLOYMENT, LABEL_ROLE, MANAGED_BY, Owner, inspector_name
+from .naming import (
+    COMPONENT_INSPECTOR,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    Owner,
+    inspector_name,
+)
 from .naming import model_facts_name as facts_cm_name
 from .planner import (
     PRUNED_KINDS,
@@ -96,7 +103,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
         if job is not None:
             # A LIST, not the cache: the Job can report success before the pod watch has
             # delivered the pod whose termination message holds the result.
-            selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_ROLE}={COMPONENT_INSPECTOR}"
+            selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}={COMPONENT_INSPECTOR}"
             inspector_pods = kube.list("Pod", namespace, selector)
     children = {kind: _children(kube, cache, namespace, name, kind) for kind in PRUNED_KINDS}
     statefulsets = children["StatefulSet"]
@@ -121,7 +128,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
 def _children(
     kube: Kube, cache: LiveCache | None, namespace: str, name: str, kind: str
 ) -> list[Json]:
-    labels = {LABEL_DEPLOYMENT: name, "app.kubernetes.io/managed-by": MANAGED_BY}
+    labels = {LABEL_DEPLOYMENT: name, LABEL_MANAGED_BY: MANAGED_BY}
     if cache is not None and kind in cache.listed_kinds:
         # A LIST per kind per reconcile dominated reconcile time at 100 deployments.
         return cache.listed(kind, namespace, labels)

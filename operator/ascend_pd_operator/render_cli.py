@@ -18,6 +18,7 @@ from ascend_pd_runtime.errors import BadInput
 from ascend_pd_runtime.model_facts import load_model_facts
 
 from . import api
+from .naming import REASON_INVALID_LAYOUT, REASON_INVALID_MODEL_CONFIG
 from .planner import Observation, plan
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INCOMPATIBLE = 0, 1, 2
@@ -68,7 +69,7 @@ def render(
         return EXIT_BAD_INPUT, [], f"{name}: invalid: {todo.validation.error}"
     facts = todo.facts
     if facts is None or facts.facts is None:
-        if facts is not None and (found or facts.reason == "InvalidModelConfig"):
+        if facts is not None and (found or facts.reason == REASON_INVALID_MODEL_CONFIG):
             return EXIT_BAD_INPUT, [], f"{name}: {facts.message}"
         return (
             EXIT_BAD_INPUT,
@@ -79,7 +80,7 @@ def render(
     desired = todo.desired
     if desired is None or not desired.ok:
         reason, message = (desired.reason, desired.message) if desired else ("", "")
-        code = EXIT_BAD_INPUT if reason == "InvalidLayout" else EXIT_INCOMPATIBLE
+        code = EXIT_BAD_INPUT if reason == REASON_INVALID_LAYOUT else EXIT_INCOMPATIBLE
         return code, [], f"{name}: KV layout {reason}: {message}"
     return EXIT_OK, [w.manifest for w in todo.applies if w.manifest is not None], ""
 

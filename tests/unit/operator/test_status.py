@@ -16,7 +16,6 @@ from ascend_pd_operator.model_source import (
     resolve_facts,
 )
 from ascend_pd_operator.naming import Owner
-from ascend_pd_operator.planning import inline_facts
 from ascend_pd_operator.status import Findings, compute_status, status_changed
 
 Json = dict[str, Any]
@@ -231,7 +230,7 @@ def test_inspector_job_shape(dsv3: Json) -> None:
     assert container["terminationMessagePolicy"] == "File"
     assert container["volumeMounts"][0]["mountPath"] == "/models/DeepSeek-V3"
     assert "huawei.com/Ascend910" not in str(container["resources"])
-    assert inline_facts(spec) is None
+    assert resolve_facts(spec).facts is None
 
 
 def test_failed_inspection_is_retried_after_a_spec_change(dsv3: Json) -> None:
