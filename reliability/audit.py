@@ -1,10 +1,10 @@
 """Is the cluster exactly what the PDDeployments ask for? Desired state vs live objects.
 
-The desired children come from the operator's own pure builders
-(``desired.desired_state``), so the check needs no second copy of the rules: for
-every PDDeployment in a namespace each desired child must exist, be owned by that
-PDDeployment's current uid and carry every field the builder sets (API-server
-defaults may add more); nothing else may carry our deployment label; no StatefulSet
+The desired children come from the operator's own observation and planner
+(``reconciler.observe_resource``, ``planner.plan``), so the check needs no second copy
+of the rules: for every PDDeployment in a namespace each desired child must exist, be
+owned by that PDDeployment's current uid and carry every field the builder sets
+(API-server defaults may add more); nothing else may carry our deployment label; no StatefulSet
 may have more pods than it asks for; the status must be Ready for the current
 generation with the desired layout fingerprint.
 
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ascend_pd_operator import api
-from ascend_pd_operator.desired import desired_state, validate
 from ascend_pd_operator.kube import Kube
-from ascend_pd_operator.model_source import resolve_facts
-from ascend_pd_operator.naming import LABEL_DEPLOYMENT, Owner
-from ascend_pd_operator.workloads import layout_fingerprint
+from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+from ascend_pd_operator.planner import plan
+from ascend_pd_operator.reconciler import observe_resource
+from ascend_pd_runtime.plan import layout_fingerprint
 
 Json = dict[str, Any]
 #: Kinds of children the operator creates in a deployment's namespace.
@@ -78,23 +78,18 @@ def _owned_by(obj: Json, uid: str) -> bool:
 
 
 def desired_children(kube: Kube, cr: Json) -> tuple[list[Json], str, str]:
-    """(children, layout fingerprint, why none) for one live PDDeployment."""
-    meta = cr["metadata"]
-    owner = Owner(meta["name"], meta["namespace"], meta["uid"], meta.get("generation", 0))
-    validation = validate(owner, cr.get("spec"))
-    if validation.spec is None:
-        return [], "", f"invalid spec: {validation.error}"
-    spec = validation.spec
-    user_cm = None
-    if spec.model.config is None and spec.model.config_map_ref is not None:
-        user_cm = kube.get("ConfigMap", owner.namespace, spec.model.config_map_ref.name)
-    facts = resolve_facts(spec, user_configmap=user_cm)
-    if facts.facts is None:
-        return [], "", f"no model facts: {facts.message}"
-    desired = desired_state(owner, spec, facts.facts)
-    if not desired.ok or desired.layout is None:
-        return [], "", f"no layout: {desired.message}"
-    return desired.children, layout_fingerprint(desired.layout), ""
+    """(children, layout fingerprint, why none) for one live PDDeployment: the operator's
+    own plan for what the cluster shows now."""
+    todo = plan(observe_resource(kube, None, cr), now="")
+    if todo.validation.spec is None:
+        return [], "", f"invalid spec: {todo.validation.error}"
+    if todo.facts is None or todo.facts.facts is None:
+        return [], "", f"no model facts: {todo.facts.message if todo.facts else ''}"
+    desired = todo.desired
+    if desired is None or not desired.ok or desired.layout is None:
+        return [], "", f"no layout: {desired.message if desired else ''}"
+    children = [w.manifest for w in todo.applies if w.manifest is not None]
+    return children, layout_fingerprint(desired.layout), ""
 
 
 def _status_problems(cr: Json, fingerprint: str) -> list[str]:

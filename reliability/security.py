@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_operator.naming import COMPONENT_ROUTER, LABEL_COMPONENT
 
 from .audit import audit_namespace
 from .env import Env, Release, wait_for
@@ -134,7 +135,7 @@ def run(env: Env, release: Release, namespace: str, bound_seconds: float = 120.0
         driver = "/usr/local/Ascend/driver"
         privileges = [p for pod in pods for p in pod_privileges(pod, model_path, driver)]
         router_host = [p["metadata"]["name"] for p in pods
-                       if p["metadata"]["labels"].get("ascendpd.io/role") == "router"
+                       if p["metadata"]["labels"].get(LABEL_COMPONENT) == COMPONENT_ROUTER
                        and (p["spec"].get("hostNetwork") or any(
                            "hostPath" in v for v in p["spec"].get("volumes", [])))]  # fmt: skip
         result.record(bool(pods) and not privileges and not router_host, 0.0,

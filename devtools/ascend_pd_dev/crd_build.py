@@ -82,15 +82,6 @@ def binary_ready() -> bool:
     return recipe == RECIPE and os.access(binary_path(), os.X_OK)
 
 
-def build_info() -> dict[str, object]:
-    """What the cached build recorded (versions, timings); empty when not built."""
-    try:
-        loaded: dict[str, object] = json.loads(info_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return loaded
-
-
 # --- the package closure (pure) -----------------------------------------------------------
 
 

@@ -44,7 +44,3 @@ def scratch_state_dir(purpose: str) -> Path:
     ``bench``): beside the user's own cluster in ``.dev/``, never shared with it, so the demo's
     objects never take the capacity a test needs and a test never deletes the user's."""
     return state_dir() / purpose
-
-
-def kubeconfig_path() -> Path:
-    return state_dir() / "kubeconfig"

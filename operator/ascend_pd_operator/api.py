@@ -21,6 +21,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from ascend_pd_runtime.layout import SpeculativeAlgorithm
+
 from .rules import (
     EXTENDED_RESOURCE_MAX_LENGTH,
     EXTENDED_RESOURCE_PATTERN,
@@ -187,7 +189,7 @@ class Runtime(_Model):
 class Speculative(_Model):
     """Speculative decoding with the model's MTP (draft) layers."""
 
-    algorithm: Literal["NONE", "NEXTN", "EAGLE"] = Field(
+    algorithm: SpeculativeAlgorithm = Field(
         "NONE", description="SGLang --speculative-algorithm; NONE disables it."
     )
     num_steps: int = Field(3, ge=1, le=64, description="--speculative-num-steps.")
@@ -411,8 +413,3 @@ def format_validation_error(exc: ValidationError, prefix: str) -> str:
         shown = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
         lines.append(f"{loc}: {msg}{shown}")
     return "; ".join(lines)
-
-
-def spec_dict(spec: PDDeploymentSpec) -> Json:
-    """The spec as the API server stores it after defaulting (camelCase, no nulls)."""
-    return spec.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -30,8 +30,7 @@ from typing import Any, Protocol
 
 from .kube import KubeError
 from .live_cache import LiveCache
-from .model_source import COMPONENT_INSPECTOR
-from .naming import LABEL_DEPLOYMENT, LABEL_ROLE
+from .naming import COMPONENT_INSPECTOR, LABEL_COMPONENT, LABEL_DEPLOYMENT
 from .status import launch_refusal
 
 Json = dict[str, Any]
@@ -60,7 +59,7 @@ def pod_with_news(pod: Json) -> bool:
     and a pod whose command SGLang refused carry news of their own (a termination message),
     and a refusal changes no StatefulSet status. Other pods are neither cached nor queued."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get(LABEL_ROLE) == COMPONENT_INSPECTOR or bool(launch_refusal(pod))
+    return labels.get(LABEL_COMPONENT) == COMPONENT_INSPECTOR or bool(launch_refusal(pod))
 
 
 #: kind -> which of our objects of that kind the operator keeps (default: all)
@@ -152,8 +151,6 @@ class ChildWatch:
         self.resource_version = ""
         #: (namespace, name) -> (resourceVersion, owner) of every object this watch knows.
         self.known: dict[Key, tuple[str, str]] = {}
-        #: monotonic time of the last successful list or event: for health reporting.
-        self.last_progress: float | None = None
         #: Told of every successful list or event (the supervised unit's beat).
         self.heartbeat: Heartbeat | None = None
 
@@ -172,7 +169,6 @@ class ChildWatch:
         return body
 
     def _progress(self) -> None:
-        self.last_progress = time.monotonic()
         if self.heartbeat is not None:
             self.heartbeat.beat()
 

@@ -16,13 +16,11 @@ from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import plan_document
 
 from .api import PDDeploymentSpec
-from .naming import ROLES, Owner, kv_layout_name, metadata
+from .naming import COMPONENT_KV_LAYOUT, ROLES, Owner, kv_layout_name, metadata
 from .router import router_deployment, router_service
 from .workloads import headless_service, podgroup, statefulset
 
 Json = dict[str, Any]
-
-COMPONENT_KV_LAYOUT = "kv-layout"
 
 
 def kv_layout_configmap(owner: Owner, layout: KVLayout) -> Json:

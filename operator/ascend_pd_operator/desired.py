@@ -17,7 +17,7 @@ from ascend_pd_runtime.model_facts import ModelFacts
 
 from .api import PDDeploymentSpec, SpecError, check_name, parse_spec
 from .children import build_children
-from .naming import Owner
+from .naming import REASON_INCOMPATIBLE, REASON_INVALID_LAYOUT, Owner
 from .planning import plan_layout
 
 Json = dict[str, Any]
@@ -56,7 +56,7 @@ def desired_state(owner: Owner, spec: PDDeploymentSpec, facts: ModelFacts) -> De
     try:
         layout = plan_layout(spec, facts)
     except BadInput as exc:
-        return Desired(None, reason="InvalidLayout", message=str(exc))
+        return Desired(None, reason=REASON_INVALID_LAYOUT, message=str(exc))
     if not layout.compatible:
-        return Desired(layout, reason="Incompatible", message="; ".join(layout.problems))
+        return Desired(layout, reason=REASON_INCOMPATIBLE, message="; ".join(layout.problems))
     return Desired(layout, build_children(owner, spec, layout))

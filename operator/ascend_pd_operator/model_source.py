@@ -1,9 +1,10 @@
 """Where the model facts come from: the spec, a user's ConfigMap, or the inspector Job.
 
-Pure: ``resolve_facts`` takes what the reconciler read from the cluster and says
-which facts to use, what ModelResolved should say, and whether to start the
-inspector or store its result. ``inspector_job`` builds the one-shot Job that runs
-``ascend-pd-runtime inspect`` (contract in ``ascend_pd_runtime.env_contract``).
+Pure: ``resolve_facts`` (called by ``planner.choose_facts`` only) takes what the
+reconciler read from the cluster and says which facts to use, what ModelResolved should
+say, and whether to start the inspector or store its result. ``inspector_job`` builds
+the one-shot Job that runs ``ascend-pd-runtime inspect`` (contract in
+``ascend_pd_runtime.env_contract``).
 """
 
 from __future__ import annotations
@@ -17,17 +18,28 @@ from ascend_pd_runtime.errors import ModelConfigError
 from ascend_pd_runtime.model_facts import ModelFacts, parse_model_facts
 
 from .api import PDDeploymentSpec
-from .naming import PREFIX, Owner, inspector_name, metadata, model_facts_name
+from .naming import (
+    ANNOTATION_GENERATION,
+    ANNOTATION_MODEL_PATH,
+    COMPONENT_FACTS,
+    COMPONENT_INSPECTOR,
+    REASON_CONFIGMAP,
+    REASON_CONFIGMAP_KEY_MISSING,
+    REASON_CONFIGMAP_NOT_FOUND,
+    REASON_INLINE,
+    REASON_INSPECTED,
+    REASON_INSPECTING,
+    REASON_INSPECTION_FAILED,
+    REASON_INVALID_MODEL_CONFIG,
+    REASON_LOCAL,
+    Owner,
+    inspector_name,
+    metadata,
+    model_facts_name,
+)
 from .workloads import model_volume, scheduling_fields
 
 Json = dict[str, Any]
-
-ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
-#: The PDDeployment generation an inspector Job was started for: a failed inspection is
-#: retried after the next spec change (the user's fix), never in a tight loop.
-ANNOTATION_GENERATION = f"{PREFIX}/generation"
-COMPONENT_INSPECTOR = "model-inspector"
-COMPONENT_FACTS = "model-facts"
 
 
 @dataclass(frozen=True)
@@ -55,38 +67,52 @@ class FactsResolution:
 def resolve_facts(
     spec: PDDeploymentSpec,
     *,
+    local_facts: ModelFacts | None = None,
     user_configmap: Json | None = None,
     facts_configmap: Json | None = None,
     inspector: InspectorState | None = None,
     generation: int = 0,
 ) -> FactsResolution:
-    """Decide the model facts from the sources, in the API's order of precedence."""
+    """Decide the model facts from the sources, in the API's order of precedence.
+
+    ``local_facts`` (``ascend-pd render --model-config``) win over every other source.
+    """
     model = spec.model
+    if local_facts is not None:
+        return FactsResolution(
+            local_facts, "True", REASON_LOCAL, _summary(local_facts, "--model-config")
+        )
     if model.config is not None:
-        return _parsed(model.config.to_config_json(), "spec.model.config", "Inline")
+        return _parsed(model.config.to_config_json(), "spec.model.config", REASON_INLINE)
     if model.config_map_ref is not None:
         ref = model.config_map_ref
         where = f"ConfigMap {ref.name} key {ref.key}"
         if user_configmap is None:
             return FactsResolution(
-                None, "False", "ConfigMapNotFound", f"spec.model.configMapRef: {where} not found"
+                None,
+                "False",
+                REASON_CONFIGMAP_NOT_FOUND,
+                f"spec.model.configMapRef: {where} not found",
             )
         text = (user_configmap.get("data") or {}).get(ref.key)
         if text is None:
             return FactsResolution(
-                None, "False", "ConfigMapKeyMissing", f"spec.model.configMapRef: {where} missing"
+                None,
+                "False",
+                REASON_CONFIGMAP_KEY_MISSING,
+                f"spec.model.configMapRef: {where} missing",
             )
-        return _from_text(text, where, "ConfigMap")
+        return _from_text(text, where, REASON_CONFIGMAP)
     stored = facts_configmap or {}
     stored_path = (stored.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_MODEL_PATH)
     text = (stored.get("data") or {}).get(ec.MODEL_CONFIG_KEY)
     if text is not None and stored_path == model.path:
-        return _from_text(text, f"inspected {model.path}/config.json", "Inspected")
+        return _from_text(text, f"inspected {model.path}/config.json", REASON_INSPECTED)
     if inspector is None:
         return FactsResolution(
             None,
             "False",
-            "InspectingModel",
+            REASON_INSPECTING,
             f"starting the model inspector for {model.path}",
             start_inspector=True,
         )
@@ -94,17 +120,17 @@ def resolve_facts(
         return FactsResolution(
             None,
             "False",
-            "InspectingModel",
+            REASON_INSPECTING,
             f"model path changed to {model.path}; inspecting it again",
             restart_inspector=True,
         )
     if inspector.phase == "Failed":
         retry = inspector.generation != generation
         return FactsResolution(
-            None, "False", "InspectionFailed", inspector.error, restart_inspector=retry
+            None, "False", REASON_INSPECTION_FAILED, inspector.error, restart_inspector=retry
         )
     if inspector.phase == "Succeeded" and inspector.config is not None:
-        found = _parsed(inspector.config, f"inspected {model.path}/config.json", "Inspected")
+        found = _parsed(inspector.config, f"inspected {model.path}/config.json", REASON_INSPECTED)
         if found.facts is None:
             return found
         return FactsResolution(
@@ -115,7 +141,7 @@ def resolve_facts(
             store_config=inspector.config,
         )
     return FactsResolution(
-        None, "False", "InspectingModel", f"the model inspector is reading {model.path}/config.json"
+        None, "False", REASON_INSPECTING, f"the model inspector is reading {model.path}/config.json"
     )
 
 
@@ -126,7 +152,7 @@ def _from_text(text: str, where: str, reason: str) -> FactsResolution:
         return FactsResolution(
             None,
             "False",
-            "InvalidModelConfig",
+            REASON_INVALID_MODEL_CONFIG,
             f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
         )
     return _parsed(raw, where, reason)
@@ -136,13 +162,16 @@ def _parsed(raw: Any, where: str, reason: str) -> FactsResolution:
     try:
         facts = parse_model_facts(raw, source=where)
     except ModelConfigError as exc:
-        return FactsResolution(None, "False", "InvalidModelConfig", str(exc))
+        return FactsResolution(None, "False", REASON_INVALID_MODEL_CONFIG, str(exc))
+    return FactsResolution(facts, "True", reason, _summary(facts, where))
+
+
+def _summary(facts: ModelFacts, where: str) -> str:
     arch = facts.architecture or facts.attention.upper()
-    message = (
+    return (
         f"{arch}: {facts.num_hidden_layers} layers, {facts.num_nextn_predict_layers} MTP, "
         f"{facts.kv_buf_groups} KV buffer groups (from {where})"
     )
-    return FactsResolution(facts, "True", reason, message)
 
 
 def inspector_state(job: Json, pods: list[Json]) -> InspectorState:

@@ -14,13 +14,27 @@ from . import api
 Json = dict[str, Any]
 
 PREFIX = "ascendpd.io"
+#: Every object of ours carries it; the child watches select by it.
 LABEL_DEPLOYMENT = f"{PREFIX}/deployment"
+#: prefill or decode, on runtime objects only (their selectors use it).
 LABEL_ROLE = f"{PREFIX}/role"
 LABEL_INSTANCE = f"{PREFIX}/instance"
+#: What an object is: a role, or one of the COMPONENT_* below.
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 ANNOTATION_FINGERPRINT = f"{PREFIX}/kv-fingerprint"
-ANNOTATION_SPEC_HASH = f"{PREFIX}/spec-hash"
+#: The model path an inspector Job read, and its stored facts describe.
+ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
+#: The PDDeployment generation an inspector Job was started for: a failed inspection is
+#: retried after the next spec change (the user's fix), never in a tight loop.
+ANNOTATION_GENERATION = f"{PREFIX}/generation"
 FIELD_MANAGER = "ascend-pd-operator"
 MANAGED_BY = "ascend-pd-operator"
+
+COMPONENT_ROUTER = "router"
+COMPONENT_INSPECTOR = "model-inspector"
+COMPONENT_FACTS = "model-facts"
+COMPONENT_KV_LAYOUT = "kv-layout"
 
 #: Ports inside runtime pods (the host's ports under hostNetwork).
 HTTP_PORT = 30000
@@ -31,9 +45,60 @@ BOOTSTRAP_PORT_BASE = 8998
 
 ROLES = ("prefill", "decode")
 
-#: Condition reason of ``<Role>Ready`` when SGLang's parser refused a pod's command line
-#: (the launcher's exit ``env_contract.EXIT_ARGS_REFUSED``); also the Warning Event's.
+# --- status: condition types, reasons, phases ------------------------------------------
+COND_VALIDATED = "Validated"
+COND_MODEL_RESOLVED = "ModelResolved"
+COND_KV_LAYOUT_COMPATIBLE = "KVLayoutCompatible"
+COND_PREFILL_READY = "PrefillReady"
+COND_DECODE_READY = "DecodeReady"
+COND_ROUTER_READY = "RouterReady"
+COND_READY = "Ready"
+
+REASON_VALID = "Valid"
+REASON_INVALID_SPEC = "InvalidSpec"
+#: ModelResolved: where the facts came from ...
+REASON_INLINE = "Inline"
+REASON_CONFIGMAP = "ConfigMap"
+REASON_INSPECTED = "Inspected"
+REASON_LOCAL = "Local"
+#: ... or why there are none.
+REASON_INSPECTING = "InspectingModel"
+REASON_CONFIGMAP_NOT_FOUND = "ConfigMapNotFound"
+REASON_CONFIGMAP_KEY_MISSING = "ConfigMapKeyMissing"
+REASON_INVALID_MODEL_CONFIG = "InvalidModelConfig"
+REASON_INSPECTION_FAILED = "InspectionFailed"
+REASON_NOT_VALIDATED = "NotValidated"
+#: KVLayoutCompatible
+REASON_COMPATIBLE = "Compatible"
+REASON_INVALID_LAYOUT = "InvalidLayout"
+REASON_INCOMPATIBLE = "Incompatible"
+REASON_MODEL_NOT_RESOLVED = "ModelNotResolved"
+#: <Role>Ready and RouterReady
+REASON_INSTANCES_READY = "InstancesReady"
+REASON_INSTANCES_NOT_READY = "InstancesNotReady"
+REASON_ROUTER_READY = "RouterReady"
+REASON_ROUTER_NOT_READY = "RouterNotReady"
+REASON_DISABLED = "Disabled"
+REASON_NOT_APPLIED = "NotApplied"
+#: ``<Role>Ready`` when SGLang's parser refused a pod's command line (the launcher's exit
+#: ``env_contract.EXIT_ARGS_REFUSED``); also the Warning Event's.
 REASON_LAUNCH_REFUSED = "LaunchRefused"
+#: Ready
+REASON_READY = "Ready"
+REASON_NOT_READY = "NotReady"
+REASON_APPLY_FAILED = "ApplyFailed"
+REASON_PRUNE_FAILED = "PruneFailed"
+
+PHASE_PENDING = "Pending"
+PHASE_PROGRESSING = "Progressing"
+PHASE_READY = "Ready"
+PHASE_DEGRADED = "Degraded"
+PHASE_INVALID = "Invalid"
+
+
+def role_ready_condition(role: str) -> str:
+    """``PrefillReady`` or ``DecodeReady``."""
+    return {"prefill": COND_PREFILL_READY, "decode": COND_DECODE_READY}[role]
 
 
 @dataclass(frozen=True)
@@ -101,15 +166,24 @@ def selector(owner: Owner, role: str, index: int | None = None) -> dict[str, str
     return labels
 
 
+def component_selector(owner: Owner, component: str) -> dict[str, str]:
+    """The labels that select one non-runtime component's pods (the router's)."""
+    return {LABEL_DEPLOYMENT: owner.name, LABEL_COMPONENT: component}
+
+
 def labels(owner: Owner, component: str, index: int | None = None) -> dict[str, str]:
-    """Recommended app.kubernetes.io labels plus ours (the selectors)."""
+    """Recommended app.kubernetes.io labels plus ours; the role label on runtime objects
+    (``component`` a role) only."""
+    ours = (
+        selector(owner, component, index) if component in ROLES else {LABEL_DEPLOYMENT: owner.name}
+    )
     return {
         "app.kubernetes.io/name": "ascend-pd",
         "app.kubernetes.io/instance": owner.name,
-        "app.kubernetes.io/component": component,
+        LABEL_COMPONENT: component,
         "app.kubernetes.io/part-of": "ascend-pd",
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        **selector(owner, component, index),
+        LABEL_MANAGED_BY: MANAGED_BY,
+        **ours,
     }
 
 

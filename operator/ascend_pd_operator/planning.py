@@ -9,7 +9,7 @@ core's compatibility problems both reach the user through KVLayoutCompatible.
 from __future__ import annotations
 
 from ascend_pd_runtime.layout import KVLayout, LayoutRequest, compute_layout
-from ascend_pd_runtime.model_facts import ModelFacts, parse_model_facts
+from ascend_pd_runtime.model_facts import ModelFacts
 
 from .api import PDDeploymentSpec
 
@@ -30,10 +30,3 @@ def layout_request(spec: PDDeploymentSpec) -> LayoutRequest:
 def plan_layout(spec: PDDeploymentSpec, facts: ModelFacts) -> KVLayout:
     """The deployment's layout; raises ``BadInput`` when the spec cannot fit the model."""
     return compute_layout(facts, layout_request(spec))
-
-
-def inline_facts(spec: PDDeploymentSpec) -> ModelFacts | None:
-    """Facts from ``spec.model.config``, when given (``ModelConfigError`` if unusable)."""
-    if spec.model.config is None:
-        return None
-    return parse_model_facts(spec.model.config.to_config_json(), source="spec.model.config")

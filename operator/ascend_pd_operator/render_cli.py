@@ -1,6 +1,6 @@
 """``ascend-pd render -f CR.yaml [--model-config config.json]``: every child, offline.
 
-Runs the operator's own validation and builders with no cluster: exit 0 and the
+Runs the operator's own planner (``planner.plan``) with no cluster: exit 0 and the
 manifests on stdout; 1 on a spec that breaks a rule or a missing/unusable model
 config; 2 when the layout is incompatible. Messages go to stderr.
 """
@@ -15,13 +15,11 @@ from typing import Any
 import yaml
 
 from ascend_pd_runtime.errors import BadInput
-from ascend_pd_runtime.model_facts import ModelFacts, load_model_facts
+from ascend_pd_runtime.model_facts import load_model_facts
 
 from . import api
-from .desired import desired_state, validate
-from .model_source import resolve_facts
-from .naming import Owner
-from .planning import inline_facts
+from .naming import REASON_INVALID_LAYOUT, REASON_INVALID_MODEL_CONFIG
+from .planner import Observation, plan
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INCOMPATIBLE = 0, 1, 2
 
@@ -48,47 +46,43 @@ def render(
     namespace: str | None,
     configmaps: list[dict[str, Any]] | None = None,
 ) -> tuple[int, list[dict[str, Any]], str]:
-    """(exit code, manifests, message) for one PDDeployment."""
-    meta = resource.get("metadata") or {}
-    owner = Owner(
-        name=str(meta.get("name", "")),
-        namespace=str(meta.get("namespace") or namespace or "default"),
-        uid=str(meta.get("uid", "")),
+    """(exit code, manifests, message) for one PDDeployment: the operator's own plan for
+    it, observed offline (its ConfigMaps from the same file, --model-config's facts)."""
+    meta = dict(resource.get("metadata") or {})
+    meta["namespace"] = meta.get("namespace") or namespace or "default"
+    resource = {**resource, "metadata": meta}
+    name = str(meta.get("name", ""))
+    # A ConfigMap applied from the same file is what the operator would read.
+    ref = ((resource.get("spec") or {}).get("model") or {}).get("configMapRef") or {}
+    found = [
+        cm
+        for cm in configmaps or []
+        if cm.get("metadata", {}).get("name") == ref.get("name")
+        and cm.get("metadata", {}).get("namespace", meta["namespace"]) == meta["namespace"]
+    ]
+    local = load_model_facts(Path(model_config)) if model_config else None
+    observation = Observation(
+        resource, user_configmap=found[0] if found else None, local_facts=local
     )
-    validation = validate(owner, resource.get("spec"))
-    if validation.spec is None:
-        return EXIT_BAD_INPUT, [], f"{owner.name}: invalid: {validation.error}"
-    spec = validation.spec
-    facts: ModelFacts | None
-    if model_config:
-        facts = load_model_facts(Path(model_config))
-    elif spec.model.config is None and spec.model.config_map_ref is not None:
-        # A ConfigMap applied from the same file is what the operator would read.
-        ref = spec.model.config_map_ref
-        found = [
-            cm
-            for cm in configmaps or []
-            if cm.get("metadata", {}).get("name") == ref.name
-            and cm.get("metadata", {}).get("namespace", owner.namespace) == owner.namespace
-        ]
-        resolution = resolve_facts(spec, user_configmap=found[0] if found else None)
-        if resolution.facts is None and found:
-            return EXIT_BAD_INPUT, [], f"{owner.name}: {resolution.message}"
-        facts = resolution.facts
-    else:
-        facts = inline_facts(spec)
-    if facts is None:
+    todo = plan(observation, now="")
+    if todo.validation.spec is None:
+        return EXIT_BAD_INPUT, [], f"{name}: invalid: {todo.validation.error}"
+    facts = todo.facts
+    if facts is None or facts.facts is None:
+        if facts is not None and (found or facts.reason == REASON_INVALID_MODEL_CONFIG):
+            return EXIT_BAD_INPUT, [], f"{name}: {facts.message}"
         return (
             EXIT_BAD_INPUT,
             [],
-            f"{owner.name}: spec.model.config is not given; pass --model-config config.json "
+            f"{name}: spec.model.config is not given; pass --model-config config.json "
             "(the operator would read spec.model.configMapRef or inspect the model)",
         )
-    desired = desired_state(owner, spec, facts)
-    if not desired.ok:
-        code = EXIT_BAD_INPUT if desired.reason == "InvalidLayout" else EXIT_INCOMPATIBLE
-        return code, [], f"{owner.name}: KV layout {desired.reason}: {desired.message}"
-    return EXIT_OK, desired.children, ""
+    desired = todo.desired
+    if desired is None or not desired.ok:
+        reason, message = (desired.reason, desired.message) if desired else ("", "")
+        code = EXIT_BAD_INPUT if reason == REASON_INVALID_LAYOUT else EXIT_INCOMPATIBLE
+        return code, [], f"{name}: KV layout {reason}: {message}"
+    return EXIT_OK, [w.manifest for w in todo.applies if w.manifest is not None], ""
 
 
 def run(args: argparse.Namespace) -> int:

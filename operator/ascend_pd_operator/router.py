@@ -10,12 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 from .api import PDDeploymentSpec
-from .naming import HTTP_PORT, Owner, bootstrap_port, leader_host, metadata, router_name
+from .naming import (
+    COMPONENT_ROUTER,
+    HTTP_PORT,
+    Owner,
+    bootstrap_port,
+    component_selector,
+    leader_host,
+    metadata,
+    router_name,
+)
 from .workloads import scheduling_fields
 
 Json = dict[str, Any]
-
-COMPONENT = "router"
 
 
 def router_args(owner: Owner, spec: PDDeploymentSpec) -> list[str]:
@@ -31,7 +38,7 @@ def router_args(owner: Owner, spec: PDDeploymentSpec) -> list[str]:
 
 def router_deployment(owner: Owner, spec: PDDeploymentSpec) -> Json:
     name = router_name(owner)
-    meta = metadata(owner, name, COMPONENT)
+    meta = metadata(owner, name, COMPONENT_ROUTER)
     probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10}
     container: Json = {
         "name": "router",
@@ -51,7 +58,7 @@ def router_deployment(owner: Owner, spec: PDDeploymentSpec) -> Json:
         "metadata": meta,
         "spec": {
             "replicas": spec.router.replicas,
-            "selector": {"matchLabels": {k: meta["labels"][k] for k in _selector_keys(meta)}},
+            "selector": {"matchLabels": component_selector(owner, COMPONENT_ROUTER)},
             "template": {
                 "metadata": {"labels": meta["labels"]},
                 "spec": {
@@ -66,19 +73,15 @@ def router_deployment(owner: Owner, spec: PDDeploymentSpec) -> Json:
     }
 
 
-def _selector_keys(meta: Json) -> list[str]:
-    return [k for k in meta["labels"] if k.startswith("ascendpd.io/")]
-
-
 def router_service(owner: Owner, spec: PDDeploymentSpec) -> Json:
-    meta = metadata(owner, router_name(owner), COMPONENT)
+    meta = metadata(owner, router_name(owner), COMPONENT_ROUTER)
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": meta,
         "spec": {
             "type": "ClusterIP",
-            "selector": {k: meta["labels"][k] for k in _selector_keys(meta)},
+            "selector": component_selector(owner, COMPONENT_ROUTER),
             "ports": [
                 {"name": "http", "port": spec.router.port, "targetPort": "http", "protocol": "TCP"}
             ],

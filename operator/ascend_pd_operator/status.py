@@ -1,6 +1,6 @@
 """Pure status computation: conditions, phase, KV layout summary and readiness.
 
-``compute_status`` takes what one reconcile learnt (validation, model facts,
+``compute_status`` takes what one reconcile learnt (``Findings``) (validation, model facts,
 desired state, the children as the cluster reports them) and the previous
 status, and returns the new status. A condition keeps its lastTransitionTime
 while its status stays the same, so an unchanged world gives an equal status
@@ -14,29 +14,64 @@ from typing import Any
 
 from ascend_pd_runtime.env_contract import EXIT_ARGS_REFUSED
 from ascend_pd_runtime.layout import KVLayout
+from ascend_pd_runtime.plan import layout_fingerprint
 
 from .api import PDDeploymentSpec
 from .desired import Desired
 from .model_source import FactsResolution
 from .naming import (
+    COND_DECODE_READY,
+    COND_KV_LAYOUT_COMPATIBLE,
+    COND_MODEL_RESOLVED,
+    COND_PREFILL_READY,
+    COND_READY,
+    COND_ROUTER_READY,
+    COND_VALIDATED,
     LABEL_ROLE,
+    PHASE_DEGRADED,
+    PHASE_INVALID,
+    PHASE_PENDING,
+    PHASE_PROGRESSING,
+    PHASE_READY,
+    REASON_APPLY_FAILED,
+    REASON_COMPATIBLE,
+    REASON_CONFIGMAP_KEY_MISSING,
+    REASON_DISABLED,
+    REASON_INSPECTION_FAILED,
+    REASON_INSTANCES_NOT_READY,
+    REASON_INSTANCES_READY,
+    REASON_INVALID_MODEL_CONFIG,
+    REASON_INVALID_SPEC,
     REASON_LAUNCH_REFUSED,
+    REASON_MODEL_NOT_RESOLVED,
+    REASON_NOT_APPLIED,
+    REASON_NOT_READY,
+    REASON_NOT_VALIDATED,
+    REASON_READY,
+    REASON_ROUTER_NOT_READY,
+    REASON_ROUTER_READY,
+    REASON_VALID,
     ROLES,
     Owner,
     endpoint,
     instance_name,
+    role_ready_condition,
     router_name,
 )
-from .workloads import layout_fingerprint
 
 Json = dict[str, Any]
 
-INVALID_MODEL_REASONS = ("InvalidModelConfig", "InspectionFailed", "ConfigMapKeyMissing")
+INVALID_MODEL_REASONS = (
+    REASON_INVALID_MODEL_CONFIG,
+    REASON_INSPECTION_FAILED,
+    REASON_CONFIGMAP_KEY_MISSING,
+)
 
 
 @dataclass(frozen=True)
-class Observation:
-    """One reconcile's findings; ``children`` maps (kind, name) to the live object."""
+class Findings:
+    """What the status is computed from (``planner.conclude`` gathers it); ``children``
+    maps (kind, name) to the live object."""
 
     owner: Owner
     spec: PDDeploymentSpec | None
@@ -45,8 +80,10 @@ class Observation:
     desired: Desired | None = None
     children: dict[tuple[str, str], Json] = field(default_factory=dict)
     previous: Json = field(default_factory=dict)
-    #: Why applying the children failed (the API server refused one), if it did.
-    apply_error: str = ""
+    #: Why writing the children failed (the API server refused a write), if it did.
+    write_error: str = ""
+    #: The Ready condition's reason for ``write_error`` (ApplyFailed or PruneFailed).
+    write_error_reason: str = REASON_APPLY_FAILED
     #: The runtime pods, when the reconciler looked (some instance not ready).
     pods: list[Json] = field(default_factory=list)
 
@@ -115,11 +152,11 @@ def launch_refusals(pods: list[Json], role: str) -> list[str]:
 def _refused_condition(role: str, refusals: list[str]) -> Json:
     more = f" (and {len(refusals) - 1} more pods)" if len(refusals) > 1 else ""
     return _condition(
-        f"{role.capitalize()}Ready", "False", REASON_LAUNCH_REFUSED, refusals[0] + more
+        role_ready_condition(role), "False", REASON_LAUNCH_REFUSED, refusals[0] + more
     )
 
 
-def _role_status(obs: Observation, spec: PDDeploymentSpec, role: str) -> tuple[Json, bool, bool]:
+def _role_status(obs: Findings, spec: PDDeploymentSpec, role: str) -> tuple[Json, bool, bool]:
     """(role status, every instance exists, every instance ready)."""
     r = spec.role(role)
     states = [
@@ -135,7 +172,7 @@ def _role_status(obs: Observation, spec: PDDeploymentSpec, role: str) -> tuple[J
     return status, all(s is not None for s in states), ready == r.replicas
 
 
-def _router_status(obs: Observation, spec: PDDeploymentSpec) -> tuple[Json, bool, str]:
+def _router_status(obs: Findings, spec: PDDeploymentSpec) -> tuple[Json, bool, str]:
     if not spec.router.enabled:
         return {"replicas": 0, "readyReplicas": 0}, True, "router disabled"
     dep = obs.children.get(("Deployment", router_name(obs.owner))) or {}
@@ -145,7 +182,7 @@ def _router_status(obs: Observation, spec: PDDeploymentSpec) -> tuple[Json, bool
     return {"replicas": want, "readyReplicas": ready}, ok, f"{ready}/{want} replicas ready"
 
 
-def compute_status(obs: Observation, now: str) -> Json:
+def compute_status(obs: Findings, now: str) -> Json:
     """The new status (camelCase, as stored) for one observation at time ``now``."""
     prev = obs.previous or {}
     status: Json = {"observedGeneration": obs.owner.generation}
@@ -160,26 +197,35 @@ def compute_status(obs: Observation, now: str) -> Json:
     spec = obs.spec
     if spec is None:
         invalid = True
-        conds.append(_condition("Validated", "False", "InvalidSpec", obs.validation_error))
+        conds.append(_condition(COND_VALIDATED, "False", REASON_INVALID_SPEC, obs.validation_error))
     else:
-        conds.append(_condition("Validated", "True", "Valid", "spec follows every rule"))
+        conds.append(_condition(COND_VALIDATED, "True", REASON_VALID, "spec follows every rule"))
 
     facts = obs.facts
     if spec is None or facts is None:
-        conds.append(_condition("ModelResolved", "Unknown", "NotValidated", "spec is invalid"))
+        conds.append(
+            _condition(COND_MODEL_RESOLVED, "Unknown", REASON_NOT_VALIDATED, "spec is invalid")
+        )
     else:
-        conds.append(_condition("ModelResolved", facts.status, facts.reason, facts.message))
+        conds.append(_condition(COND_MODEL_RESOLVED, facts.status, facts.reason, facts.message))
         # A model that cannot be read needs the user's fix, like a rejected spec.
         invalid = invalid or facts.reason in INVALID_MODEL_REASONS
 
     desired = obs.desired
     if desired is None:
         conds.append(
-            _condition("KVLayoutCompatible", "Unknown", "ModelNotResolved", "no model facts yet")
+            _condition(
+                COND_KV_LAYOUT_COMPATIBLE,
+                "Unknown",
+                REASON_MODEL_NOT_RESOLVED,
+                "no model facts yet",
+            )
         )
     elif not desired.ok:
         invalid = True
-        conds.append(_condition("KVLayoutCompatible", "False", desired.reason, desired.message))
+        conds.append(
+            _condition(COND_KV_LAYOUT_COMPATIBLE, "False", desired.reason, desired.message)
+        )
     else:
         assert desired.layout is not None
         status["kvLayout"] = layout_summary(desired.layout)
@@ -187,9 +233,9 @@ def compute_status(obs: Observation, now: str) -> Json:
         layers = desired.layout.facts.total_kv_layers
         conds.append(
             _condition(
-                "KVLayoutCompatible",
+                COND_KV_LAYOUT_COMPATIBLE,
                 "True",
-                "Compatible",
+                REASON_COMPATIBLE,
                 f"{layers} KV layers × {groups} buffer groups, prefill PP "
                 f"{desired.layout.prefill.pp} → decode PP {desired.layout.decode.pp}, "
                 f"fingerprint {status['kvLayout']['fingerprint']}",
@@ -213,9 +259,9 @@ def compute_status(obs: Observation, now: str) -> Json:
                 continue
             conds.append(
                 _condition(
-                    f"{role.capitalize()}Ready",
+                    role_ready_condition(role),
                     "True" if role_ready else "False",
-                    "InstancesReady" if role_ready else "InstancesNotReady",
+                    REASON_INSTANCES_READY if role_ready else REASON_INSTANCES_NOT_READY,
                     f"{ready_text} ({role_status['nodesPerInstance']} nodes each)",
                 )
             )
@@ -223,33 +269,39 @@ def compute_status(obs: Observation, now: str) -> Json:
         status["router"] = router_status
         all_ready = all_ready and router_ok
         reason = (
-            ("Disabled" if not spec.router.enabled else "RouterReady")
+            (REASON_DISABLED if not spec.router.enabled else REASON_ROUTER_READY)
             if router_ok
-            else ("RouterNotReady")
+            else REASON_ROUTER_NOT_READY
         )
         conds.append(
-            _condition("RouterReady", "True" if router_ok else "False", reason, router_text)
+            _condition(COND_ROUTER_READY, "True" if router_ok else "False", reason, router_text)
         )
         if spec.router.enabled:
             status["endpoint"] = endpoint(obs.owner, spec.router.port)
         else:
             status.pop("endpoint", None)
     else:
-        for type_ in ("PrefillReady", "DecodeReady", "RouterReady"):
+        for type_ in (COND_PREFILL_READY, COND_DECODE_READY, COND_ROUTER_READY):
             previous = _find(prev.get("conditions") or [], type_)
             if invalid and previous:
                 conds.append({k: previous[k] for k in ("type", "status", "reason", "message")})
             else:
-                conds.append(_condition(type_, "Unknown", "NotApplied", "children not applied"))
+                conds.append(
+                    _condition(type_, "Unknown", REASON_NOT_APPLIED, "children not applied")
+                )
 
-    if obs.apply_error:
+    if obs.write_error:
         all_ready = False
-        conds.append(_condition("Ready", "False", "ApplyFailed", obs.apply_error))
+        conds.append(_condition(COND_READY, "False", obs.write_error_reason, obs.write_error))
     elif all_ready:
-        conds.append(_condition("Ready", "True", "Ready", "every instance and the router ready"))
+        conds.append(
+            _condition(COND_READY, "True", REASON_READY, "every instance and the router ready")
+        )
     else:
         waiting = [c["type"] for c in conds if c["status"] != "True"]
-        conds.append(_condition("Ready", "False", "NotReady", f"waiting for {', '.join(waiting)}"))
+        conds.append(
+            _condition(COND_READY, "False", REASON_NOT_READY, f"waiting for {', '.join(waiting)}")
+        )
 
     status["conditions"] = _with_times(conds, prev.get("conditions") or [], now, obs)
     status["phase"] = _phase(invalid, conds, applied, exists, all_ready, prev.get("phase"))
@@ -260,21 +312,21 @@ def _phase(
     invalid: bool, conds: list[Json], applied: bool, exists: bool, ready: bool, prev: Any
 ) -> str:
     if invalid:
-        return "Invalid"
+        return PHASE_INVALID
     if ready:
-        return "Ready"
+        return PHASE_READY
     if not applied or not exists:
-        return "Pending"
-    if prev in ("Ready", "Degraded"):
-        return "Degraded"
-    return "Progressing"
+        return PHASE_PENDING
+    if prev in (PHASE_READY, PHASE_DEGRADED):
+        return PHASE_DEGRADED
+    return PHASE_PROGRESSING
 
 
 def _find(conditions: list[Json], type_: str) -> Json | None:
     return next((c for c in conditions if c.get("type") == type_), None)
 
 
-def _with_times(conds: list[Json], previous: list[Json], now: str, obs: Observation) -> list[Json]:
+def _with_times(conds: list[Json], previous: list[Json], now: str, obs: Findings) -> list[Json]:
     out = []
     for cond in conds:
         before = _find(previous, cond["type"])

@@ -11,7 +11,7 @@ from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
 from ascend_pd_runtime.layout import KVLayout
-from ascend_pd_runtime.plan import plan_document
+from ascend_pd_runtime.plan import layout_fingerprint
 
 from .api import PDDeploymentSpec
 from .naming import (
@@ -74,15 +74,10 @@ def launch_values(
         speculative_num_draft_tokens=sp.num_draft_tokens,
         kv_layout_file=f"{ec.KV_LAYOUT_MOUNT_DIR}/{ec.KV_LAYOUT_KEY}",
         kv_fingerprint=doc_fingerprint,
-        kv_total_layers=layout.facts.total_kv_layers,
+        total_kv_layers=layout.facts.total_kv_layers,
         kv_buf_groups=layout.facts.kv_buf_groups,
         extra_args=tuple(r.extra_args),
     )
-
-
-def layout_fingerprint(layout: KVLayout) -> str:
-    fingerprint: str = plan_document(layout, include_transfers=False)["fingerprint"]
-    return fingerprint
 
 
 def _env(values: ec.LaunchEnv, user_env: list[Json]) -> list[Json]:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import BadInput
-from .layout import LayoutRequest
+from .layout import SPECULATIVE_ALGORITHMS, LayoutRequest
 from .partition import format_partition, parse_partition
 
 PREFIX = "ASCEND_PD_"
@@ -87,7 +87,7 @@ SPECULATIVE_NUM_DRAFT_TOKENS = "ASCEND_PD_SPECULATIVE_NUM_DRAFT_TOKENS"
 # --- the layout the operator computed -------------------------------------------------
 KV_LAYOUT_FILE = "ASCEND_PD_KV_LAYOUT_FILE"  #: the mounted plan JSON
 KV_FINGERPRINT = "ASCEND_PD_KV_FINGERPRINT"  #: its fingerprint
-KV_TOTAL_LAYERS = "ASCEND_PD_KV_TOTAL_LAYERS"
+TOTAL_KV_LAYERS = "ASCEND_PD_TOTAL_KV_LAYERS"
 KV_BUF_GROUPS = "ASCEND_PD_KV_BUF_GROUPS"
 # --- user additions -------------------------------------------------------------------
 EXTRA_ARGS = "ASCEND_PD_EXTRA_ARGS"  #: JSON array of extra SGLang arguments
@@ -125,7 +125,6 @@ MODEL_CONFIG_KEYS = (
 )
 
 ROLES = ("prefill", "decode")
-SPECULATIVE_SPELLINGS = ("NONE", "NEXTN", "EAGLE")
 
 
 @dataclass(frozen=True)
@@ -163,7 +162,7 @@ class LaunchEnv:
     speculative_num_draft_tokens: int
     kv_layout_file: str
     kv_fingerprint: str
-    kv_total_layers: int
+    total_kv_layers: int
     kv_buf_groups: int
     extra_args: tuple[str, ...] = field(default=())
 
@@ -237,7 +236,7 @@ def launch_env(values: LaunchEnv) -> dict[str, str]:
         SPECULATIVE_NUM_DRAFT_TOKENS: str(values.speculative_num_draft_tokens),
         KV_LAYOUT_FILE: values.kv_layout_file,
         KV_FINGERPRINT: values.kv_fingerprint,
-        KV_TOTAL_LAYERS: str(values.kv_total_layers),
+        TOTAL_KV_LAYERS: str(values.total_kv_layers),
         KV_BUF_GROUPS: str(values.kv_buf_groups),
         EXTRA_ARGS: json.dumps(list(values.extra_args)),
     }
@@ -248,7 +247,7 @@ def read_launch_env(environ: Mapping[str, str]) -> LaunchEnv:
     """Read and check the launcher's env vars; ``BadInput`` names the variable and value."""
     r = _Reader(environ)
     role = r.choice(ROLE, ROLES)
-    algorithm = r.choice(SPECULATIVE_ALGORITHM, SPECULATIVE_SPELLINGS, default="NONE")
+    algorithm = r.choice(SPECULATIVE_ALGORITHM, SPECULATIVE_ALGORITHMS, default="NONE")
     roles = tuple(r.words(SPECULATIVE_ROLES))
     for item in roles:
         if item not in ROLES:
@@ -289,7 +288,7 @@ def read_launch_env(environ: Mapping[str, str]) -> LaunchEnv:
         speculative_num_draft_tokens=r.integer(SPECULATIVE_NUM_DRAFT_TOKENS, minimum=0, default=0),
         kv_layout_file=r.text(KV_LAYOUT_FILE, default=f"{KV_LAYOUT_MOUNT_DIR}/{KV_LAYOUT_KEY}"),
         kv_fingerprint=r.text(KV_FINGERPRINT, default=""),
-        kv_total_layers=r.integer(KV_TOTAL_LAYERS, minimum=1),
+        total_kv_layers=r.integer(TOTAL_KV_LAYERS, minimum=1),
         kv_buf_groups=r.integer(KV_BUF_GROUPS, minimum=1),
         extra_args=tuple(r.json_strings(EXTRA_ARGS)),
     )

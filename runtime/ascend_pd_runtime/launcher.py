@@ -248,9 +248,9 @@ def check_expected_layout(
             (expected.get("model") or {}).get("kv_buf_groups"),
         ),
         (
-            f"{env_contract.KV_TOTAL_LAYERS} (total_kv_layers)",
+            f"{env_contract.TOTAL_KV_LAYERS} (total_kv_layers)",
             computed["total_kv_layers"],
-            env.kv_total_layers,
+            env.total_kv_layers,
         ),
         (
             f"{env_contract.KV_BUF_GROUPS} (kv_buf_groups)",

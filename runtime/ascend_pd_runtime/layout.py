@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +43,10 @@ DEFAULT_SGLANG_VERSION = "0.5.23"
 #: its last stage, and ``total_kv_layers`` became ``hidden_kv_layers`` + ``draft_kv_layers``.
 SGLANG_PP_PREFILL_DRAFT = (0, 5, 20)
 
-SPECULATIVE_ALGORITHMS = ("none", "nextn", "eagle")
+#: SGLang's ``--speculative-algorithm`` values in its spelling: the one list the API, the env
+#: contract and this core accept (the core and ``ascend-pd plan`` also take lower case).
+SpeculativeAlgorithm = Literal["NONE", "NEXTN", "EAGLE"]
+SPECULATIVE_ALGORITHMS: tuple[str, ...] = get_args(SpeculativeAlgorithm)
 ROLES = ("prefill", "decode")
 TRANSFER_BACKENDS = ("ascend", "mooncake")
 
@@ -104,12 +108,6 @@ class RoleLayout:
     pp: int
     draft_layers: int
     stages: tuple[StageLayout, ...]
-
-    def stage_for_layer(self, layer: int) -> StageLayout:
-        for stage in self.stages:
-            if stage.start_layer <= layer < stage.end_layer:
-                return stage
-        raise IndexError(f"layer {layer} is not held by any {self.role} stage")
 
 
 def role_layout(
@@ -184,10 +182,10 @@ class LayoutRequest:
     def validated(self, facts: ModelFacts) -> LayoutRequest:
         """Check every rule that makes the request malformed (``BadInput``)."""
         speculative = self.speculative.lower()
-        if speculative not in SPECULATIVE_ALGORITHMS:
+        if speculative.upper() not in SPECULATIVE_ALGORITHMS:
             raise BadInput(
                 f"speculative algorithm {self.speculative!r} is invalid: "
-                f"expected one of {', '.join(SPECULATIVE_ALGORITHMS)}"
+                f"expected one of {', '.join(a.lower() for a in SPECULATIVE_ALGORITHMS)}"
             )
         roles = tuple(dict.fromkeys(r.lower() for r in self.speculative_roles))
         bad = [r for r in roles if r not in ROLES]

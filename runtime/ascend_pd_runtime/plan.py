@@ -40,11 +40,17 @@ def plan_document(layout: KVLayout, include_transfers: bool = True) -> PlanDict:
         "compatible": layout.compatible,
         "problems": list(layout.problems),
     }
-    doc["fingerprint"] = layout_fingerprint(doc)
+    doc["fingerprint"] = _fingerprint(doc)
     return doc
 
 
-def layout_fingerprint(doc: PlanDict) -> str:
+def layout_fingerprint(layout: KVLayout) -> str:
+    """The layout's identity (the plan document's ``fingerprint``): the one definition the
+    operator's pods, status and the launcher's check share."""
+    return _fingerprint(plan_document(layout, include_transfers=False))
+
+
+def _fingerprint(doc: PlanDict) -> str:
     """Short hash of what both sides must agree on: model shape, roles and stage ranges."""
     essence = {
         "attention": doc["model"]["attention"],

@@ -44,7 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--layer-partition", default="", help="explicit prefill partition, e.g. 30,31"
     )
-    parser.add_argument("--speculative", default="none", choices=SPECULATIVE_ALGORITHMS)
+    parser.add_argument(
+        "--speculative", default="none", choices=[a.lower() for a in SPECULATIVE_ALGORITHMS]
+    )
     parser.add_argument(
         "--speculative-roles",
         default="prefill,decode",

@@ -20,7 +20,7 @@ from ascend_pd_dev.rbac import (
     local_operator_command,
 )
 from ascend_pd_operator import api_access
-from ascend_pd_operator.reconciler import PRUNED_KINDS
+from ascend_pd_operator.planner import PRUNED_KINDS
 
 FULLNAME = f"{RELEASE}-ascend-pd-operator"
 #: cluster-scoped reads kopf makes in every mode (its discovery)

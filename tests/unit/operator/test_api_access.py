@@ -28,11 +28,12 @@ def test_unknown_kind_names_the_allow_list() -> None:
 
 def test_every_child_kind_is_allowed_with_the_verbs_apply_and_prune_need(dsv3: dict) -> None:
     from ascend_pd_operator.api import parse_spec
-    from ascend_pd_operator.planning import inline_facts, plan_layout
+    from ascend_pd_operator.model_source import resolve_facts
+    from ascend_pd_operator.planning import plan_layout
 
     resource = dict(dsv3)
     spec = parse_spec({**resource["spec"], "scheduling": {"gang": "volcano"}})
-    facts = inline_facts(spec)
+    facts = resolve_facts(spec).facts
     assert facts is not None
     owner = Owner("dsv3", "llm", uid="u")
     kinds = {m["kind"] for m in build_children(owner, spec, plan_layout(spec, facts))}

@@ -16,8 +16,8 @@ import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api import parse_spec
 from ascend_pd_operator.cli import main as cli_main
 from ascend_pd_operator.desired import desired_state
+from ascend_pd_operator.model_source import resolve_facts
 from ascend_pd_operator.naming import Owner
-from ascend_pd_operator.planning import inline_facts
 from ascend_pd_operator.render_cli import render
 from ascend_pd_runtime.layout import compute_layout
 from ascend_pd_runtime.model_facts import parse_model_facts
@@ -32,7 +32,7 @@ OWNER = Owner("dsv3", "llm", uid="0b6f8d4e-0000-4000-8000-000000000001", generat
 
 def children_of(resource: Json, owner: Owner = OWNER) -> list[Json]:
     spec = parse_spec(resource["spec"])
-    facts = inline_facts(spec)
+    facts = resolve_facts(spec).facts
     assert facts is not None
     desired = desired_state(owner, spec, facts)
     assert desired.ok, desired.message
@@ -125,7 +125,7 @@ def test_pod_env_reads_back_into_the_operators_layout(name: str) -> None:
     children = children_of(resource)
     configmap = by_kind(children, "ConfigMap")[f"{OWNER.name}-kv-layout"]
     plan = json.loads(configmap["data"]["plan.json"])
-    facts = inline_facts(parse_spec(resource["spec"]))
+    facts = resolve_facts(parse_spec(resource["spec"])).facts
     assert facts is not None
     for sts in by_kind(children, "StatefulSet").values():
         container = sts["spec"]["template"]["spec"]["containers"][0]
@@ -247,7 +247,7 @@ def test_render_needs_facts_without_inline_config(tmp_path: Any) -> None:
 def test_facts_from_config_json_equal_inline_facts() -> None:
     resource = load_example("deepseek-v3.2.yaml")
     spec = parse_spec(resource["spec"])
-    inline = inline_facts(spec)
+    inline = resolve_facts(spec).facts
     from ascend_pd_runtime.plan_cli import example_config
 
     raw = json.loads(example_config("deepseek-v3.2").read_text())
@@ -264,3 +264,25 @@ def test_every_pod_of_an_instance_is_ready_when_its_leader_is(dsv3: Json) -> Non
     assert command[:2] == ["python3", "-c"]
     assert "http://dsv3-prefill-1-0.dsv3-prefill-1.llm.svc:30000/health" in command[2]
     compile(command[2], "<probe>", "exec")  # the probe is valid Python
+
+
+def test_role_label_is_for_runtime_objects_and_component_says_what_the_rest_is(dsv3: Json) -> None:
+    from ascend_pd_operator.naming import LABEL_COMPONENT, LABEL_ROLE
+
+    children = children_of(dsv3)
+    for child in children:
+        labels = child["metadata"]["labels"]
+        if child["kind"] in ("StatefulSet", "PodGroup") or (
+            child["kind"] == "Service" and "-router" not in child["metadata"]["name"]
+        ):
+            assert labels[LABEL_ROLE] == labels[LABEL_COMPONENT] in ("prefill", "decode")
+        else:
+            assert LABEL_ROLE not in labels, child["metadata"]["name"]
+    router = by_kind(children, "Deployment")["dsv3-router"]
+    selector = router["spec"]["selector"]["matchLabels"]
+    assert selector == {"ascendpd.io/deployment": "dsv3", LABEL_COMPONENT: "router"}
+    assert by_kind(children, "Service")["dsv3-router"]["spec"]["selector"] == selector
+    # the router's selector matches no runtime pod, and every runtime pod has a role
+    for sts in by_kind(children, "StatefulSet").values():
+        pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+        assert not all(pod_labels.get(k) == v for k, v in selector.items())

@@ -130,9 +130,11 @@ def test_selectors_ask_the_server_for_our_label() -> None:
     assert selector_for("Pod") == "ascendpd.io/deployment"
 
 
-def _pod(name: str, rv: str, role: str = "prefill", exit_code: int | None = None) -> Json:
+def _pod(name: str, rv: str, component: str = "prefill", exit_code: int | None = None) -> Json:
     pod = obj(name, rv)
-    pod["metadata"]["labels"]["ascendpd.io/role"] = role
+    pod["metadata"]["labels"]["app.kubernetes.io/component"] = component
+    if component in ("prefill", "decode"):
+        pod["metadata"]["labels"]["ascendpd.io/role"] = component
     if exit_code is not None:
         ended = {"exitCode": exit_code, "message": "unrecognized arguments: --foo"}
         pod["status"] = {"containerStatuses": [{"lastState": {"terminated": ended}}]}

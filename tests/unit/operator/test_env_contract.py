@@ -41,7 +41,7 @@ def sample() -> ec.LaunchEnv:
         speculative_num_draft_tokens=4,
         kv_layout_file="/etc/ascend-pd/kv-layout/plan.json",
         kv_fingerprint="abc",
-        kv_total_layers=61,
+        total_kv_layers=61,
         kv_buf_groups=2,
         extra_args=("--mem-fraction-static", "0.8", "--x=a,b"),
     )

@@ -222,3 +222,52 @@ def test_a_refused_launch_reaches_the_status_and_an_event(world: Any) -> None:
     kube.calls.clear()
     reconciler.reconcile("llm", "dsv3")  # the same refusal: no second event
     assert ("CREATE", "Event") not in kube.calls
+
+
+class RefusingKube(FakeKube):
+    """Refuses deletes with the given error (a 403 here, a 500 there)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        self.calls.append(("DELETE-REFUSED", kind))
+        raise self.error
+
+
+def stale_world(dsv3: Json, error: Exception) -> tuple[RefusingKube, Reconciler]:
+    kube = RefusingKube(error)
+    cr = copy.deepcopy(dsv3)
+    cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
+    kube.objects[(api.KIND, "llm", "dsv3")] = cr
+    reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z")  # type: ignore[arg-type]
+    reconciler.reconcile("llm", "dsv3")
+    stale = copy.deepcopy(kube.objects[("Service", "llm", "dsv3-prefill-0")])
+    stale["metadata"]["name"] = "dsv3-prefill-7"
+    kube._store(stale, False)
+    kube.calls.clear()
+    return kube, reconciler
+
+
+def test_a_refused_prune_is_reported_as_that_delete(dsv3: Json) -> None:
+    from ascend_pd_operator.kube import KubeError
+
+    kube, reconciler = stale_world(dsv3, KubeError(403, "Forbidden", "services is forbidden"))
+    result = reconciler.reconcile("llm", "dsv3")
+    ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "PruneFailed"
+    assert ready["message"].startswith("deleting Service dsv3-prefill-7: ")
+    assert "services is forbidden" in ready["message"]
+    assert ("PATCH_STATUS", api.KIND) in kube.calls and ("CREATE", "Event") in kube.calls
+
+
+def test_a_transient_prune_error_leaves_the_status_alone(dsv3: Json) -> None:
+    from ascend_pd_operator.kube import KubeError
+
+    kube, reconciler = stale_world(
+        dsv3, KubeError(500, "InternalError", "etcdserver: leader changed")
+    )
+    with pytest.raises(KubeError):
+        reconciler.reconcile("llm", "dsv3")
+    assert ("PATCH_STATUS", api.KIND) not in kube.calls and ("CREATE", "Event") not in kube.calls

@@ -16,8 +16,7 @@ from ascend_pd_operator.model_source import (
     resolve_facts,
 )
 from ascend_pd_operator.naming import Owner
-from ascend_pd_operator.planning import inline_facts
-from ascend_pd_operator.status import Observation, compute_status, status_changed
+from ascend_pd_operator.status import Findings, compute_status, status_changed
 
 Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", uid="u-1", generation=2)
@@ -36,11 +35,11 @@ def sts(name: str, replicas: int, ready: int, generation: int = 1) -> Json:
     }
 
 
-def observe(resource: Json, children: dict[tuple[str, str], Json], previous: Json) -> Observation:
+def observe(resource: Json, children: dict[tuple[str, str], Json], previous: Json) -> Findings:
     spec = parse_spec(resource["spec"])
     facts = resolve_facts(spec)
     assert facts.facts is not None
-    return Observation(
+    return Findings(
         owner=OWNER,
         spec=spec,
         facts=facts,
@@ -110,7 +109,7 @@ def test_invalid_update_keeps_the_last_applied_state(dsv3: Json) -> None:
     broken["spec"]["prefill"]["devicesPerNode"] = 6
     validation = validate(OWNER, broken["spec"])
     assert validation.spec is None
-    obs = Observation(
+    obs = Findings(
         owner=OWNER,
         spec=None,
         validation_error=validation.error,
@@ -231,7 +230,7 @@ def test_inspector_job_shape(dsv3: Json) -> None:
     assert container["terminationMessagePolicy"] == "File"
     assert container["volumeMounts"][0]["mountPath"] == "/models/DeepSeek-V3"
     assert "huawei.com/Ascend910" not in str(container["resources"])
-    assert inline_facts(spec) is None
+    assert resolve_facts(spec).facts is None
 
 
 def test_failed_inspection_is_retried_after_a_spec_change(dsv3: Json) -> None:
@@ -249,10 +248,10 @@ def test_failed_inspection_is_retried_after_a_spec_change(dsv3: Json) -> None:
 def test_unreadable_model_makes_the_phase_invalid(dsv3: Json) -> None:
     spec = no_inline(dsv3)
     facts = resolve_facts(spec, inspector=InspectorState("Failed", spec.model.path, error="x"))
-    status = compute_status(Observation(owner=OWNER, spec=spec, facts=facts), T0)
+    status = compute_status(Findings(owner=OWNER, spec=spec, facts=facts), T0)
     assert status["phase"] == "Invalid"
     inspecting = resolve_facts(spec)
-    status = compute_status(Observation(owner=OWNER, spec=spec, facts=inspecting), T0)
+    status = compute_status(Findings(owner=OWNER, spec=spec, facts=inspecting), T0)
     assert status["phase"] == "Pending"
 
 

@@ -78,7 +78,7 @@ def _env(
         speculative_num_draft_tokens=4,
         kv_layout_file=str(plan_file),
         kv_fingerprint=plan["fingerprint"],
-        kv_total_layers=plan["total_kv_layers"],
+        total_kv_layers=plan["total_kv_layers"],
         kv_buf_groups=plan["model"]["kv_buf_groups"],
         extra_args=("--mem-fraction-static", "0.8"),
     )
@@ -170,10 +170,10 @@ def test_dry_run_cli_and_mismatch_exit_code(tmp_path, monkeypatch, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["command"][0] == "py"
     assert doc["env"]["ASCEND_MF_STORE_URL"] == "tcp://10.0.0.5:24666"
-    monkeypatch.setenv(env_contract.KV_TOTAL_LAYERS, "60")
+    monkeypatch.setenv(env_contract.TOTAL_KV_LAYERS, "60")
     assert runtime_cli(["launch", "--dry-run"]) == 3
     assert (
-        "ASCEND_PD_KV_TOTAL_LAYERS (total_kv_layers): the model here gives 61, the operator "
+        "ASCEND_PD_TOTAL_KV_LAYERS (total_kv_layers): the model here gives 61, the operator "
         "expects 60" in capsys.readouterr().err
     )
 

@@ -1,0 +1,303 @@
+"""Observation → Plan: everything one reconcile decides, with no I/O.
+
+The reconciler reads the world into an ``Observation`` (``reconciler.observe``), this
+module turns it into a ``Plan`` and the reconciler's executor carries the plan out.
+``ascend-pd render`` and the reliability audit call the same ``plan``, so the model facts,
+the layout and the children are chosen in one place for all three.
+
+A plan says, in the order the executor performs them:
+
+1. the model inspector's writes (start its Job; restart it: delete the Job and the stored
+   facts; store the facts it found),
+2. the children to apply (the apply order of ``children.build_children``),
+3. the children to delete (owned, of a pruned kind, no longer desired; the inspector's
+   Job and facts ConfigMap are kept across spec changes),
+4. the status,
+5. the Warning Events.
+
+A rejected spec, unusable model facts or an incompatible layout plan no child write: the
+running children stay exactly as they were. The status in a plan describes the children as
+observed; once the executor has written, ``conclude`` recomputes status and events from
+what the API server answered (a created StatefulSet exists, an edited one has a new
+generation) and from the step that failed, if one did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ascend_pd_runtime.model_facts import ModelFacts
+
+from .children import child_key
+from .desired import Desired, Validation, desired_state, validate
+from .model_source import (
+    FactsResolution,
+    inspector_job,
+    inspector_state,
+    model_facts_configmap,
+    resolve_facts,
+)
+from .naming import (
+    COMPONENT_FACTS,
+    COMPONENT_INSPECTOR,
+    COND_KV_LAYOUT_COMPATIBLE,
+    COND_MODEL_RESOLVED,
+    COND_READY,
+    COND_VALIDATED,
+    LABEL_COMPONENT,
+    LABEL_ROLE,
+    REASON_APPLY_FAILED,
+    REASON_INSPECTING,
+    REASON_LAUNCH_REFUSED,
+    REASON_NOT_READY,
+    REASON_PRUNE_FAILED,
+    ROLES,
+    Owner,
+    inspector_name,
+)
+from .naming import model_facts_name as facts_cm_name
+from .status import Findings, compute_status
+
+Json = dict[str, Any]
+
+#: Kinds of children the operator prunes when no longer desired.
+PRUNED_KINDS = ("StatefulSet", "Service", "Deployment", "ConfigMap", "PodGroup")
+#: Kinds whose live objects the status reads (instance and router readiness).
+STATUS_KINDS = ("StatefulSet", "Deployment")
+#: Components kept across spec changes (they cache the model inspection).
+KEPT_COMPONENTS = (COMPONENT_FACTS, COMPONENT_INSPECTOR)
+#: Conditions whose False status (with a reason worth telling) posts a Warning Event.
+EVENT_CONDITIONS = (COND_VALIDATED, COND_KV_LAYOUT_COMPATIBLE, COND_MODEL_RESOLVED, COND_READY)
+#: Reasons that are progress, not a problem: no Event.
+QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one reconcile read; ``reconciler.observe`` fills it, tests build it."""
+
+    #: The PDDeployment as read (metadata, spec, status).
+    resource: Json
+    #: ``spec.model.configMapRef``'s ConfigMap (None: not found or not asked for).
+    user_configmap: Json | None = None
+    #: The inspector's stored result, ``<name>-model-facts``.
+    facts_configmap: Json | None = None
+    #: The inspector Job and its pods (their termination message is its result).
+    inspector_job: Json | None = None
+    inspector_pods: list[Json] = field(default_factory=list)
+    #: Our labelled children per kind (ownership is checked here, by uid).
+    children: Mapping[str, list[Json]] = field(default_factory=dict)
+    #: The runtime pods, read while an instance is not ready (they may carry a refusal).
+    pods: list[Json] = field(default_factory=list)
+    #: Facts given offline (``ascend-pd render --model-config``): they win over the rest.
+    local_facts: ModelFacts | None = None
+
+    @property
+    def owner(self) -> Owner:
+        meta = self.resource["metadata"]
+        return Owner(
+            name=str(meta.get("name", "")),
+            namespace=str(meta.get("namespace") or "default"),
+            uid=str(meta.get("uid", "")),
+            generation=int(meta.get("generation", 0) or 0),
+        )
+
+    @property
+    def previous(self) -> Json:
+        return dict(self.resource.get("status") or {})
+
+    def owned(self, kind: str) -> list[Json]:
+        """Our children of ``kind`` whose controller is this PDDeployment (this uid)."""
+        uid = self.owner.uid
+        return [
+            item
+            for item in self.children.get(kind, [])
+            if any(ref.get("uid") == uid for ref in item["metadata"].get("ownerReferences") or [])
+        ]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One API write of the plan: apply ``manifest``, or delete ``kind``/``name``."""
+
+    verb: str  # "apply" | "delete"
+    kind: str
+    name: str
+    manifest: Json | None = None
+
+    def describe(self) -> str:
+        return f"{'applying' if self.verb == 'apply' else 'deleting'} {self.kind} {self.name}"
+
+
+def apply(manifest: Json) -> Write:
+    return Write("apply", manifest["kind"], manifest["metadata"]["name"], manifest)
+
+
+def delete(kind: str, name: str) -> Write:
+    return Write("delete", kind, name)
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A write the API server refused (not transiently): which, its HTTP status, why."""
+
+    write: Write
+    status: int | None
+    error: str
+
+    def message(self) -> str:
+        if self.write.kind == "PodGroup" and self.write.verb == "apply" and self.status == 404:
+            return (
+                f"{self.write.describe()}: scheduling.gang is volcano but the cluster has no "
+                "PodGroup API (scheduling.volcano.sh/v1beta1); install Volcano or set "
+                "scheduling.gang: none"
+            )
+        return f"{self.write.describe()}: {self.error}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What carrying out steps 1 to 3 taught: the objects the applies returned (or the
+    watched objects standing in for them) and the write that failed, if one did."""
+
+    live: Mapping[tuple[str, str], Json] = field(default_factory=dict)
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    observation: Observation
+    now: str
+    validation: Validation
+    facts: FactsResolution | None
+    desired: Desired | None
+    #: Step 1: the model inspector's writes.
+    inspector: tuple[Write, ...]
+    #: Step 2: the children to apply, in apply order.
+    applies: tuple[Write, ...]
+    #: Step 3: the children no longer desired.
+    deletes: tuple[Write, ...]
+    #: Step 4: the status (camelCase, as stored).
+    status: Json
+    #: Step 5: the Warning Events to post.
+    events: tuple[Event, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Children are written: the spec, model facts and layout all passed."""
+        return self.desired is not None and self.desired.ok
+
+
+def choose_facts(obs: Observation, spec: Any) -> FactsResolution:
+    """The model facts: the one place the operator, render and the audit choose them."""
+    state = None
+    if obs.inspector_job is not None:
+        state = inspector_state(obs.inspector_job, obs.inspector_pods)
+    return resolve_facts(
+        spec,
+        local_facts=obs.local_facts,
+        user_configmap=obs.user_configmap,
+        facts_configmap=obs.facts_configmap,
+        inspector=state,
+        generation=obs.owner.generation,
+    )
+
+
+def plan(obs: Observation, now: str) -> Plan:
+    """The plan for one observation at time ``now``."""
+    owner = obs.owner
+    validation = validate(owner, obs.resource.get("spec"))
+    spec = validation.spec
+    facts = desired = None
+    inspector: tuple[Write, ...] = ()
+    applies: tuple[Write, ...] = ()
+    deletes: tuple[Write, ...] = ()
+    if spec is not None:
+        facts = choose_facts(obs, spec)
+        if facts.start_inspector:
+            inspector = (apply(inspector_job(owner, spec)),)
+        elif facts.restart_inspector:
+            inspector = (
+                delete("Job", inspector_name(owner)),
+                delete("ConfigMap", facts_cm_name(owner)),
+            )
+        elif facts.store_config is not None:
+            inspector = (apply(model_facts_configmap(owner, spec, facts.store_config)),)
+        if facts.facts is not None:
+            desired = desired_state(owner, spec, facts.facts)
+        if desired is not None and desired.ok:
+            applies = tuple(apply(m) for m in desired.children)
+            deletes = _prunes(obs, desired)
+    draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, ())
+    return conclude(draft, Outcome())
+
+
+def _prunes(obs: Observation, desired: Desired) -> tuple[Write, ...]:
+    wanted = {child_key(m)[1:] for m in desired.children}
+    out = []
+    for kind in PRUNED_KINDS:
+        for item in obs.owned(kind):
+            component = (item["metadata"].get("labels") or {}).get(LABEL_COMPONENT)
+            name = item["metadata"]["name"]
+            if component not in KEPT_COMPONENTS and (kind, name) not in wanted:
+                out.append(delete(kind, name))
+    return tuple(out)
+
+
+def conclude(draft: Plan, outcome: Outcome) -> Plan:
+    """The plan with status and events for what the writes produced (or where they failed)."""
+    obs = draft.observation
+    live = {(kind, o["metadata"]["name"]): o for kind in STATUS_KINDS for o in obs.owned(kind)}
+    live.update({key: obj for key, obj in outcome.live.items() if key[0] in STATUS_KINDS})
+    failure = outcome.failure
+    findings = Findings(
+        owner=obs.owner,
+        spec=draft.validation.spec,
+        validation_error=draft.validation.error,
+        facts=draft.facts,
+        desired=draft.desired,
+        children=live,
+        previous=obs.previous,
+        write_error=failure.message() if failure else "",
+        write_error_reason=_failure_reason(failure),
+        pods=runtime_pods(obs.pods),
+    )
+    status = compute_status(findings, now=draft.now)
+    return replace(draft, status=status, events=tuple(events(obs.previous, status)))
+
+
+def _failure_reason(failure: Failure | None) -> str:
+    if failure is None:
+        return ""
+    return REASON_PRUNE_FAILED if failure.write.verb == "delete" else REASON_APPLY_FAILED
+
+
+def runtime_pods(pods: list[Json]) -> list[Json]:
+    """The prefill and decode pods among ``pods``."""
+    return [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) in ROLES]
+
+
+def events(previous: Json, status: Json) -> list[Event]:
+    """A Warning Event when a rule rejects the spec or the layout, a write fails, or SGLang
+    refuses a pod's command line: once per message (the previous status has it)."""
+    before = {c["type"]: c for c in previous.get("conditions") or []}
+    out = []
+    for cond in status["conditions"]:
+        if cond["type"] not in EVENT_CONDITIONS and cond["reason"] != REASON_LAUNCH_REFUSED:
+            continue
+        if cond["status"] != "False" or cond["reason"] in QUIET_REASONS:
+            continue
+        old = before.get(cond["type"])
+        if old and old.get("message") == cond["message"] and old.get("status") == "False":
+            continue
+        out.append(Event("Warning", cond["reason"], f"{cond['type']}: {cond['message']}"))
+    return out
