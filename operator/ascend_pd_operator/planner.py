@@ -11,7 +11,9 @@ A plan says, in the order the executor performs them:
    facts; store the facts it found),
 2. the children to apply (the apply order of ``children.build_children``),
 3. the children to delete (owned, of a pruned kind, no longer desired; the inspector's
-   Job and facts ConfigMap are kept across spec changes),
+   Job and facts ConfigMap are kept across spec changes; and a workload whose label
+   selector, which the API server never lets change, differs from the desired one: it is
+   deleted here and created anew by the reconcile its deletion triggers),
 4. the status,
 5. the Warning Events.
 
@@ -235,10 +237,31 @@ def plan(obs: Observation, now: str) -> Plan:
         if facts.facts is not None:
             desired = desired_state(owner, spec, facts.facts)
         if desired is not None and desired.ok:
-            applies = tuple(apply(m) for m in desired.children)
-            deletes = _prunes(obs, desired)
+            replaced = _selector_changed(obs, desired)
+            applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
+            deletes = _prunes(obs, desired) + tuple(delete(*key) for key in replaced)
     draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, ())
     return conclude(draft, Outcome())
+
+
+#: Workload kinds whose ``spec.selector`` the API server refuses to change.
+IMMUTABLE_SELECTOR_KINDS = ("Deployment", "StatefulSet")
+
+
+def _selector_changed(obs: Observation, desired: Desired) -> list[tuple[str, str]]:
+    """(kind, name) of owned workloads whose live selector is not the desired one (e.g. the
+    router's, after the component label replaced the role label): an apply would be refused
+    as immutable, so they are replaced."""
+    out = []
+    for manifest in desired.children:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        if kind not in IMMUTABLE_SELECTOR_KINDS:
+            continue
+        for item in obs.owned(kind):
+            live = (item.get("spec") or {}).get("selector")
+            if item["metadata"]["name"] == name and live and live != manifest["spec"]["selector"]:
+                out.append((kind, name))
+    return out
 
 
 def _prunes(obs: Observation, desired: Desired) -> tuple[Write, ...]:

@@ -315,3 +315,26 @@ def test_writes_describe_themselves() -> None:
     manifest = {"kind": "Service", "metadata": {"name": "x"}}
     assert apply(manifest).describe() == "applying Service x"
     assert delete("Job", "y").describe() == "deleting Job y"
+
+
+def test_a_workload_whose_selector_changed_is_replaced_not_applied(dsv3: Json) -> None:
+    """A router created before the component label existed selects ``ascendpd.io/role:
+    router``; the API server refuses to change a Deployment's selector, so the plan deletes
+    it (the next reconcile creates it anew) instead of applying what would be refused."""
+    old_router = owned({
+        "kind": "Deployment",
+        "metadata": {"name": "dsv3-router", "labels": {"ascendpd.io/deployment": "dsv3"}},
+        "spec": {"selector": {"matchLabels": {"ascendpd.io/deployment": "dsv3",
+                                              "ascendpd.io/role": "router"}}},
+    })  # fmt: skip
+    p = plan(Observation(resource(dsv3), children={"Deployment": [old_router]}), NOW)
+    assert targets(p.deletes) == [("Deployment", "dsv3-router")]
+    assert ("Deployment", "dsv3-router") not in targets(p.applies)
+    assert len(p.applies) == len(EXAMPLE_CHILDREN) - 1
+
+    # once it is gone (or when its selector is already the desired one) it is applied again
+    current = copy.deepcopy(old_router)
+    labels = {"ascendpd.io/deployment": "dsv3", "app.kubernetes.io/component": "router"}
+    current["spec"]["selector"] = {"matchLabels": labels}
+    again = plan(Observation(resource(dsv3), children={"Deployment": [current]}), NOW)
+    assert again.deletes == () and ("Deployment", "dsv3-router") in targets(again.applies)
