@@ -53,11 +53,13 @@ def wait_for(
 
 
 @contextlib.contextmanager
-def scenario_cluster(progress: Callable[[str], None] = lambda _: None) -> Iterator[Path]:
+def scenario_cluster(
+    progress: Callable[[str], None] = lambda _: None, state: str = "reliability"
+) -> Iterator[Path]:
     """The kubeconfig of a local control plane of the scenarios' own (8 nodes × 8 NPUs),
     started from empty and stopped afterwards: the table never depends on what ran before
     (the demo's deployment once held 48 of the 64 simulated NPUs the scenarios need)."""
-    layout = dev_cluster.Layout(paths.scratch_state_dir("reliability"))
+    layout = dev_cluster.Layout(paths.scratch_state_dir(state))
     dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=progress)
     try:
         yield layout.kubeconfig

@@ -31,11 +31,13 @@ Fixtures (all session-scoped except ``namespace``):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,10 +45,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ascend_pd_dev import cluster as dev_cluster
 from ascend_pd_dev import paths
-from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.certs import Pki
+from ascend_pd_dev.faultproxy import STATS_PATH, FaultPlan, FaultProxy
+from ascend_pd_dev.kubectl import install_crd, kubectl_path
+from ascend_pd_dev.local_run import OperatorProcess
 
 E2E_DIR = Path(__file__).resolve().parent
 
@@ -223,3 +229,64 @@ def _wait_until(
 @pytest.fixture(scope="session")
 def wait_until() -> WaitUntil:
     return _wait_until
+
+
+@pytest.fixture
+def counting_proxy(cluster: E2ECluster) -> Iterator[FaultProxy]:
+    """The fault proxy in front of the dev cluster with every fault rate zero: it only counts
+    the requests that pass (``proxy_stats``)."""
+    assert cluster.layout is not None
+    state = dev_cluster.load_state(cluster.layout)
+    assert state is not None
+    started = FaultProxy(state.server, FaultPlan(), ca_file=str(Pki(cluster.layout.pki).ca_crt))
+    yield started.start()
+    started.stop()
+
+
+@pytest.fixture
+def proxy_stats(counting_proxy: FaultProxy) -> Callable[[], dict[str, Any]]:
+    def read() -> dict[str, Any]:
+        url = counting_proxy.url + STATS_PATH
+        with urllib.request.urlopen(url, timeout=10) as response:
+            result: dict[str, Any] = json.loads(response.read())
+        return result
+
+    return read
+
+
+@pytest.fixture
+def proxied_operator(
+    cluster: E2ECluster, namespace: str, counting_proxy: FaultProxy, tmp_path: Path
+) -> Iterator[Callable[[float], OperatorProcess]]:
+    """Start ``ascend-pd run`` for the test's namespace behind the counting proxy, with the
+    given resync period; the test fails if the operator logged a traceback."""
+    started: list[tuple[OperatorProcess, Path]] = []
+
+    def start(resync_seconds: float) -> OperatorProcess:
+        install_crd(cluster.kubeconfig, cluster.server_version >= (1, 25), "e2e-operator")
+        doc = yaml.safe_load(cluster.kubeconfig.read_text())
+        for entry in doc["clusters"]:
+            entry["cluster"] = {"server": counting_proxy.url}
+        kubeconfig = tmp_path / "proxy.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(doc))
+        log = tmp_path / "operator.log"
+        args = ["--namespace", namespace, "--resync-seconds", f"{resync_seconds:g}"]
+        operator = OperatorProcess(args, kubeconfig, log)
+        started.append((operator, log))
+        return operator
+
+    yield start
+    for operator, log in started:
+        operator.stop()
+        assert "Traceback" not in log.read_text(), log.read_text()[-4000:]
+
+
+@pytest.fixture
+def get_json(kubectl: Kubectl, namespace: str) -> Callable[..., dict[str, Any]]:
+    """``kubectl get WHAT -n <the test's namespace> -o json`` as a dict ({} if absent)."""
+
+    def get(*what: str) -> dict[str, Any]:
+        done = kubectl("get", *what, "-n", namespace, "-o", "json", check=False)
+        return json.loads(done.stdout) if done.returncode == 0 else {}
+
+    return get

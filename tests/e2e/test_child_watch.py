@@ -8,20 +8,11 @@ selector; none may ask for a kind's every object.
 
 from __future__ import annotations
 
-import json
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
-from ascend_pd_dev import cluster as dev_cluster
-from ascend_pd_dev.certs import Pki
-from ascend_pd_dev.faultproxy import STATS_PATH, FaultPlan, FaultProxy
-from ascend_pd_dev.kubectl import install_crd
-from ascend_pd_dev.local_run import OperatorProcess
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: far longer than the test: a resync must not be what repairs a child
@@ -38,79 +29,42 @@ CHILD_PATHS = {
 }
 
 
-@pytest.fixture
-def proxy(cluster: Any) -> Iterator[FaultProxy]:
-    state = dev_cluster.load_state(cluster.layout)
-    assert state is not None
-    started = FaultProxy(state.server, FaultPlan(), ca_file=str(Pki(cluster.layout.pki).ca_crt))
-    yield started.start()
-    started.stop()
-
-
-@pytest.fixture
-def operator(
-    cluster: Any, kubectl: Any, namespace: str, proxy: FaultProxy, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    install_crd(cluster.kubeconfig, cluster.server_version >= (1, 25), "e2e-operator")
-    doc = yaml.safe_load(cluster.kubeconfig.read_text())
-    for entry in doc["clusters"]:
-        entry["cluster"] = {"server": proxy.url}
-    kubeconfig = tmp_path / "proxy.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(doc))
-    log = tmp_path / "operator.log"
-    op = OperatorProcess(
-        ["--namespace", namespace, "--resync-seconds", str(RESYNC_SECONDS)], kubeconfig, log
-    )
-    try:
-        yield op
-    finally:
-        op.stop()
-        assert "Traceback" not in log.read_text(), log.read_text()[-4000:]
-
-
-def stats(proxy: FaultProxy) -> dict[str, Any]:
-    with urllib.request.urlopen(proxy.url + STATS_PATH, timeout=10) as response:
-        result: dict[str, Any] = json.loads(response.read())
-    return result
-
-
-def get(kubectl: Any, namespace: str, *what: str) -> dict[str, Any]:
-    done = kubectl("get", *what, "-n", namespace, "-o", "json", check=False)
-    return json.loads(done.stdout) if done.returncode == 0 else {}
-
-
 def test_child_watches_carry_our_selector_and_edits_still_repair(
-    kubectl: Any, namespace: str, proxy: FaultProxy, operator: OperatorProcess, wait_until: Any
+    kubectl: Any,
+    namespace: str,
+    proxied_operator: Any,
+    proxy_stats: Any,
+    get_json: Any,
+    wait_until: Any,
 ) -> None:
+    proxied_operator(RESYNC_SECONDS)
     docs = [d for d in yaml.safe_load_all((EXAMPLES / "deepseek-v2-lite.yaml").read_text()) if d]
     for doc in docs:
         doc["metadata"]["namespace"] = namespace
     kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
-    wait_until(lambda: get(kubectl, namespace, "service", "dsv2-lite-prefill-0"), "children")
+    wait_until(lambda: get_json("service", "dsv2-lite-prefill-0"), "children")
     # An unrelated object in the watched namespace: not ours, never asked for.
     kubectl("create", "configmap", "unrelated", "-n", namespace, "--from-literal=a=b")
 
     # Deleted and edited children come back through watch events alone (no resync).
     kubectl("delete", "service", "dsv2-lite-prefill-0", "-n", namespace)
-    wait_until(lambda: get(kubectl, namespace, "service", "dsv2-lite-prefill-0"), "restored")
+    wait_until(lambda: get_json("service", "dsv2-lite-prefill-0"), "restored")
     kubectl("scale", "statefulset", "dsv2-lite-decode-0", "-n", namespace, "--replicas=3")
     wait_until(
-        lambda: (
-            get(kubectl, namespace, "statefulset", "dsv2-lite-decode-0")["spec"]["replicas"] == 1
-        ),
+        lambda: get_json("statefulset", "dsv2-lite-decode-0")["spec"]["replicas"] == 1,
         "replicas restored",
     )
     layout = "dsv2-lite-kv-layout"
     kubectl("patch", "configmap", layout, "-n", namespace, "--type=merge",
             "-p", '{"data": {"plan.json": "{}"}}')  # fmt: skip
     wait_until(
-        lambda: get(kubectl, namespace, "configmap", layout)["data"]["plan.json"] != "{}",
+        lambda: get_json("configmap", layout)["data"]["plan.json"] != "{}",
         "layout ConfigMap restored",
     )
     kubectl("delete", "deployment", "dsv2-lite-router", "-n", namespace)
-    wait_until(lambda: get(kubectl, namespace, "deployment", "dsv2-lite-router"), "router back")
+    wait_until(lambda: get_json("deployment", "dsv2-lite-router"), "router back")
 
-    watches = stats(proxy)["watches"]
+    watches = proxy_stats()["watches"]
     for plural, template in CHILD_PATHS.items():
         path = template.format(ns=namespace)
         asked = {k.split(" ", 1)[1] for k in watches if k.split(" ", 1)[0] == path}
