@@ -9,7 +9,8 @@
   ``runtime/install-and-patch.sh`` (what the Dockerfile runs) patches.
 
 Only the hardware modules are stubbed (``stubs/``: torch_npu, torchvision);
-memfabric and mooncake are imported lazily by SGLang and are simply absent.
+memfabric and mooncake are imported lazily by SGLang and are absent, except where a test or
+the connector benchmark asks for the real memfabric-hybrid wheel (``ensure_memfabric``).
 Everything lives under ``~/.cache/ascend-pd/`` and is reused across runs.
 """
 
@@ -218,6 +219,34 @@ def ensure_router(version: str) -> Path:
             found = sorted(WHEELS.glob(f"sglang_router-{version}-*.whl"))
         if not found:
             raise RuntimeError(f"no wheel of sglang-router {version} in {WHEELS}")
+        if not _stamp(target, found[-1].name):
+            shutil.rmtree(target, ignore_errors=True)
+            _pip("install", "--no-deps", "--no-compile", "--target", str(target), str(found[-1]))
+            _write_stamp(target, found[-1].name)
+        return target
+
+
+#: The Ascend transfer engine SGLang's ``AscendTransferEngine`` wraps (x86_64 wheel, no
+#: dependencies). It imports on CPU; with no NPU or RDMA NIC its transfer calls convert
+#: their arguments (pybind11) and then fail fast, which is what the connector benchmark
+#: times and what the SGLang tier checks the patched connector's arguments against.
+MEMFABRIC = "memfabric-hybrid==1.3.0"
+
+
+def ensure_memfabric() -> Path:
+    """``memfabric-<version>``: the memfabric-hybrid wheel installed with ``--no-deps``."""
+    ensure_venv()
+    version = MEMFABRIC.split("==")[1]
+    with _cache_lock():
+        target = HARNESS / f"memfabric-{version}"
+        found = sorted(WHEELS.glob(f"memfabric_hybrid-{version}-*.whl"))
+        if not found:
+            _log(f"downloading {MEMFABRIC} (pip download --no-deps)")
+            pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
+            _run([*pip, "--only-binary=:all:", "-d", str(WHEELS), MEMFABRIC])
+            found = sorted(WHEELS.glob(f"memfabric_hybrid-{version}-*.whl"))
+        if not found:
+            raise RuntimeError(f"no wheel of {MEMFABRIC} in {WHEELS}")
         if not _stamp(target, found[-1].name):
             shutil.rmtree(target, ignore_errors=True)
             _pip("install", "--no-deps", "--no-compile", "--target", str(target), str(found[-1]))
