@@ -374,14 +374,15 @@ class Envs:
 
 
 def run_python(
-    dirs: tuple[Path, ...], code: str, stubs: Path = STUBS
+    dirs: tuple[Path, ...], code: str, stubs: Path = STUBS, nice: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in the harness venv with ``dirs``, this checkout's runtime and ``stubs``
-    on the path (never the caller's ``ASCEND_PD_MODEL_CONFIG``)."""
+    on the path (never the caller's ``ASCEND_PD_MODEL_CONFIG``); ``nice`` unless a
+    benchmark asks for the ordinary priority."""
     env = dict(os.environ, PYTHONPATH=pythonpath(*dirs, stubs=stubs))
     env.pop("ASCEND_PD_MODEL_CONFIG", None)
     return subprocess.run(
-        ["nice", str(PYTHON), "-c", code],
+        [*(["nice"] if nice else []), str(PYTHON), "-c", code],
         env=env,
         capture_output=True,
         text=True,
