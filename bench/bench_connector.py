@@ -325,7 +325,7 @@ def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
         rows.append(
             {
                 "name": f"upstream send_kvcache (SGLang {VERSION}) into the real engine binding, "
-                f"{label}, {descriptors} descriptors: median of {runs} "
+                f"{label}, {descriptors} descriptors, thread CPU: median of {runs} "
                 f"(min {min(up['seconds']) * 1e3:.2f}, max {max(up['seconds']) * 1e3:.2f})",
                 "value": round(up_s * 1e3, 2),
                 "unit": "ms",
@@ -335,8 +335,8 @@ def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
         )
         rows.append(
             {
-                "name": f"whole patched send_kvcache into the real engine binding, {label}: "
-                f"median of {runs} (min {min(pa['seconds']) * 1e3:.2f}, "
+                "name": f"whole patched send_kvcache into the real engine binding, {label}, "
+                f"thread CPU: median of {runs} (min {min(pa['seconds']) * 1e3:.2f}, "
                 f"max {max(pa['seconds']) * 1e3:.2f}); parts timed alone: plan "
                 f"{_ms(pa['plan_seconds'])}, engine lists {_ms(pa['lists_seconds'])}, "
                 f"the engine's own argument conversion {_ms(pa['convert_seconds'])}",
