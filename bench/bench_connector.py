@@ -65,10 +65,10 @@ GOAL_PLAN_SHARE = 0.01
 GOAL_SEND_SHARE = 0.02
 #: Realistic allocation: each side's pages come in runs of 1..MAX_RUN pages.
 MAX_RUN = 16
-MODELS = (("deepseek-v3", 2), ("deepseek-v3.2", 3))
+MODELS = ("deepseek-v3", "deepseek-v3.2")
 ALLOCATIONS = ("fully fragmented", f"realistic (runs of 1–{MAX_RUN} pages, seeded)")
 
-#: Runs in the harness venv: times send_kvcache on every case and writes JSON to argv[1].
+#: Runs in the harness venv: times send_kvcache on every case and writes JSON to RESULTS.
 _TIMER = r"""
 import array, concurrent.futures, gc, json, os, sys, time
 import numpy as np
@@ -222,7 +222,7 @@ def _cases(tokens: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
     }
     cases, wire = [], {}
     for allocation, (src_pages, dst_pages) in allocations.items():
-        for model, _ in MODELS:
+        for model in MODELS:
             facts = load_model_facts(example_config(model))
             groups, layers = facts.kv_buf_groups, facts.total_kv_layers
             stage = StageLayout(0, 0, layers, groups)
@@ -271,7 +271,7 @@ def _time(harness: Any, dirs: tuple[Path, ...], work: Path, runs: int, patched: 
     return json.loads(results.read_text())
 
 
-def _measure(sizes: Sizes) -> tuple[dict[str, Any], dict[str, float], int]:
+def _measure(sizes: Sizes) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, float]]:
     harness = _harness()
     work = harness.workdir()
     try:
@@ -289,7 +289,7 @@ def _measure(sizes: Sizes) -> tuple[dict[str, Any], dict[str, float], int]:
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return measured, wire, len(cases[0]["src_pages"])
+    return measured, cases, wire
 
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
@@ -302,7 +302,9 @@ def _ms(values: list[float]) -> str:
 
 
 def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
-    measured, wire, pages = _measure(sizes)
+    measured, cases, wire = _measure(sizes)
+    pages = len(cases[0]["src_pages"])
+    entries_of = {c["name"]: len(c["src_ptrs"]) for c in cases}
     runs = sizes.runs
     tokens = f"{sizes.tokens // 1024}K" if sizes.tokens >= 1024 else str(sizes.tokens)
     rows: list[dict[str, Any]] = []
@@ -314,7 +316,7 @@ def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
                 f"{name}: upstream sent {up['descriptors']}, patched {pa['descriptors']}"
             )
         descriptors = pa["descriptors"]
-        entries = 61 * (3 if "3 groups" in name else 2)
+        entries = entries_of[name]
         is_fragmented = ALLOCATIONS[0] in name
         if is_fragmented:
             fragmented[entries] = descriptors
