@@ -1,19 +1,36 @@
-"""The real Ascend ``send_kvcache`` of SGLang 0.5.23: patched against upstream.
+"""The real Ascend ``send_kvcache`` of SGLang 0.5.23, patched against upstream, into the real
+transfer engine's binding.
 
-Both run in the SGLang harness (``tests/sglang``: the PyPI release on CPU torch,
-patched by ``runtime/install-and-patch.sh``) on a 128K-token request, page size
-128, fully fragmented (no two neighbouring pages consecutive on either side),
-61 layers × 2 groups (DeepSeek-V3) and × 3 groups (DeepSeek-V3.2), sending to a
-transfer engine that does nothing. What is timed is everything ``send_kvcache``
-does before the wire: upstream's per-block loop and tuple unzipping, or the
-patched layout guard, mapping and vectorized plan. The patched time is also set
-against the request's KV wire time at 25 and 50 GB/s. Both figures come from one
-run (best of a few repeats, interleaved); the first run builds the harness cache.
+Both run in the SGLang harness (``tests/sglang``: the PyPI release on CPU torch, patched by
+``runtime/install-and-patch.sh``) on a 128K-token request, page size 128, 61 layers × 2
+groups (DeepSeek-V3) and × 3 groups (DeepSeek-V3.2), for two allocations: fully fragmented
+(no two neighbouring pages consecutive on either side: one descriptor per page and entry)
+and realistic (each side's pages in runs of 1–16, seeded; pages consecutive on both sides
+coalesce into one longer descriptor).
+
+The engine is SGLang's own ``AscendTransferEngine`` around the real ``memfabric_hybrid``
+``TransferEngine`` (PyPI, installed by the harness), never initialised: its
+``batch_transfer_sync_write`` converts the three int sequences (pybind11) and then fails fast
+("handle is null", status -1) with no NPU or RDMA NIC. What is timed is therefore everything
+``send_kvcache`` does before the wire, the engine's own argument conversion included. The
+engine's C++ log lines of that failure go to /dev/null while timing.
+
+Upstream runs in a process of its own on the pristine release, the patched code in another;
+each figure is the calling thread's CPU time (user + system; on a dedicated prefill host the
+same as wall time, and on a shared machine not inflated by other processes), the median of
+``runs`` runs with min and max beside it (garbage collection is off while timing, collected
+between runs). The patched time is set against the request's KV wire
+time at 25 and 50 GB/s. A table of what the binding's conversion costs per Python
+representation (list, tuple, array.array, memoryview, numpy array) is measured in the
+patched process; see
+``bench/connector.md`` for the profile and the before/after.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,55 +51,134 @@ PAGE_SIZE = 128
 @dataclass(frozen=True)
 class Sizes:
     tokens: int
-    repeats: int
+    runs: int
 
 
-FULL = Sizes(tokens=128 * 1024, repeats=3)
+FULL = Sizes(tokens=128 * 1024, runs=7)
 #: The test suite's smoke run: every code path, no meaningful figure.
-SMOKE = Sizes(tokens=8 * PAGE_SIZE, repeats=1)
-#: Issue goals for the layout core's plan (guard, mapping, vectorized descriptors).
+SMOKE = Sizes(tokens=8 * PAGE_SIZE, runs=3)
+#: Issue goals: the layout core's plan (guard, mapping, descriptors) against upstream...
 GOAL_SPEEDUP = 20.0
-GOAL_WIRE_SHARE = 0.01
+GOAL_PLAN_SHARE = 0.01
+#: ...and the whole patched send_kvcache, engine conversion included, on a fully
+#: fragmented request.
+GOAL_SEND_SHARE = 0.02
+#: Realistic allocation: each side's pages come in runs of 1..MAX_RUN pages.
+MAX_RUN = 16
+MODELS = ("deepseek-v3", "deepseek-v3.2")
+ALLOCATIONS = ("fully fragmented", f"realistic (runs of 1–{MAX_RUN} pages, seeded)")
 
-#: Runs in the harness venv: time send_kvcache on every case, print JSON.
-_TIMER = """
-import concurrent.futures, json, sys, time
+#: Runs in the harness venv: times send_kvcache on every case and writes JSON to RESULTS.
+_TIMER = r"""
+import array, concurrent.futures, gc, json, os, sys, time
 import numpy as np
-sys.path.insert(0, {tests!r})
+sys.path.insert(0, TESTS)
 import driver
 import sglang.srt.disaggregation.ascend.conn as conn
+from sglang.srt.disaggregation.ascend.transfer_engine import AscendTransferEngine
+from memfabric_hybrid import TransferEngine
 
-class NullEngine:
+SESSION = "127.0.0.1:1"
+
+class CountingEngine:
     def __init__(self):
         self.sent = 0
     def batch_transfer_sync(self, session_id, src, dst, lengths):
         self.sent += len(lengths)
         return 0
 
-spec = json.load(open({cases!r}))
-out = {{}}
+def real_engine():
+    # SGLang's wrapper around the real binding, never initialised (no device here).
+    engine = AscendTransferEngine.__new__(AscendTransferEngine)
+    engine.engine = TransferEngine()
+    return engine
+
+def convert(binding, src, dst, lengths):
+    # The binding converts all three sequences, then fails fast; a TypeError would mean
+    # it refused the representation.
+    status = binding.batch_transfer_sync_write(SESSION, src, dst, lengths)
+    assert status == -1, status
+    return status
+
+def timed(fn):
+    # CPU time of this thread (user + system): what the transfer thread spends, unmoved by
+    # other processes taking the cores of a shared machine
+    start = time.thread_time()
+    out = fn()
+    return time.thread_time() - start, out
+
+spec = json.load(open(CASES))
+patched = PATCHED
+out = {"cases": {}, "representations": {}}
+managers = []
+devnull = os.open(os.devnull, os.O_WRONLY)
+saved_stdout = os.dup(1)
+gc.disable()  # a collection inside one run would be charged to whichever ran then
+if patched:
+    from ascend_pd_runtime import connector
 with concurrent.futures.ThreadPoolExecutor(1) as executor:
     for case in spec["cases"]:
-        manager = driver.build_manager(conn, case, (0, 5, 23), {patched!r})
-        manager.engine = NullEngine()
         src = np.asarray(case["src_pages"], dtype=np.int32)
         dst = np.asarray(case["dst_pages"], dtype=np.int32)
-        best = float("inf")
-        for _ in range({repeats}):
-            start = time.perf_counter()
-            status = manager.send_kvcache("decode-session", src, case["dst_ptrs"], dst, executor)
-            best = min(best, time.perf_counter() - start)
-            assert status == 0, status
-        plan_best = float("inf")
-        if {patched!r}:
-            from ascend_pd_runtime import connector
-            for _ in range({repeats}):
-                start = time.perf_counter()
-                connector.plan_send(manager, src, case["dst_ptrs"], dst)
-                plan_best = min(plan_best, time.perf_counter() - start)
-        out[case["name"]] = {{"seconds": best, "plan_seconds": plan_best,
-                              "descriptors": manager.engine.sent // {repeats}}}
-print(json.dumps(out))
+        result = {"seconds": [], "plan_seconds": [], "lists_seconds": [], "convert_seconds": []}
+        counter = driver.build_manager(conn, case, (0, 5, 23), patched)
+        counter.engine = CountingEngine()
+        assert counter.send_kvcache(SESSION, src, case["dst_ptrs"], dst, executor) == 0
+        result["descriptors"] = counter.engine.sent
+        manager = driver.build_manager(conn, case, (0, 5, 23), patched)
+        manager.engine = real_engine()
+        binding = manager.engine.engine
+        managers.append(manager)
+        gc.collect()
+        os.dup2(devnull, 1)
+        try:
+            for _ in range(RUNS):
+                seconds, status = timed(lambda: manager.send_kvcache(
+                    SESSION, src, case["dst_ptrs"], dst, executor))
+                assert status == -1, status  # the real binding's fail-fast status
+                result["seconds"].append(seconds)
+                if patched:
+                    seconds, plan = timed(lambda: connector.plan_send(
+                        manager, src, case["dst_ptrs"], dst))
+                    result["plan_seconds"].append(seconds)
+                    seconds, lists = timed(plan.engine_lists)
+                    result["lists_seconds"].append(seconds)
+                    seconds, _ = timed(lambda: convert(binding, *lists))
+                    result["convert_seconds"].append(seconds)
+                    del plan, lists
+                gc.collect()
+        finally:
+            os.dup2(saved_stdout, 1)
+        out["cases"][case["name"]] = result
+    if not patched:
+        json.dump(out, open(RESULTS, "w"))
+        sys.exit(0)
+    # What the binding's conversion costs per representation, for the first case's size.
+    case = spec["cases"][0]
+    plan = connector.plan_send(managers[0], np.asarray(case["src_pages"], dtype=np.int32),
+                               case["dst_ptrs"], np.asarray(case["dst_pages"], dtype=np.int32))
+    arrays = (plan.src_addrs, plan.dst_addrs, plan.lengths)
+    builders = {
+        "list (ndarray.tolist)": lambda a: a.tolist(),
+        "tuple": lambda a: tuple(a.tolist()),
+        "array.array('q')": lambda a: array.array("q", a.tobytes()),
+        "memoryview of the int64 array": memoryview,
+        "numpy int64 array": lambda a: a,
+    }
+    os.dup2(devnull, 1)
+    try:
+        for label, build in builders.items():
+            row = {"build_seconds": [], "convert_seconds": [], "ints": 3 * len(plan)}
+            for _ in range(RUNS):
+                seconds, seqs = timed(lambda: [build(a) for a in arrays])
+                row["build_seconds"].append(seconds)
+                seconds, _ = timed(lambda: convert(binding, *seqs))
+                row["convert_seconds"].append(seconds)
+                del seqs
+            out["representations"][label] = row
+    finally:
+        os.dup2(saved_stdout, 1)
+json.dump(out, open(RESULTS, "w"))
 """
 
 
@@ -93,128 +189,249 @@ def _harness() -> Any:
     return sglang_harness
 
 
+def fragmented_pages(pages: int, rng: np.random.Generator) -> tuple[list[int], list[int]]:
+    """No two neighbouring pages consecutive on either side."""
+    return (rng.permutation(pages) * 2).tolist(), (rng.permutation(pages) * 2 + 1).tolist()
+
+
+def run_allocation(pages: int, rng: np.random.Generator, max_run: int = MAX_RUN) -> list[int]:
+    """``pages`` page indices handed out in runs of 1..max_run consecutive pages, the runs
+    at random places in a pool (a gap after each run, so two runs never touch)."""
+    lengths: list[int] = []
+    while sum(lengths) < pages:
+        lengths.append(int(rng.integers(1, max_run + 1)))
+    lengths[-1] -= sum(lengths) - pages
+    slots = rng.permutation(4 * len(lengths))[: len(lengths)]
+    out: list[int] = []
+    for slot, length in zip(slots.tolist(), lengths, strict=True):
+        out += range(slot * (max_run + 1), slot * (max_run + 1) + length)
+    return out
+
+
+def realistic_pages(pages: int, rng: np.random.Generator) -> tuple[list[int], list[int]]:
+    """Prefill and decode allocate independently, each in runs of 1–16 pages."""
+    return run_allocation(pages, rng), run_allocation(pages, rng)
+
+
 def _cases(tokens: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Case JSON for the harness driver, and each case's KV bytes on the wire."""
-    rng = np.random.default_rng(0)
     pages = tokens // PAGE_SIZE
-    src_pages = (rng.permutation(pages) * 2).tolist()
-    dst_pages = (rng.permutation(pages) * 2 + 1).tolist()
+    allocations = {
+        ALLOCATIONS[0]: fragmented_pages(pages, np.random.default_rng(0)),
+        ALLOCATIONS[1]: realistic_pages(pages, np.random.default_rng(1)),
+    }
     cases, wire = [], {}
-    for model in ("deepseek-v3", "deepseek-v3.2"):
-        facts = load_model_facts(example_config(model))
-        groups, layers = facts.kv_buf_groups, facts.total_kv_layers
-        stage = StageLayout(0, 0, layers, groups)
-        per_token = facts.bytes_per_token()
-        name = f"{layers} layers × {groups} groups"
-        cases.append(
-            {
-                "name": name,
-                "model_path": str(example_config(model)),
-                "mla": True,
-                "groups": groups,
-                "total_kv_layers": layers,
-                "pp_size": 1,
-                "pp_rank": 0,
-                "start_layer": 0,
-                "end_layer": layers,
-                "prefill_draft_layers": 0,
-                "src_ptrs": [
-                    0x10_0000_0000 + i * 0x1_0000_0000 for i in range(stage.kv_pointer_count)
-                ],
-                "dst_ptrs": [
-                    0x900_0000_0000 + i * 0x1_0000_0000 for i in range(stage.kv_pointer_count)
-                ],
-                "item_lens": [b * PAGE_SIZE for b in per_token for _ in range(layers)],
-                "src_pages": src_pages,
-                "dst_pages": dst_pages,
-                "custom_mem_pool": False,
-            }
-        )
-        wire[name] = float(tokens * sum(per_token) * layers)
+    for allocation, (src_pages, dst_pages) in allocations.items():
+        for model in MODELS:
+            facts = load_model_facts(example_config(model))
+            groups, layers = facts.kv_buf_groups, facts.total_kv_layers
+            stage = StageLayout(0, 0, layers, groups)
+            per_token = facts.bytes_per_token()
+            name = f"{layers} layers × {groups} groups, {allocation}"
+            cases.append(
+                {
+                    "name": name,
+                    "model_path": str(example_config(model)),
+                    "mla": True,
+                    "groups": groups,
+                    "total_kv_layers": layers,
+                    "pp_size": 1,
+                    "pp_rank": 0,
+                    "start_layer": 0,
+                    "end_layer": layers,
+                    "prefill_draft_layers": 0,
+                    "src_ptrs": [
+                        0x10_0000_0000 + i * 0x1_0000_0000 for i in range(stage.kv_pointer_count)
+                    ],
+                    "dst_ptrs": [
+                        0x900_0000_0000 + i * 0x1_0000_0000 for i in range(stage.kv_pointer_count)
+                    ],
+                    "item_lens": [b * PAGE_SIZE for b in per_token for _ in range(layers)],
+                    "src_pages": src_pages,
+                    "dst_pages": dst_pages,
+                    "custom_mem_pool": False,
+                }
+            )
+            wire[name] = float(tokens * sum(per_token) * layers)
     return cases, wire
 
 
-def _time(
-    harness: Any, dirs: tuple[Path, ...], cases_path: Path, patched: bool, repeats: int
-) -> Any:
-    code = _TIMER.format(
-        tests=str(SGLANG_TESTS), cases=str(cases_path), patched=patched, repeats=repeats
+def _time(harness: Any, dirs: tuple[Path, ...], work: Path, runs: int, patched: bool) -> Any:
+    results = work / f"bench-results-{patched}.json"
+    code = (
+        _TIMER.replace("TESTS", repr(str(SGLANG_TESTS)))
+        .replace("CASES", repr(str(work / "bench-cases.json")))
+        .replace("RESULTS", repr(str(results)))
+        .replace("RUNS", str(runs))
+        .replace("PATCHED", repr(patched))
     )
-    out = harness.run_python(dirs, code)
+    out = harness.run_python(dirs, code, nice=False)
     if out.returncode != 0:
-        raise RuntimeError(f"timing send_kvcache failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"timing send_kvcache (patched={patched}) failed:\n{out.stderr[-3000:]}")
+    return json.loads(results.read_text())
 
 
-def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
+def _measure(sizes: Sizes) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, float]]:
     harness = _harness()
     work = harness.workdir()
     try:
         patched_dir, _ = harness.patched_copy(VERSION, work)
         pristine = harness.ensure_version(VERSION)
+        memfabric = harness.ensure_memfabric()
         cases, wire = _cases(sizes.tokens)
-        cases_path = work / "bench-cases.json"
-        cases_path.write_text(json.dumps({"cases": cases}))
-        upstream_t = _time(harness, (pristine,), cases_path, False, sizes.repeats)
-        patched_t = _time(harness, (patched_dir, pristine), cases_path, True, sizes.repeats)
+        (work / "bench-cases.json").write_text(json.dumps({"cases": cases}))
+        measured = {
+            name: _time(harness, dirs, work, sizes.runs, patched)
+            for name, patched, dirs in (
+                ("upstream", False, (pristine, memfabric)),
+                ("patched", True, (patched_dir, pristine, memfabric)),
+            )
+        }
     finally:
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
+    return measured, cases, wire
+
+
+def _stats(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def _ms(values: list[float]) -> str:
+    med, lo, hi = _stats(values)
+    return f"{med * 1e3:.2f} ms (min {lo * 1e3:.2f}, max {hi * 1e3:.2f})"
+
+
+def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
+    measured, cases, wire = _measure(sizes)
+    pages = len(cases[0]["src_pages"])
+    entries_of = {c["name"]: len(c["src_ptrs"]) for c in cases}
+    runs = sizes.runs
+    tokens = f"{sizes.tokens // 1024}K" if sizes.tokens >= 1024 else str(sizes.tokens)
     rows: list[dict[str, Any]] = []
+    fragmented: dict[int, int] = {}
     for name, wire_bytes in wire.items():
-        up, pa = upstream_t[name], patched_t[name]
+        up, pa = measured["upstream"]["cases"][name], measured["patched"]["cases"][name]
         if up["descriptors"] != pa["descriptors"]:
             raise RuntimeError(
                 f"{name}: upstream sent {up['descriptors']}, patched {pa['descriptors']}"
             )
-        plan_speedup = up["seconds"] / pa["plan_seconds"]
-        send_speedup = up["seconds"] / pa["seconds"]
+        descriptors = pa["descriptors"]
+        entries = entries_of[name]
+        is_fragmented = ALLOCATIONS[0] in name
+        if is_fragmented:
+            fragmented[entries] = descriptors
+        up_s, pa_s = _stats(up["seconds"])[0], _stats(pa["seconds"])[0]
+        plan_s = _stats(pa["plan_seconds"])[0]
+        convert_s = _stats(pa["convert_seconds"])[0]
+        label = f"{tokens} tokens, {name}"
         rows.append(
             {
-                "name": f"layout-core plan (guard + mapping + vectorized descriptors) vs upstream "
-                f"send_kvcache (SGLang {VERSION}), {sizes.tokens // 1024}K tokens fragmented, "
-                f"{name} "
-                f"({pa['descriptors']} descriptors)",
-                "value": round(plan_speedup, 1),
-                "unit": "x",
-                "goal": f">= {GOAL_SPEEDUP:g}x",
-                "met": plan_speedup >= GOAL_SPEEDUP,
-            }
-        )
-        rows.append(
-            {
-                "name": f"whole patched send_kvcache vs upstream, {name} (includes turning the "
-                "plan into the Python lists the transfer engine's API takes)",
-                "value": round(send_speedup, 1),
-                "unit": "x",
-                "goal": "",
-                "met": None,
-            }
-        )
-        rows.append(
-            {
-                "name": f"send_kvcache before the wire, upstream → patched (of which plan), {name}",
-                "value": f"{up['seconds'] * 1e3:.1f} → {pa['seconds'] * 1e3:.1f} "
-                f"({pa['plan_seconds'] * 1e3:.1f})",
+                "name": f"upstream send_kvcache (SGLang {VERSION}) into the real engine binding, "
+                f"{label}, {descriptors} descriptors, thread CPU: median of {runs} "
+                f"(min {min(up['seconds']) * 1e3:.2f}, max {max(up['seconds']) * 1e3:.2f})",
+                "value": round(up_s * 1e3, 2),
                 "unit": "ms",
                 "goal": "",
                 "met": None,
             }
         )
-        for gbps in (25, 50):
-            plan_share = pa["plan_seconds"] / (wire_bytes / (gbps * 1e9))
-            send_share = pa["seconds"] / (wire_bytes / (gbps * 1e9))
+        rows.append(
+            {
+                "name": f"whole patched send_kvcache into the real engine binding, {label}, "
+                f"thread CPU: median of {runs} (min {min(pa['seconds']) * 1e3:.2f}, "
+                f"max {max(pa['seconds']) * 1e3:.2f}); parts timed alone: plan "
+                f"{_ms(pa['plan_seconds'])}, engine lists {_ms(pa['lists_seconds'])}, "
+                f"the engine's own argument conversion {_ms(pa['convert_seconds'])}",
+                "value": round(pa_s * 1e3, 2),
+                "unit": "ms",
+                "goal": "",
+                "met": None,
+            }
+        )
+        if not is_fragmented:
+            frag = fragmented.get(entries)
+            per_entry = descriptors / entries
             rows.append(
                 {
-                    "name": f"plan share of KV wire time at {gbps} GB/s, {name} "
-                    f"({wire_bytes / 1e9:.2f} GB; whole patched send_kvcache: "
-                    f"{send_share * 100:.2f} %)",
-                    "value": round(plan_share * 100, 3),
-                    "unit": "%",
-                    # the goal is set at 50 GB/s; the 25 GB/s row is shown without a verdict
-                    "goal": f"< {GOAL_WIRE_SHARE * 100:g} %" if gbps == 50 else "",
-                    "met": plan_share < GOAL_WIRE_SHARE if gbps == 50 else None,
+                    "name": f"descriptors per request, {label} ({per_entry:.0f} per entry for "
+                    f"{pages} pages: {pages / per_entry:.2f} pages per descriptor"
+                    + (f"; fully fragmented: {frag}" if frag else "")
+                    + ")",
+                    "value": descriptors,
+                    "unit": "descriptors",
+                    "goal": "",
+                    "met": None,
                 }
             )
+        if is_fragmented:
+            plan_speedup = up_s / plan_s
+            rows.append(
+                {
+                    "name": f"layout-core plan (guard + mapping + vectorized descriptors) vs "
+                    f"upstream send_kvcache, {label} (medians)",
+                    "value": round(plan_speedup, 1),
+                    "unit": "x",
+                    "goal": f">= {GOAL_SPEEDUP:g}x",
+                    "met": plan_speedup >= GOAL_SPEEDUP,
+                }
+            )
+            plan_share = plan_s / (wire_bytes / 50e9)
+            rows.append(
+                {
+                    "name": f"plan share of KV wire time at 50 GB/s, {label}",
+                    "value": round(plan_share * 100, 3),
+                    "unit": "%",
+                    "goal": f"< {GOAL_PLAN_SHARE * 100:g} %",
+                    "met": plan_share < GOAL_PLAN_SHARE,
+                }
+            )
+        rows.append(
+            {
+                "name": f"whole patched send_kvcache vs upstream, {label} (medians)",
+                "value": round(up_s / pa_s, 1),
+                "unit": "x",
+                "goal": "",
+                "met": None,
+            }
+        )
+        for gbps in (50, 25):
+            wire_s = wire_bytes / (gbps * 1e9)
+            share = pa_s / wire_s
+            text = (
+                f"whole patched send_kvcache share of KV wire time at {gbps} GB/s, {label} "
+                f"({wire_bytes / 1e9:.2f} GB, {wire_s * 1e3:.0f} ms on the wire)"
+            )
+            goal = gbps == 50 and is_fragmented
+            if goal and share > GOAL_SEND_SHARE:
+                text += (
+                    f"; limit: the engine's own pybind11 conversion of 3 × {descriptors} ints "
+                    f"alone takes {convert_s * 1e3:.2f} ms = {convert_s / wire_s * 100:.2f} % "
+                    f"({convert_s / (3 * descriptors) * 1e9:.1f} ns per int, lists being its "
+                    "fastest input), so no representation of one descriptor per page and "
+                    "entry meets 2 %"
+                )
+            rows.append(
+                {
+                    "name": text,
+                    "value": round(share * 100, 2),
+                    "unit": "%",
+                    # the goal is the fully fragmented request at 50 GB/s; the rest is shown
+                    "goal": f"<= {GOAL_SEND_SHARE * 100:g} %" if goal else "",
+                    "met": share <= GOAL_SEND_SHARE if goal else None,
+                }
+            )
+    for label, rep in measured["patched"]["representations"].items():
+        build_s, convert_s = _stats(rep["build_seconds"])[0], _stats(rep["convert_seconds"])[0]
+        rows.append(
+            {
+                "name": f"engine argument conversion from {label}, 3 × {rep['ints'] // 3} ints "
+                f"(61 layers × 2 groups, fully fragmented): build {_ms(rep['build_seconds'])} "
+                f"+ the binding's conversion {_ms(rep['convert_seconds'])}, "
+                f"{convert_s / rep['ints'] * 1e9:.1f} ns per int",
+                "value": round((build_s + convert_s) * 1e3, 2),
+                "unit": "ms",
+                "goal": "",
+                "met": None,
+            }
+        )
     return rows

@@ -7,7 +7,8 @@ stage's layout (``StageLayout`` of the layout core) from ``KVArgs`` and the
 model's ``config.json``, checks that decode's pointer count fits a layout it
 understands (``check_decode_pointer_count``), maps every prefill entry to its
 decode entry (``stage_transfers``) and builds all descriptors at once
-(``build_transfer_descriptors``), in the order SGLang's per-block loop would.
+(``build_transfer_descriptors``), in the order SGLang's per-block loop would,
+handed to the engine as the lists its binding converts fastest (``engine_lists``).
 
 A refused transfer is logged with both sides' counts and layer ranges (or why
 the model's config.json could not be read) and returns a failed status, so SGLang
@@ -221,9 +222,8 @@ def plan_send(
     prefill_kv_indices: npt.ArrayLike,
     dst_kv_ptrs: list[int],
     dst_kv_indices: npt.ArrayLike,
-) -> tuple[TransferDescriptors, int]:
-    """Guard, map and expand: the descriptors of one request (entry by entry) and the
-    number of mapped pointer entries."""
+) -> TransferDescriptors:
+    """Guard and map: the descriptors of one request (entry by entry, factored)."""
     layout = manager_layout(manager)
     decode_stage = decode_stage_for(layout, len(dst_kv_ptrs))
     pairs = stage_transfers(layout.stage, decode_stage)
@@ -235,7 +235,7 @@ def plan_send(
         dst_kv_indices,
         pairs,
     )
-    return plan, int(pairs.shape[0])
+    return plan
 
 
 def send_kvcache_planned(
@@ -250,7 +250,7 @@ def send_kvcache_planned(
     if getattr(manager.kv_args, "mla_compression_ratios", None):
         return UPSTREAM
     try:
-        plan, entries = plan_send(manager, prefill_kv_indices, dst_kv_ptrs, dst_kv_indices)
+        plan = plan_send(manager, prefill_kv_indices, dst_kv_ptrs, dst_kv_indices)
     except AscendPDError as exc:
         # A layout mismatch, or no readable model config: fail this request only.
         logger.error("refusing KV transfer to session %s: %s", session_id, exc)
@@ -264,25 +264,22 @@ def send_kvcache_planned(
         return REFUSED
     if len(plan) == 0:
         return 0
+    src, dst, lengths = plan.engine_lists()
     engine = manager.engine
     if not getattr(manager, "enable_custom_mem_pool", False):
         # One batch for every entry, as upstream does without a custom memory pool.
-        return int(
-            engine.batch_transfer_sync(
-                session_id, plan.src_addrs.tolist(), plan.dst_addrs.tolist(), plan.lengths.tolist()
-            )
-        )
+        return int(engine.batch_transfer_sync(session_id, src, dst, lengths))
     # One batch per pointer entry on the executor, as upstream does with a custom pool.
-    runs = len(plan) // entries
+    runs = plan.runs
     futures = [
         executor.submit(
             engine.batch_transfer_sync,
             session_id,
-            plan.src_addrs[i : i + runs].tolist(),
-            plan.dst_addrs[i : i + runs].tolist(),
-            plan.lengths[i : i + runs].tolist(),
+            src[i : i + runs],
+            dst[i : i + runs],
+            lengths[i : i + runs],
         )
-        for i in range(0, len(plan), runs)
+        for i in range(0, len(src), runs)
     ]
     for future in concurrent.futures.as_completed(futures):
         status = int(future.result())

@@ -3,15 +3,24 @@
 SGLang's Ascend connector builds these with a Python loop over every contiguous
 block of every layer; for a long, fragmented request that is hundreds of
 thousands of tuples per request. Here the runs of pages that are consecutive on
-both sides are found once, then every mapped pointer entry is expanded against
-them with numpy broadcasting. The order equals the connector's: entry by entry,
-and within an entry run by run in request order.
+both sides are found once (adjacent pages coalesce into one longer descriptor,
+never across a pointer entry, so never across a layer or buffer group), and a
+plan is kept factored: entries × runs, expanded only into what is asked for.
+The order equals the connector's: entry by entry, and within an entry run by run
+in request order.
+
+What the Ascend transfer engine takes is three Python lists of ints (its pybind11
+binding converts any sequence element by element; lists convert fastest, see
+``bench/connector.md``). ``engine_lists`` builds them with one ``tolist`` per
+address list and the lengths by repeating one list per distinct entry length,
+so no Python code runs per descriptor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -23,24 +32,70 @@ IntArray = npt.NDArray[np.int64]
 
 @dataclass(frozen=True)
 class TransferDescriptors:
-    src_addrs: IntArray
-    dst_addrs: IntArray
-    lengths: IntArray
+    """Descriptor ``e * runs + r`` moves run ``r`` of pointer entry ``e``.
+
+    Per entry: ``entry_src``/``entry_dst`` (base pointers) and ``entry_len`` (bytes per
+    page); per run: ``run_src``/``run_dst`` (first page) and ``run_pages``.
+    """
+
+    entry_src: IntArray
+    entry_dst: IntArray
+    entry_len: IntArray
+    run_src: IntArray
+    run_dst: IntArray
+    run_pages: IntArray
+
+    @property
+    def entries(self) -> int:
+        return int(self.entry_src.shape[0])
+
+    @property
+    def runs(self) -> int:
+        return int(self.run_src.shape[0])
 
     def __len__(self) -> int:
-        return int(self.lengths.shape[0])
+        return self.entries * self.runs
+
+    @cached_property
+    def src_addrs(self) -> IntArray:
+        return _addresses(self.entry_src, self.entry_len, self.run_src)
+
+    @cached_property
+    def dst_addrs(self) -> IntArray:
+        return _addresses(self.entry_dst, self.entry_len, self.run_dst)
+
+    @cached_property
+    def lengths(self) -> IntArray:
+        return np.multiply.outer(self.entry_len, self.run_pages).ravel()
+
+    def engine_lists(self) -> tuple[list[int], list[int], list[int]]:
+        """``(src_addrs, dst_addrs, lengths)`` as the Python lists the engine API takes."""
+        src = _addresses(self.entry_src, self.entry_len, self.run_src).tolist()
+        dst = _addresses(self.entry_dst, self.entry_len, self.run_dst).tolist()
+        # Entries share few page sizes (one per buffer group): each distinct length list
+        # is built once and repeated, which copies pointers instead of making new ints.
+        per_length: dict[int, list[int]] = {}
+        lengths: list[int] = []
+        for entry_len in self.entry_len.tolist():
+            block = per_length.get(entry_len)
+            if block is None:
+                block = per_length[entry_len] = (self.run_pages * entry_len).tolist()
+            lengths += block
+        return src, dst, lengths
 
     def as_tuples(self) -> list[tuple[int, int, int]]:
         """Python tuples, the shape SGLang's ``set_transfer_blocks`` returns."""
-        return list(
-            zip(
-                self.src_addrs.tolist(), self.dst_addrs.tolist(), self.lengths.tolist(), strict=True
-            )
-        )
+        return list(zip(*self.engine_lists(), strict=True))
 
     @property
     def total_bytes(self) -> int:
-        return int(self.lengths.sum())
+        return int(self.entry_len.sum() * self.run_pages.sum())
+
+
+def _addresses(entry_ptr: IntArray, entry_len: IntArray, run_page: IntArray) -> IntArray:
+    out = np.multiply.outer(entry_len, run_page)
+    out += entry_ptr[:, None]
+    return out.ravel()
 
 
 def contiguous_runs(
@@ -100,12 +155,8 @@ def build_transfer_descriptors(
     if lens.size < (int(src_idx.max()) + 1 if src_idx.size else 0):
         raise LayoutMismatch(f"{lens.size} item lengths for {src.size} prefill KV pointers")
     run_src, run_dst, run_pages = contiguous_runs(src_pages, dst_pages)
-    entry_lens = lens[src_idx][:, None]
-    src_addrs = src[src_idx][:, None] + run_src[None, :] * entry_lens
-    dst_addrs = dst[dst_idx][:, None] + run_dst[None, :] * entry_lens
-    lengths = np.broadcast_to(run_pages[None, :] * entry_lens, src_addrs.shape)
     return TransferDescriptors(
-        src_addrs.ravel(), dst_addrs.ravel(), np.ascontiguousarray(lengths).ravel()
+        src[src_idx], dst[dst_idx], lens[src_idx], run_src, run_dst, run_pages
     )
 
 

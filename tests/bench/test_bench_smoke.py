@@ -73,11 +73,20 @@ def test_connector_bench_smoke(tmp_path: Path) -> None:
     done = make_bench(tmp_path, "--smoke", "--module", "bench.bench_connector")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = results(tmp_path)
-    assert len(rows) == 10
+    # 2 models × (fully fragmented: 7 rows, realistic: 6) + 5 engine representations
+    assert len(rows) == 2 * 7 + 2 * 6 + 5
     assert_honest(rows)
     # the 25 GB/s rows have no goal: no verdict, never a pass by construction
     at_25 = [r for r in rows if "at 25 GB/s" in r["name"]]
-    assert len(at_25) == 2 and all(r["goal"] == "" and r["met"] is None for r in at_25)
+    assert len(at_25) == 4 and all(r["goal"] == "" and r["met"] is None for r in at_25)
+    # the send_kvcache goal is on the fully fragmented request at 50 GB/s, and a miss names
+    # its limit (the engine's own conversion)
+    send_goals = [r for r in rows if r["goal"] == "<= 2 %"]
+    assert len(send_goals) == 2 and all("fully fragmented" in r["name"] for r in send_goals)
+    assert all(r["met"] or "limit: the engine's own pybind11 conversion" in r["name"]
+               for r in send_goals)  # fmt: skip
+    conversions = [r for r in rows if r["name"].startswith("engine argument conversion from")]
+    assert len(conversions) == 5 and all(r["value"] > 0 for r in conversions)
 
 
 FAILING = """

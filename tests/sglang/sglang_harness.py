@@ -9,7 +9,8 @@
   ``runtime/install-and-patch.sh`` (what the Dockerfile runs) patches.
 
 Only the hardware modules are stubbed (``stubs/``: torch_npu, torchvision);
-memfabric and mooncake are imported lazily by SGLang and are simply absent.
+memfabric and mooncake are imported lazily by SGLang and are absent, except where a test or
+the connector benchmark asks for the real memfabric-hybrid wheel (``ensure_memfabric``).
 Everything lives under ``~/.cache/ascend-pd/`` and is reused across runs.
 """
 
@@ -225,6 +226,34 @@ def ensure_router(version: str) -> Path:
         return target
 
 
+#: The Ascend transfer engine SGLang's ``AscendTransferEngine`` wraps (x86_64 wheel, no
+#: dependencies). It imports on CPU; with no NPU or RDMA NIC its transfer calls convert
+#: their arguments (pybind11) and then fail fast, which is what the connector benchmark
+#: times and what the SGLang tier checks the patched connector's arguments against.
+MEMFABRIC = "memfabric-hybrid==1.3.0"
+
+
+def ensure_memfabric() -> Path:
+    """``memfabric-<version>``: the memfabric-hybrid wheel installed with ``--no-deps``."""
+    ensure_venv()
+    version = MEMFABRIC.split("==")[1]
+    with _cache_lock():
+        target = HARNESS / f"memfabric-{version}"
+        found = sorted(WHEELS.glob(f"memfabric_hybrid-{version}-*.whl"))
+        if not found:
+            _log(f"downloading {MEMFABRIC} (pip download --no-deps)")
+            pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
+            _run([*pip, "--only-binary=:all:", "-d", str(WHEELS), MEMFABRIC])
+            found = sorted(WHEELS.glob(f"memfabric_hybrid-{version}-*.whl"))
+        if not found:
+            raise RuntimeError(f"no wheel of {MEMFABRIC} in {WHEELS}")
+        if not _stamp(target, found[-1].name):
+            shutil.rmtree(target, ignore_errors=True)
+            _pip("install", "--no-deps", "--no-compile", "--target", str(target), str(found[-1]))
+            _write_stamp(target, found[-1].name)
+        return target
+
+
 def transformers_pin(target: Path, version: str) -> str:
     metadata = target / f"sglang-{version}.dist-info" / "METADATA"
     for line in metadata.read_text().splitlines():
@@ -345,14 +374,15 @@ class Envs:
 
 
 def run_python(
-    dirs: tuple[Path, ...], code: str, stubs: Path = STUBS
+    dirs: tuple[Path, ...], code: str, stubs: Path = STUBS, nice: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in the harness venv with ``dirs``, this checkout's runtime and ``stubs``
-    on the path (never the caller's ``ASCEND_PD_MODEL_CONFIG``)."""
+    on the path (never the caller's ``ASCEND_PD_MODEL_CONFIG``); ``nice`` unless a
+    benchmark asks for the ordinary priority."""
     env = dict(os.environ, PYTHONPATH=pythonpath(*dirs, stubs=stubs))
     env.pop("ASCEND_PD_MODEL_CONFIG", None)
     return subprocess.run(
-        ["nice", str(PYTHON), "-c", code],
+        [*(["nice"] if nice else []), str(PYTHON), "-c", code],
         env=env,
         capture_output=True,
         text=True,
