@@ -140,7 +140,10 @@ def test_operator_pod_shape(render: Render) -> None:
     assert container["args"] == ["--all-namespaces", "--health-port=8080", "--metrics-port=8081"]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert container["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "health", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 8081, "protocol": "TCP"},
+    ]
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     assert pod["automountServiceAccountToken"] is True
     assert pod["serviceAccountName"] == "apd-ascend-pd-operator"
