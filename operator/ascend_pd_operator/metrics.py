@@ -91,6 +91,24 @@ DELETES = Counter(
 )
 
 
+
+def _initialise() -> None:
+    """Series for every result and every kind the operator may write, from the start: a
+    rate over a series that appears only at its first event would miss that event."""
+    from .api_access import RESOURCES
+
+    for result in RECONCILE_RESULTS:
+        RECONCILE_DURATION.labels(result)
+    for res in RESOURCES:
+        if "patch" in res.verbs:
+            APPLIES.labels(res.kind)
+        if "delete" in res.verbs:
+            DELETES.labels(res.kind)
+
+
+_initialise()
+
+
 # --- hooks --------------------------------------------------------------------------------
 def observe_reconcile(result: str, seconds: float) -> None:
     RECONCILE_DURATION.labels(result).observe(seconds)
