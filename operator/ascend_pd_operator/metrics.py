@@ -91,7 +91,6 @@ DELETES = Counter(
 )
 
 
-
 def _initialise() -> None:
     """Series for every result and every kind the operator may write, from the start: a
     rate over a series that appears only at its first event would miss that event."""
