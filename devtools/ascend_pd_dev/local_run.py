@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ascend_pd_dev.rbac import local_operator_command
-from ascend_pd_operator.api_access import HEALTH_PATH
+from ascend_pd_operator.api_access import HEALTH_PATH, METRICS_PATH
 
 
 def free_port() -> int:
@@ -33,7 +33,8 @@ def free_port() -> int:
 class OperatorProcess:
     """``ascend-pd run ARGS`` as a local process in its own process group.
 
-    It gets a free health port of its own (any ``--health-port`` in ``args`` is replaced),
+    It gets a free health port and a free metrics port of its own (any ``--health-port`` or
+    ``--metrics-port`` in ``args`` is replaced: operators run side by side here),
     its output goes to ``log``, and ``env`` is added to this process's environment.
     """
 
@@ -45,8 +46,13 @@ class OperatorProcess:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.health_port = free_port()
-        run_args = [a for a in args if not a.startswith("--health-port")]
-        self.args = [*run_args, f"--health-port={self.health_port}"]
+        self.metrics_port = free_port()
+        run_args = [a for a in args if not a.startswith(("--health-port", "--metrics-port"))]
+        self.args = [
+            *run_args,
+            f"--health-port={self.health_port}",
+            f"--metrics-port={self.metrics_port}",
+        ]
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as out:
@@ -72,6 +78,12 @@ class OperatorProcess:
                 return bool(response.status == 200)
         except OSError:
             return False
+
+    def metrics_text(self) -> str:
+        """The operator's ``/metrics`` exposition, as a Prometheus scrape reads it."""
+        url = f"http://127.0.0.1:{self.metrics_port}{METRICS_PATH}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return str(response.read().decode())
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

@@ -150,18 +150,21 @@ def service_account_kubeconfig(
 
 
 def local_operator_command(
-    deployment: Mapping[str, Any], health_port: int
+    deployment: Mapping[str, Any], health_port: int, metrics_port: int = 0
 ) -> tuple[list[str], dict[str, str]]:
     """``ascend-pd run`` argv and env that reproduce the chart's operator pod locally.
 
     The args are the live Deployment's own (so the watch scope is the chart's), with the
-    health port replaced (the pod's port may be taken here); the env adds what the pod
+    health and metrics ports replaced (the pod's ports may be taken here); the env adds what the pod
     gets from the downward API. Pair it with ``service_account_kubeconfig`` for its rights.
     """
     pod = deployment["spec"]["template"]["spec"]
     (container,) = [c for c in pod["containers"] if c["name"] == "operator"]
+    ports = {"--health-port": health_port, "--metrics-port": metrics_port}
     args = [
-        f"--health-port={health_port}" if arg.startswith("--health-port") else arg
+        f"{arg.split('=', 1)[0]}={ports[arg.split('=', 1)[0]]}"
+        if arg.split("=", 1)[0] in ports
+        else arg
         for arg in container.get("args") or []
     ]
     meta = deployment["metadata"]

@@ -89,3 +89,6 @@ RBAC_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
 #: Health endpoint of ``ascend-pd run`` (liveness probe of the operator pod).
 HEALTH_PATH = "/healthz"
 DEFAULT_HEALTH_PORT = 8080
+#: The operator's Prometheus metrics (``metrics.py``) are served on their own port.
+METRICS_PATH = "/metrics"
+DEFAULT_METRICS_PORT = 8081

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+from . import metrics
 from .kube import KubeError
 from .live_cache import LiveCache
 from .naming import COMPONENT_INSPECTOR, LABEL_COMPONENT, LABEL_DEPLOYMENT
@@ -238,6 +239,7 @@ class ChildWatch:
             current.add(_key(obj))
             self._seen(obj)
         for key in [k for k in self.known if k not in current]:
+            metrics.DEPLOYMENTS.child_gone(self.kind, *key)
             self._gone(key)
         self.resource_version = version
         self._progress()
@@ -256,6 +258,7 @@ class ChildWatch:
         if kind in ("ADDED", "MODIFIED"):
             self._seen(obj)
         elif kind == "DELETED":
+            metrics.DEPLOYMENTS.child_gone(self.kind, *_key(obj))
             self._gone(_key(obj))
         elif kind != "BOOKMARK":  # a bookmark carries nothing but its resourceVersion
             raise WatchError(f"unknown watch event type {kind!r}")
@@ -268,6 +271,7 @@ class ChildWatch:
         key = _key(obj)
         version = str(meta.get("resourceVersion", ""))
         owner = (meta.get("labels") or {}).get(LABEL_DEPLOYMENT, "")
+        metrics.DEPLOYMENTS.child_seen(self.kind, obj)  # every pod: restarts per instance
         if self.known.get(key, ("", ""))[0] == version:
             return  # a re-list of an unchanged object: nothing new
         if self.keep is not None and not self.keep(obj):

@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import kopf
 
-from . import api
+from . import api, metrics
 from .child_watch import WATCH_SILENCE_SECONDS, start_child_watches
 from .kube import Kube, KubeError, is_transient
 from .live_cache import LiveCache
@@ -91,8 +92,12 @@ def build_registry(
 
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
     def _pdd_event(type: str, body: Any, **_: Any) -> None:
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        metrics.DEPLOYMENTS.deployment_spec(
+            namespace, name, None if type == "DELETED" else dict(body.get("spec") or {})
+        )
         if type != "DELETED":
-            queue.add((body["metadata"]["namespace"], body["metadata"]["name"]))
+            queue.add((namespace, name))
 
     return registry
 
@@ -158,9 +163,11 @@ def worker(
         key = queue.get(timeout=1.0)
         if key is None:
             continue
+        started = time.monotonic()
         try:
-            reconciler.reconcile(*key)
+            result = reconciler.reconcile(*key)
         except Exception as exc:
+            metrics.observe_reconcile(_failure(exc), time.monotonic() - started)
             delay = queue.add_rate_limited(key)
             if isinstance(exc, KubeError) and exc.status == 409:
                 log.debug("reconcile of %s/%s: conflict, retrying in %.1fs", *key, delay)
@@ -172,9 +179,18 @@ def worker(
             else:
                 log.exception("reconcile of %s/%s failed; retrying in %.1fs", *key, delay)
         else:
+            metrics.observe_reconcile("ok" if result else "gone", time.monotonic() - started)
+            metrics.DEPLOYMENTS.deployment_status(*key, result.status if result else None)
             queue.forget(key)
         finally:
             queue.done(key)
+
+
+def _failure(exc: Exception) -> str:
+    """The ``result`` label of a failed reconcile (``metrics.RECONCILE_RESULTS``)."""
+    if isinstance(exc, KubeError) and exc.status == 409:
+        return "conflict"
+    return "transient" if is_transient(exc) else "error"
 
 
 class WatchCheck:

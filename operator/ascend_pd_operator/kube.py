@@ -4,6 +4,7 @@ One field manager applies every child (``apply``), so the operator owns exactly
 the fields it sets and a deleted or edited child is restored by the next apply.
 Paths come from ``api_access.RESOURCES``, the same table the chart's RBAC is
 written from, so the operator cannot use a resource its Role does not grant.
+Every request is counted in ``metrics`` by verb, kind and status code.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from urllib.parse import quote
 from kubernetes import client, config
 from kubernetes.client import rest
 
+from . import metrics
 from .api_access import Resource, resource_for
 from .naming import FIELD_MANAGER
 
@@ -158,6 +160,7 @@ class Kube:
             raise KubeError(0, "NotLeader", "this replica does not hold the leader lease")
         for _ in range(THROTTLE_ATTEMPTS):
             response = self._send(method, url, query, body, content_type)
+            self._count(method, url, query, content_type, response.status)
             response.read()  # type: ignore[no-untyped-call]
             wait = retry_after(response.status, response.getheader("Retry-After"))  # type: ignore[no-untyped-call]
             if wait is None:
@@ -177,6 +180,29 @@ class Kube:
         timeout: tuple[float, float] | None = None,
     ) -> rest.RESTResponse:
         """One request; the response's body is not read yet (``.response`` streams it)."""
+        try:
+            return self._call(method, url, query, body, content_type, timeout)
+        except Exception:
+            self._count(method, url, query, content_type, "error")
+            raise
+
+    @staticmethod
+    def _count(
+        method: str, url: str, query: list[tuple[str, str]] | None, ctype: str, code: int | str
+    ) -> None:
+        metrics.observe_request(
+            metrics.request_verb(method, url, query, ctype), metrics.request_kind(url), code
+        )
+
+    def _call(
+        self,
+        method: str,
+        url: str,
+        query: list[tuple[str, str]] | None,
+        body: Any,
+        content_type: str,
+        timeout: tuple[float, float] | None,
+    ) -> rest.RESTResponse:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -240,7 +266,9 @@ class Kube:
         if resource_version:
             query.append(("resourceVersion", resource_version))
         timeout = (WATCH_CONNECT_SECONDS, timeout_seconds + WATCH_READ_SLACK_SECONDS)
-        response = self._send("GET", path(resource_for(kind), namespace), query, timeout=timeout)
+        url = path(resource_for(kind), namespace)
+        response = self._send("GET", url, query, timeout=timeout)
+        self._count("GET", url, query, "application/json", response.status)
         raw = response.response  # the urllib3 response, not read yet
         finished = False
         try:
@@ -261,14 +289,17 @@ class Kube:
         meta = manifest["metadata"]
         url = path(res, meta.get("namespace"), meta["name"])
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
-        return self.request(
+        answer = self.request(
             "PATCH", url, body=manifest, query=query, content_type="application/apply-patch+yaml"
         )
+        metrics.observe_write("apply", res.kind)
+        return answer
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         with contextlib.suppress(NotFound):
             self.request("DELETE", path(resource_for(kind), namespace, name), body=body)
+            metrics.observe_write("delete", kind)
 
     def patch_status(self, kind: str, namespace: str, name: str, status: Json) -> Json:
         url = path(resource_for(kind), namespace, name) + "/status"

@@ -3,7 +3,8 @@
 kopf watches PDDeployments and their children; a worker thread reconciles. The
 worker, the resync, leader election and a check of kopf's watches run under one
 supervisor, and ``/healthz`` on ``--health-port`` fails once one of them has made no
-progress for its period plus ``--unhealthy-after-seconds``. Credentials come from the
+progress for its period plus ``--unhealthy-after-seconds``; Prometheus metrics are
+served at ``/metrics`` on ``--metrics-port`` (``metrics.py``). Credentials come from the
 pod's service account in a cluster, else ``$KUBECONFIG``. With ``--leader-elect``
 only the replica holding the Lease reconciles.
 """
@@ -18,7 +19,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from .api_access import DEFAULT_HEALTH_PORT, HEALTH_PATH
+from .api_access import DEFAULT_HEALTH_PORT, DEFAULT_METRICS_PORT, HEALTH_PATH, METRICS_PATH
 from .supervisor import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
@@ -42,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"port of the liveness endpoint {HEALTH_PATH} ({DEFAULT_HEALTH_PORT}; 0: off)",
     )
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=DEFAULT_METRICS_PORT,
+        help=f"port of the Prometheus endpoint {METRICS_PATH} ({DEFAULT_METRICS_PORT}; 0: off)",
+    )
+    parser.add_argument(
         "--resync-seconds", type=float, default=60.0, help="periodic resync interval (60)"
     )
     parser.add_argument(
@@ -62,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import kopf
 
-    from . import health
+    from . import health, metrics
     from .handlers import WATCHED_CHILDREN, WorkQueue, build_registry, worker
     from .kube import Kube, is_transient, load_config
     from .live_cache import LiveCache
@@ -109,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.health_port:
         health.serve(supervisor, args.health_port)
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
     try:
         kopf.run(
             registry=registry,

@@ -11,7 +11,8 @@ Watch events and the resync ``add`` a key; workers ``get`` one, reconcile it and
   success. A plain ``add`` (a new event, the resync) is not delayed by the backoff.
 
 Delayed keys are kept in a heap and moved to the queue by ``get`` when due, so the
-queue needs no timer thread of its own.
+queue needs no timer thread of its own. Its depth, the delayed keys, each key's wait and
+the retries are reported to ``metrics`` as they change.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
+
+from . import metrics
 
 K = TypeVar("K", bound=Hashable)
 
@@ -48,6 +51,7 @@ class RateLimitedQueue(Generic[K]):
         self._waiting: list[tuple[float, int, K]] = []  # (due, seq, key) heap
         self._seq = 0
         self._failures: dict[K, int] = {}
+        self._queued_at: dict[K, float] = {}  # when each key in _queue entered it
 
     # --- adding ---------------------------------------------------------------------------
     def add(self, key: K) -> None:
@@ -58,9 +62,15 @@ class RateLimitedQueue(Generic[K]):
         if key in self._dirty:
             return
         self._dirty.add(key)
+        metrics.QUEUE_ADDS.inc()
         if key in self._processing:
             return  # queued again by done()
+        self._enqueue_locked(key)
+
+    def _enqueue_locked(self, key: K) -> None:
         self._queue.append(key)
+        self._queued_at[key] = self._clock()
+        metrics.QUEUE_DEPTH.set(len(self._queue))
         self._cond.notify()
 
     def add_after(self, key: K, delay: float) -> None:
@@ -70,6 +80,7 @@ class RateLimitedQueue(Generic[K]):
         with self._cond:
             self._seq += 1
             heapq.heappush(self._waiting, (self._clock() + delay, self._seq, key))
+            metrics.QUEUE_DELAYED.set(len(self._waiting))
             self._cond.notify_all()  # a waiting get() may now have to wake up sooner
 
     def add_rate_limited(self, key: K) -> float:
@@ -77,6 +88,7 @@ class RateLimitedQueue(Generic[K]):
         with self._cond:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
+        metrics.QUEUE_RETRIES.inc()
         delay = min(self.max_delay, self.base_delay * 2.0 ** (failures - 1))
         self.add_after(key, delay)
         return delay
@@ -98,8 +110,11 @@ class RateLimitedQueue(Generic[K]):
                 now = self._clock()
                 while self._waiting and self._waiting[0][0] <= now:
                     self._add_locked(heapq.heappop(self._waiting)[2])
+                    metrics.QUEUE_DELAYED.set(len(self._waiting))
                 if self._queue:
                     key = self._queue.popleft()
+                    metrics.QUEUE_DEPTH.set(len(self._queue))
+                    metrics.QUEUE_WAIT.observe(max(0.0, now - self._queued_at.pop(key, now)))
                     self._dirty.discard(key)
                     self._processing.add(key)
                     return key
@@ -114,8 +129,7 @@ class RateLimitedQueue(Generic[K]):
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty:
-                self._queue.append(key)
-                self._cond.notify()
+                self._enqueue_locked(key)
 
     # --- looking --------------------------------------------------------------------------
     def __len__(self) -> int:

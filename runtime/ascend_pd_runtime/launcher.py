@@ -324,6 +324,8 @@ def sglang_command(env: LaunchEnv, dist_init: str, python: str) -> list[str]:
         "--host", "0.0.0.0",
         "--port", str(env.port),
         "--device", "npu",
+        # Prometheus metrics at /metrics on --port, which the chart's PodMonitor scrapes.
+        "--enable-metrics",
     ]  # fmt: skip
     if env.served_model_name:
         argv += ["--served-model-name", env.served_model_name]

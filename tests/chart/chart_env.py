@@ -25,9 +25,14 @@ def run_template(
     kube_version: str = KUBE_VERSIONS[-1],
     set_values: Sequence[str] = (),
     namespace: str = NAMESPACE,
+    api_versions: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
+    """``helm template``; ``api_versions``: what the cluster serves besides the built-ins
+    (``.Capabilities.APIVersions``, e.g. ``monitoring.coreos.com/v1``)."""
     cmd = [str(helm), "template", RELEASE, str(CHART), "--namespace", namespace]
     cmd += ["--kube-version", kube_version]
+    for api_version in api_versions:
+        cmd += ["--api-versions", api_version]
     for path in values_files:
         cmd += ["--values", str(path)]
     for item in set_values:

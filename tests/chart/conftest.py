@@ -35,9 +35,12 @@ def helm() -> Path:
 def render(helm: Path) -> Render:
     @functools.cache
     def cached(
-        values_files: tuple[Path, ...], kube_version: str, set_values: tuple[str, ...]
+        values_files: tuple[Path, ...],
+        kube_version: str,
+        set_values: tuple[str, ...],
+        api_versions: tuple[str, ...],
     ) -> list[dict[str, Any]]:
-        done = run_template(helm, values_files, kube_version, set_values)
+        done = run_template(helm, values_files, kube_version, set_values, api_versions=api_versions)
         assert done.returncode == 0, done.stderr
         return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
@@ -45,8 +48,11 @@ def render(helm: Path) -> Render:
         values_files: Sequence[Path] = (),
         kube_version: str = KUBE_VERSIONS[-1],
         set_values: Sequence[str] = (),
+        api_versions: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
         # a copy: the cached manifests are shared between tests
-        return copy.deepcopy(cached(tuple(values_files), kube_version, tuple(set_values)))
+        return copy.deepcopy(
+            cached(tuple(values_files), kube_version, tuple(set_values), tuple(api_versions))
+        )
 
     return render_

@@ -127,6 +127,7 @@ def test_rbac_check_refuses_wildcards_and_names() -> None:
 def test_local_operator_command_is_the_pods(render: Render) -> None:
     values = CHART / "ci" / "namespaced-values.yaml"
     (deployment,) = [d for d in render([values]) if d["kind"] == "Deployment"]
-    argv, env = local_operator_command(deployment, 18080)
-    assert argv == ["run", "--namespace=team-a", "--namespace=team-b", "--health-port=18080"]
+    argv, env = local_operator_command(deployment, 18080, 18081)
+    assert argv == ["run", "--namespace=team-a", "--namespace=team-b", "--health-port=18080",
+                    "--metrics-port=18081"]  # fmt: skip
     assert env == {"POD_NAMESPACE": NAMESPACE, "POD_NAME": f"{FULLNAME}-local"}

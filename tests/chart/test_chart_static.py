@@ -13,7 +13,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
+import monitoring_crds
 import pytest
 import yaml
 from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, REPO, Render, run_template
@@ -79,6 +81,13 @@ def test_manifests_match_kubernetes_schemas(render: Render, values: Path, kube: 
     schema = CURRENT_SCHEMA if kube == KUBE_VERSIONS[-1] else OLDEST_SCHEMA
     for doc in manifests:
         name = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["apiVersion"] == "monitoring.coreos.com/v1":
+            # not a built-in: checked against the Prometheus Operator's own CRD schema
+            try:
+                monitoring_crds.validate(doc)
+            except jsonschema.ValidationError as exc:
+                pytest.fail(f"{name} against the vendored CRD: {exc.message} at {list(exc.path)}")
+            continue
         if doc["apiVersion"] == "policy/v1beta1":
             # gone from the shipped schemas; its 1.20 shape is checked below and the
             # e2e install on 1.20 proves the API server takes it
@@ -128,10 +137,13 @@ def test_operator_pod_shape(render: Render) -> None:
         container["image"]
         == f"ascend-pd/operator:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
     )
-    assert container["args"] == ["--all-namespaces", "--health-port=8080"]
+    assert container["args"] == ["--all-namespaces", "--health-port=8080", "--metrics-port=8081"]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert container["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "health", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 8081, "protocol": "TCP"},
+    ]
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     assert pod["automountServiceAccountToken"] is True
     assert pod["serviceAccountName"] == "apd-ascend-pd-operator"
@@ -229,8 +241,14 @@ def test_metrics_service_selects_the_operator(render: Render) -> None:
     service = one(manifests, "Service")
     deployment = one(manifests, "Deployment")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
-    assert service["spec"]["ports"][0]["targetPort"] == "health"
-    assert service["spec"]["ports"][0]["protocol"] == "TCP"
+    # the operator's /metrics port, not its /healthz (the metrics Service once pointed there)
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] == "metrics"
+    assert port["protocol"] == "TCP"
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert f"--metrics-port={named['metrics']}" in container["args"]
+    assert named["metrics"] != named["health"]
 
 
 def test_test_pods_are_not_selected_by_operator_selectors(render: Render) -> None:
@@ -423,6 +441,7 @@ def test_packaged_chart_carries_its_files(helm: Path, tmp_path: Path) -> None:
         "files/crds/pddeployments-nocel.yaml",
         "files/helm-test/smoke_test.py",
         "files/helm-test/pddeployment.yaml",
+        "files/dashboards/ascend-pd.json",
         "values.schema.json",
         "templates/NOTES.txt",
     ):

@@ -542,3 +542,82 @@ def test_a_namespace_scoped_operator_ignores_other_namespaces(
         assert not versions(kubectl, other)
     finally:
         kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+def scrape(operator: Operator) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of the operator's /metrics, parsed by prometheus_client's parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(operator.metrics_text())
+        for s in family.samples
+    }
+
+
+def sample(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
+           **labels: str) -> list[tuple[dict[str, str], float]]:  # fmt: skip
+    return [(dict(key), v) for (n, key), v in samples.items()
+            if n == name and set(labels.items()) <= key]  # fmt: skip
+
+
+def test_metrics_match_the_status(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    """The running operator's /metrics: per-PDDeployment gauges equal to its status, the
+    loop's own metrics moving, every operator metric the dashboard queries present, and a
+    deleted PDDeployment's series gone."""
+    import re
+
+    docs = example("deepseek-v2-lite.yaml", namespace)
+    apply(kubectl, docs)
+    st = wait_until(
+        lambda: (s := status(kubectl, namespace, "dsv2-lite")).get("phase") == "Ready" and s,
+        "dsv2-lite Ready",
+    )
+    mine = {"namespace": namespace, "pddeployment": "dsv2-lite"}
+
+    def settled() -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
+        samples = scrape(operator)
+        ready = {labels["role"]: v for labels, v in sample(samples, "ascend_pd_instances_ready",
+                                                           **mine)}  # fmt: skip
+        rollout = sample(samples, "ascend_pd_rollout_in_progress", **mine)
+        want = {role: st[role]["readyReplicas"] for role in ("prefill", "decode")}
+        return samples if ready == want and rollout and rollout[0][1] == 0 else None
+
+    samples = wait_until(settled, "the metrics match the Ready status")
+    for role in ("prefill", "decode"):
+        ((_, desired),) = sample(samples, "ascend_pd_instances_desired", **mine, role=role)
+        assert desired == st[role]["replicas"]
+        ((_, updated),) = sample(samples, "ascend_pd_instances_updated", **mine, role=role)
+        assert updated == st[role]["replicas"]
+        restarts = sample(samples, "ascend_pd_instance_restarts", **mine, role=role)
+        assert len(restarts) == st[role]["replicas"] and all(v == 0 for _, v in restarts)
+    ((info, one_),) = sample(samples, "ascend_pd_deployment_info", **mine)
+    spec = next(d for d in docs if d["kind"] == "PDDeployment")["spec"]
+    assert one_ == 1
+    assert info["fingerprint"] == st["kvLayout"]["fingerprint"]
+    assert info["total_kv_layers"] == str(st["kvLayout"]["totalKvLayers"]) == "27"
+    assert info["kv_buf_groups"] == str(st["kvLayout"]["kvBufGroups"]) == "2"
+    assert info["prefill_pp"] == str(len(st["kvLayout"]["prefillStages"]))
+    assert info["sglang_version"] == spec["runtime"]["sglangVersion"]
+    ((_, compatible),) = sample(samples, "ascend_pd_kv_layout_compatible", **mine)
+    assert compatible == 1
+    assert sum(v for _, v in sample(samples, "ascend_pd_operator_reconcile_duration_seconds_count",
+                                    result="ok")) > 0  # fmt: skip
+    assert sum(v for _, v in sample(samples, "ascend_pd_operator_applies_total",
+                                    kind="StatefulSet")) >= 3  # fmt: skip
+    applies = sample(samples, "ascend_pd_operator_api_requests_total", verb="apply")
+    # 201 when the apply created the object, 200 when it updated it
+    assert sum(v for labels, v in applies if labels["code"] in ("200", "201")) >= 3, applies
+    # every operator metric a dashboard query names is in this scrape
+    dashboard = (REPO / "charts/ascend-pd-operator/files/dashboards/ascend-pd.json").read_text()
+    used = set(re.findall(r"ascend_pd_[a-z0-9_]+", dashboard))
+    names = {name for name, _ in samples}
+    assert used and not used - names, sorted(used - names)
+
+    kubectl("delete", "pdd", "dsv2-lite", "-n", namespace, "--wait=false")
+    wait_until(
+        lambda: not [k for k in scrape(operator) if ("pddeployment", "dsv2-lite") in k[1]],
+        "the deleted PDDeployment's series gone",
+    )

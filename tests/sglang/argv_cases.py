@@ -222,6 +222,7 @@ def intent(
         "host": "0.0.0.0",
         "port": 30000,
         "device": "npu",
+        "enable_metrics": True,  # /metrics on the HTTP port (the PodMonitor scrapes it)
         "disaggregation_mode": role,
         "disaggregation_transfer_backend": spec["runtime"].get("transferBackend", "ascend"),
         "speculative_algorithm": sp["algorithm"] if runs_draft else None,

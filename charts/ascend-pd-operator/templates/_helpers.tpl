@@ -121,3 +121,18 @@ seccompProfile:
 {{- print "nocel" }}
 {{- end }}
 {{- end }}
+
+{{/* "true" when the ServiceMonitor and PodMonitor are rendered: monitoring.mode "always", or
+"auto" on a cluster that serves the Prometheus Operator's API (monitoring.coreos.com/v1). */}}
+{{- define "ascend-pd-operator.monitoring" -}}
+{{- if or (eq .Values.monitoring.mode "always") (and (eq .Values.monitoring.mode "auto") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) }}
+{{- print "true" }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's metrics Service exists when asked for or when a ServiceMonitor needs it. */}}
+{{- define "ascend-pd-operator.metricsService" -}}
+{{- if or .Values.metrics.enabled (and (include "ascend-pd-operator.monitoring" .) .Values.monitoring.serviceMonitor.enabled) }}
+{{- print "true" }}
+{{- end }}
+{{- end }}

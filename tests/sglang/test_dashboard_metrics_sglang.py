@@ -1,0 +1,109 @@
+"""Every SGLang metric the chart's dashboard queries is one the real SGLang defines, in
+every supported release (0.5.10–0.5.23, the wheels from PyPI the harness caches).
+
+The names are read from each wheel's own source: every ``Gauge``/``Counter``/``Histogram``/
+``Summary`` constructed with a literal ``sglang:`` name (prometheus_client's classes, as
+SGLang's collectors use them). A query may fall back with ``or`` when a metric was renamed:
+then, per release, one alternative must name only metrics that release defines. The names
+each release lacks are reported in the tier's summary.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+import sglang_harness as harness
+
+from ascend_pd_runtime.layout import supported_sglang_versions
+
+pytestmark = [pytest.mark.sglang, pytest.mark.timeout(900)]
+
+DASHBOARD = (
+    harness.REPO / "charts" / "ascend-pd-operator" / "files" / "dashboards" / "ascend-pd.json"
+)
+NAME = re.compile(r"sglang:[A-Za-z0-9_:]+")
+KINDS = {"Gauge": "gauge", "Counter": "counter", "Histogram": "histogram", "Summary": "summary"}
+
+
+def defined_metrics(wheel: Path) -> dict[str, str]:
+    """``sglang:`` metric name -> its type, from every module of the wheel."""
+    found: dict[str, str] = {}
+    with zipfile.ZipFile(wheel) as zf:
+        for entry in zf.namelist():
+            if not entry.endswith(".py"):
+                continue
+            source = zf.read(entry)
+            if b"sglang:" not in source:
+                continue
+            for node in ast.walk(ast.parse(source)):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = node.func
+                kind = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+                if kind not in KINDS:
+                    continue
+                name = next((k.value.value for k in node.keywords if k.arg == "name"
+                             and isinstance(k.value, ast.Constant)), None)  # fmt: skip
+                if name is None and node.args and isinstance(node.args[0], ast.Constant):
+                    name = node.args[0].value
+                if isinstance(name, str) and name.startswith("sglang:"):
+                    found[name] = KINDS[kind]
+    return found
+
+
+def exposed(defined: dict[str, str]) -> set[str]:
+    """The sample names prometheus_client exposes for these metrics."""
+    names: set[str] = set()
+    for name, kind in defined.items():
+        if kind == "counter":
+            names.add(name if name.endswith("_total") else f"{name}_total")
+        elif kind == "histogram":
+            names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+        elif kind == "summary":
+            names |= {name, f"{name}_sum", f"{name}_count"}
+        else:
+            names.add(name)
+    return names
+
+
+def dashboard_queries() -> list[str]:
+    doc = json.loads(DASHBOARD.read_text())
+    return [
+        t["expr"] for p in doc["panels"] for t in p.get("targets", []) if "sglang:" in t["expr"]
+    ]
+
+
+def test_every_dashboard_sglang_metric_exists_in_every_release() -> None:
+    versions = supported_sglang_versions()
+    names = {v: exposed(defined_metrics(harness.wheel_for(v))) for v in versions}
+    queries = dashboard_queries()
+    used = {n for q in queries for n in NAME.findall(q)}
+    assert queries and used
+    problems = []
+    for query in queries:
+        alternatives = [NAME.findall(part) for part in query.split(" or ")]
+        for version in versions:
+            if not any(alt and set(alt) <= names[version] for alt in alternatives):
+                problems.append(f"{version}: {query}")
+    unknown = sorted(n for n in used if not any(n in names[v] for v in versions))
+    assert not unknown, f"no supported SGLang defines {unknown}"
+    assert not problems, "\n".join(problems)
+    harness.SUMMARY.append(
+        f"dashboard: {len(used)} SGLang series in {len(queries)} queries, checked against "
+        f"{len(versions)} releases; sglang: metrics defined per release: "
+        + ", ".join(
+            f"{v} {sum(1 for n in names[v] if not n.endswith(('_sum', '_count')))}"
+            for v in versions
+        )
+    )
+    for name in sorted(used):
+        missing = [v for v in versions if name not in names[v]]
+        if missing:
+            harness.SUMMARY.append(
+                f"dashboard: {name} missing in {', '.join(missing)} (an `or` fallback covers it)"
+            )
