@@ -181,7 +181,8 @@ def test_install_test_upgrade_uninstall(
     expected_policy = "policy/v1" if cluster.server_version >= (1, 21) else "policy/v1beta1"
     assert pdb["apiVersion"] == expected_policy
     service = get_json(kubectl, "-n", ns, "service", f"{FULLNAME}-metrics")
-    assert service["spec"]["ports"][0]["targetPort"] == "health"
+    # the operator's /metrics port (the container port the chart names "metrics")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
 
     # -- the operator, as the chart's ServiceAccount ---------------------------------
     operator_config = service_account_kubeconfig(
@@ -213,6 +214,20 @@ def test_install_test_upgrade_uninstall(
             return ["Ready"] if conditions.get("Ready") == "True" else []
 
         wait_until(ready, f"pdd/{pdd_name} Ready=True")
+
+        # -- its metrics, as the chart's ServiceMonitor would scrape them --------------
+        from prometheus_client.parser import text_string_to_metric_families
+
+        def info_fingerprint() -> str:
+            for family in text_string_to_metric_families(operator.metrics_text()):
+                for sample in family.samples:
+                    if (sample.name == "ascend_pd_deployment_info"
+                            and sample.labels.get("pddeployment") == pdd_name):  # fmt: skip
+                        return sample.labels["fingerprint"]
+            return ""
+
+        layout = (get_json(kubectl, "-n", ns, "pdd", pdd_name).get("status") or {})["kvLayout"]
+        wait_until(lambda: info_fingerprint() == layout["fingerprint"], "the fingerprint metric")
         uid = get_json(kubectl, "-n", ns, "pdd", pdd_name)["metadata"]["uid"]
     finally:
         operator.stop()
