@@ -387,6 +387,16 @@ def _start_controller_manager(
     )
 
 
+def etcd_healthy(client_port: int) -> bool:
+    """etcd on ``127.0.0.1:client_port`` answers its health endpoint with ``"true"``."""
+    url = f"http://127.0.0.1:{client_port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(json.loads(resp.read()).get("health") == "true")
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def _start_etcd(layout: Layout, state: ClusterState, progress: Progress) -> None:
     progress(f"starting etcd on 127.0.0.1:{state.ports.etcd_client}")
     procs.start(
@@ -395,16 +405,7 @@ def _start_etcd(layout: Layout, state: ClusterState, progress: Progress) -> None
         layout.log_file("etcd"),
         cwd=layout.root,
     )
-
-    def etcd_healthy() -> bool:
-        url = f"http://127.0.0.1:{state.ports.etcd_client}/health"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return bool(json.loads(resp.read()).get("health") == "true")
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
-
-    _wait("etcd health", etcd_healthy, "etcd", layout, 60)
+    _wait("etcd health", lambda: etcd_healthy(state.ports.etcd_client), "etcd", layout, 60)
 
 
 def _start_apiserver(

@@ -293,16 +293,7 @@ def start(root: Path, progress: Progress, fresh: bool = True) -> CrdServer:
         progress(f"starting etcd on 127.0.0.1:{ports.etcd_client}")
         procs.start(cluster.etcd_argv(etcd, layout, etcd_ports), layout.pid_file("etcd"),
                     layout.log_file("etcd"), cwd=root)  # fmt: skip
-
-        def etcd_healthy() -> bool:
-            url = f"http://127.0.0.1:{ports.etcd_client}/health"
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    return bool(json.loads(resp.read()).get("health") == "true")
-            except (urllib.error.URLError, OSError, ValueError):
-                return False
-
-        _wait("etcd health", etcd_healthy, "etcd", root, 60)
+        _wait("etcd health", lambda: cluster.etcd_healthy(ports.etcd_client), "etcd", root, 60)
         progress(f"starting the CRD server on {server.url}")
         procs.start(server_argv(binary, root, ports), layout.pid_file("crd-server"),
                     layout.log_file("crd-server"), cwd=root)  # fmt: skip
