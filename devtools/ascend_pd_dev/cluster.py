@@ -371,20 +371,28 @@ def _start_controller_manager(
     layout: Layout, state: ClusterState, pki: certs.Pki, bin_dir: Path, progress: Progress
 ) -> None:
     progress(f"starting kube-controller-manager ({', '.join(CONTROLLERS)})")
-    procs.start(
-        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki),
-        layout.pid_file("kube-controller-manager"),
-        layout.log_file("kube-controller-manager"),
-        cwd=layout.root,
-    )
     # the default ServiceAccount shows the controller manager works; pods need it anyway
-    _wait(
+    _start_and_wait(
+        layout,
+        "kube-controller-manager",
+        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki),
         "the default ServiceAccount",
         lambda: api_get(state, pki, "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
-        "kube-controller-manager",
-        layout,
         120,
     )
+
+
+def _start_and_wait(
+    layout: Layout,
+    component: str,
+    argv: list[str],
+    what: str,
+    ready: Callable[[], bool],
+    timeout: float,
+) -> None:
+    """Start ``component`` (pid and log files of its name) and wait until ``ready``."""
+    procs.start(argv, layout.pid_file(component), layout.log_file(component), cwd=layout.root)
+    _wait(what, ready, component, layout, timeout)
 
 
 def etcd_healthy(client_port: int) -> bool:
@@ -399,30 +407,26 @@ def etcd_healthy(client_port: int) -> bool:
 
 def _start_etcd(layout: Layout, state: ClusterState, progress: Progress) -> None:
     progress(f"starting etcd on 127.0.0.1:{state.ports.etcd_client}")
-    procs.start(
+    _start_and_wait(
+        layout,
+        "etcd",
         etcd_argv(build.etcd_binary(), layout, state.ports),
-        layout.pid_file("etcd"),
-        layout.log_file("etcd"),
-        cwd=layout.root,
+        "etcd health",
+        lambda: etcd_healthy(state.ports.etcd_client),
+        60,
     )
-    _wait("etcd health", lambda: etcd_healthy(state.ports.etcd_client), "etcd", layout, 60)
 
 
 def _start_apiserver(
     layout: Layout, state: ClusterState, pki: certs.Pki, bin_dir: Path, progress: Progress
 ) -> None:
     progress(f"starting kube-apiserver on {state.server}")
-    procs.start(
+    _start_and_wait(
+        layout,
+        "kube-apiserver",
         apiserver_argv(bin_dir / "kube-apiserver", layout, pki, state.ports),
-        layout.pid_file("kube-apiserver"),
-        layout.log_file("kube-apiserver"),
-        cwd=layout.root,
-    )
-    _wait(
         "kube-apiserver /readyz",
         lambda: api_get(state, pki, "/readyz")[0] == 200,
-        "kube-apiserver",
-        layout,
         120,
     )
 
