@@ -104,12 +104,8 @@ class FaultProxy:
     def url(self) -> str:
         return f"http://{self.listen_host}:{self.listen_port}"
 
-    def _roll(self, rate: float, fault: str = "") -> bool:
-        """Inject with probability ``rate``; a ``fault`` kind with a rate above zero is also
-        injected the first time it can be, so a short run still sees every planned kind."""
-        if rate <= 0:
-            return False
-        return (bool(fault) and not self.stats.faults[fault]) or self.rng.random() < rate
+    def _roll(self, rate: float) -> bool:
+        return rate > 0 and self.rng.random() < rate
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.path == STATS_PATH:
@@ -131,16 +127,16 @@ class FaultProxy:
         if is_watch:
             selector = request.query.get("labelSelector", "")
             self.stats.watches[f"{request.path} labelSelector={selector}"] += 1
-        if is_write and self._roll(self.plan.conflict_rate, "409"):
+        if is_write and self._roll(self.plan.conflict_rate):
             self.stats.faults["409"] += 1
             return _status(409, "Conflict", "injected conflict: the object has been modified")
-        if self._roll(self.plan.throttle_rate, "429"):
+        if self._roll(self.plan.throttle_rate):
             self.stats.faults["429"] += 1
             self._throttled[key] = time.monotonic()
             response = _status(429, "TooManyRequests", "injected throttling")
             response.headers["Retry-After"] = str(self.plan.retry_after_seconds)
             return response
-        if self._roll(self.plan.error_rate, "500"):
+        if self._roll(self.plan.error_rate):
             self.stats.faults["500"] += 1
             return _status(500, "InternalError", "injected server error")
         if self._roll(self.plan.slow_rate):
