@@ -97,7 +97,8 @@ def run(
         result.details["log_lines"] = len(text.splitlines())
         if stats["retry_after_violations"]:
             result.problems.append(
-                f"{stats['retry_after_violations']} requests came back sooner than Retry-After"
+                f"{stats['retry_after_violations']} requests came back sooner than Retry-After:"
+                f" {stats['retry_after_violators']}"
             )
         if "Traceback" in text:
             result.problems.append(f"{text.count('Traceback')} stack traces in the operator log")

@@ -59,6 +59,8 @@ class Stats:
     #: seconds between a 429 and the same client's next request to the same path
     retry_gaps: list[float] = field(default_factory=list)
     retry_after_violations: int = 0
+    #: "METHOD path?query after N s" of each request that came back too soon (the culprit)
+    retry_after_violators: list[str] = field(default_factory=list)
     #: watch requests per "path labelSelector=..." (which watches a client asks for)
     watches: Counter[str] = field(default_factory=Counter)
 
@@ -70,6 +72,7 @@ class Stats:
             "faults": dict(self.faults),
             "retry_gaps": self.retry_gaps[-100:],
             "retry_after_violations": self.retry_after_violations,
+            "retry_after_violators": self.retry_after_violators[-20:],
             "watches": dict(self.watches),
         }
 
@@ -122,6 +125,9 @@ class FaultProxy:
             self.stats.retry_gaps.append(round(gap, 3))
             if gap < self.plan.retry_after_seconds * 0.9:
                 self.stats.retry_after_violations += 1
+                self.stats.retry_after_violators.append(
+                    f"{request.method} {request.path_qs} after {gap:.3f} s"
+                )
         is_watch = request.query.get("watch") in ("true", "1")
         is_write = request.method in WRITE_METHODS
         if is_watch:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from . import metrics
-from .kube import KubeError
+from .kube import KubeError, wait_at_least
 from .live_cache import LiveCache
 from .naming import COMPONENT_INSPECTOR, LABEL_COMPONENT, LABEL_DEPLOYMENT
 from .status import launch_refusal
@@ -198,7 +198,7 @@ class ChildWatch:
                 log.warning("%s: expired again; listing in %.1f s", self.name, delay)
             except Exception as exc:  # any failure: back off, then list again
                 must_list = True
-                delay = self.backoff.next()
+                delay = max(self.backoff.next(), wait_at_least(exc))
                 log.warning("%s failed (%s: %s); listing again in %.1f s",
                             self.name, type(exc).__name__, exc, delay)  # fmt: skip
             if stop.wait(delay):

@@ -24,7 +24,7 @@ import kopf
 
 from . import api, metrics
 from .child_watch import WATCH_SILENCE_SECONDS, start_child_watches
-from .kube import Kube, KubeError, is_transient
+from .kube import Kube, KubeError, is_transient, wait_at_least
 from .live_cache import LiveCache
 from .naming import LABEL_DEPLOYMENT, PREFIX
 from .reconciler import Reconciler
@@ -168,7 +168,7 @@ def worker(
             result = reconciler.reconcile(*key)
         except Exception as exc:
             metrics.observe_reconcile(_failure(exc), time.monotonic() - started)
-            delay = queue.add_rate_limited(key)
+            delay = queue.add_rate_limited(key, wait_at_least(exc))
             if isinstance(exc, KubeError) and exc.status == 409:
                 log.debug("reconcile of %s/%s: conflict, retrying in %.1fs", *key, delay)
             elif is_transient(exc):

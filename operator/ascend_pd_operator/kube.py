@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client import rest
 
@@ -31,11 +32,21 @@ log = logging.getLogger(__name__)
 
 
 class KubeError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        #: Seconds the server asked us to wait before sending this request again (429).
+        self.retry_after = retry_after
+
+
+def wait_at_least(exc: BaseException) -> float:
+    """How long the server asked us to wait before trying again after ``exc`` (0: not asked).
+    Every retry of a failed request (the work queue, a child watch) waits at least this."""
+    return (exc.retry_after or 0.0) if isinstance(exc, KubeError) else 0.0
 
 
 class NotFound(KubeError):
@@ -48,7 +59,13 @@ def load_config() -> client.ApiClient:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+    return new_client(client.Configuration.get_default_copy())
+
+
+def new_client(configuration: client.Configuration) -> client.ApiClient:
+    """A client for ``Kube``: throttling is answered by ``Kube.request`` alone (``RETRIES``)."""
+    configuration.retries = RETRIES
+    return client.ApiClient(configuration)
 
 
 def watch_client(api_client: client.ApiClient, streams: int) -> client.ApiClient:
@@ -69,8 +86,8 @@ def path(res: Resource, namespace: str | None = None, name: str | None = None) -
     return base
 
 
-#: Requests answered 429 (or 503) with Retry-After are sent again after it, this often.
-#: urllib3 already does so for idempotent verbs, never for PATCH and POST (every apply).
+#: Requests answered 429 (or 503) with Retry-After are sent again after it, this often
+#: (``request``; urllib3 is told not to, see ``RETRIES``).
 THROTTLE_ATTEMPTS = 5
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MAX_RETRY_AFTER_SECONDS = 30.0
@@ -81,6 +98,10 @@ WATCH_READ_SLACK_SECONDS = 30.0
 #: (connect, read) seconds: a request to an API server that vanished mid-call fails
 #: instead of blocking its worker forever.
 REQUEST_TIMEOUT = (10.0, 60.0)
+#: urllib3's default retries, except that a 429 or 503 with Retry-After comes back to us:
+#: urllib3 would retry a GET on its own and, after its last try, raise a MaxRetryError that
+#: hides the Retry-After from the work queue, which then retried sooner than asked.
+RETRIES = urllib3.Retry(total=3, respect_retry_after_header=False)
 #: Answers that say "try again later", not "this request is wrong".
 TRANSIENT_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 
@@ -91,7 +112,6 @@ def is_transient(exc: BaseException) -> bool:
 
     The work is retried later; it never becomes a condition on the PDDeployment.
     """
-    import urllib3
     from kubernetes.client.exceptions import ApiException
 
     if isinstance(exc, KubeError):
@@ -112,7 +132,7 @@ def retry_after(status: int, header: str | None) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
-def _answer(status: int, data: bytes | None) -> Json:
+def _answer(status: int, data: bytes | None, retry_after: float | None = None) -> Json:
     """The JSON document of a response; a KubeError (NotFound for 404) for a failure."""
     data = data or b"{}"
     try:
@@ -121,7 +141,7 @@ def _answer(status: int, data: bytes | None) -> Json:
         doc = {"message": data.decode(errors="replace").strip()}
     if status >= 400:
         cls = NotFound if status == 404 else KubeError
-        raise cls(status, str(doc.get("reason", "")), str(doc.get("message", data)))
+        raise cls(status, str(doc.get("reason", "")), str(doc.get("message", data)), retry_after)
     result: Json = doc
     return result
 
@@ -158,17 +178,18 @@ class Kube:
     ) -> Json:
         if method in WRITE_METHODS and self.may_write is not None and not self.may_write():
             raise KubeError(0, "NotLeader", "this replica does not hold the leader lease")
-        for _ in range(THROTTLE_ATTEMPTS):
+        for attempt in range(1, THROTTLE_ATTEMPTS + 1):
             response = self._send(method, url, query, body, content_type)
             self._count(method, url, query, content_type, response.status)
             response.read()  # type: ignore[no-untyped-call]
             wait = retry_after(response.status, response.getheader("Retry-After"))  # type: ignore[no-untyped-call]
-            if wait is None:
+            if wait is None or attempt == THROTTLE_ATTEMPTS:
                 break
             # The API server asked us to come back later: do so, not sooner (client-go too).
             log.debug("%s %s: %d, retrying after %.0fs", method, url, response.status, wait)
             time.sleep(wait)
-        return _answer(response.status, response.data)
+        # Still throttled after the last attempt: whoever retries the work waits ``wait``.
+        return _answer(response.status, response.data, wait)
 
     def _send(
         self,
@@ -272,8 +293,9 @@ class Kube:
         raw = response.response  # the urllib3 response, not read yet
         finished = False
         try:
-            if response.status >= 400:
-                _answer(response.status, raw.data)  # raises KubeError naming the status
+            if response.status >= 400:  # raises KubeError naming the status
+                wait = retry_after(response.status, response.getheader("Retry-After"))  # type: ignore[no-untyped-call]
+                _answer(response.status, raw.data, wait)
             for line in iter_lines(raw.stream(amt=None, decode_content=True)):
                 event: Json = json.loads(line)
                 yield event

@@ -83,13 +83,14 @@ class RateLimitedQueue(Generic[K]):
             metrics.QUEUE_DELAYED.set(len(self._waiting))
             self._cond.notify_all()  # a waiting get() may now have to wake up sooner
 
-    def add_rate_limited(self, key: K) -> float:
-        """Queue ``key`` again after its backoff; return the delay."""
+    def add_rate_limited(self, key: K, at_least: float = 0.0) -> float:
+        """Queue ``key`` again after its backoff, and not before ``at_least`` seconds (the
+        server's Retry-After); return the delay."""
         with self._cond:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
         metrics.QUEUE_RETRIES.inc()
-        delay = min(self.max_delay, self.base_delay * 2.0 ** (failures - 1))
+        delay = max(at_least, min(self.max_delay, self.base_delay * 2.0 ** (failures - 1)))
         self.add_after(key, delay)
         return delay
 

@@ -245,6 +245,14 @@ def test_failures_back_off_exponentially_up_to_the_cap_and_relist_each_time() ->
     assert [c[0] for c in transport.calls] == ["list"] * 10 + ["watch"]
 
 
+def test_a_throttled_watch_waits_at_least_retry_after() -> None:
+    throttled = KubeError(429, "TooManyRequests", "slow down", retry_after=3.0)
+    watch, transport, _, _, stop = make(lists=[([], "1"), ([], "2")], watches=[throttled])
+    watch.run(stop)
+    assert stop.waits == [3.0]  # not the 0.5 s of the backoff
+    assert [c[0] for c in transport.calls] == ["list", "watch", "list", "watch"]
+
+
 def test_a_working_watch_resets_the_backoff() -> None:
     watch, _, _, _, stop = make(
         lists=[OSError("down"), OSError("down"), ([], "1"), ([], "2")],

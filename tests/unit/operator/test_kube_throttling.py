@@ -63,7 +63,7 @@ def throttling_server() -> Iterator[tuple[str, list[str], list[int]]]:
 def _kube(url: str) -> Kube:
     config = client.Configuration()
     config.host = url
-    return Kube(client.ApiClient(config))
+    return Kube(kube_module.new_client(config))
 
 
 def test_throttled_apply_waits_retry_after_then_succeeds(
@@ -92,6 +92,31 @@ def test_gives_up_after_the_attempts(
     assert raised.value.status == 429
     # (urllib3 retries throttled GETs on its own, never PATCH or POST: those are ours)
     assert seen == ["PATCH"] * kube_module.THROTTLE_ATTEMPTS
+
+
+def test_a_get_still_throttled_hands_retry_after_to_whoever_retries(
+    throttling_server: tuple[str, list[str], list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GET is throttled by us alone, as a PATCH is: before, urllib3 retried it on its own
+    and then raised a bare MaxRetryError, so the work queue came back sooner than asked."""
+    url, seen, plan = throttling_server
+    plan[0] = 100
+    slept: list[float] = []
+    monkeypatch.setattr(kube_module.time, "sleep", slept.append)
+    with pytest.raises(KubeError) as raised:
+        _kube(url).get("ConfigMap", "ns", "x")
+    assert raised.value.status == 429
+    assert raised.value.retry_after == 1.0
+    assert kube_module.wait_at_least(raised.value) == 1.0
+    assert seen == ["GET"] * kube_module.THROTTLE_ATTEMPTS
+    assert slept == [1.0] * (kube_module.THROTTLE_ATTEMPTS - 1)
+
+
+def test_load_config_clients_leave_throttling_to_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kube_module.config, "load_incluster_config", lambda: None)
+    api_client = kube_module.load_config()
+    for each in (api_client, kube_module.watch_client(api_client, 3)):
+        assert each.configuration.retries.respect_retry_after_header is False
 
 
 def test_no_write_leaves_a_replica_that_may_not_write() -> None:

@@ -112,6 +112,31 @@ def test_failures_back_off_exponentially_per_key_and_forget_resets() -> None:
     assert queue.failures("a") == 0 and queue.add_rate_limited("a") == 1.0
 
 
+def test_a_throttled_key_waits_at_least_retry_after() -> None:
+    queue: RateLimitedQueue[str] = RateLimitedQueue(base_delay=0.1, clock=Clock())
+    assert queue.add_rate_limited("a", at_least=1.0) == 1.0
+    assert queue.add_rate_limited("a", at_least=0.05) == 0.2  # the backoff is longer
+
+
+def test_the_worker_retries_a_throttled_reconcile_after_retry_after(dsv3: Json) -> None:
+    kube, cache, reconciler = ready_world(dsv3)
+    replicas = drift(kube, cache)
+    kube.fail_applies = [KubeError(429, "TooManyRequests", "slow down", retry_after=0.5)]
+    delays: list[float] = []
+
+    class Recording(WorkQueue):  # type: ignore[misc, valid-type]
+        def add_rate_limited(self, key: tuple[str, str], at_least: float = 0.0) -> float:
+            delay: float = super().add_rate_limited(key, at_least)
+            delays.append(delay)
+            return delay
+
+    queue = Recording(base_delay=0.01)
+    queue.add(("llm", "dsv3"))
+    sts = ("StatefulSet", "llm", "dsv3-decode-0")
+    run_worker_until(queue, reconciler, lambda: kube.objects[sts]["spec"]["replicas"] == replicas)
+    assert delays == [0.5]
+
+
 def test_a_delayed_key_comes_back_when_due_and_once() -> None:
     clock = Clock()
     queue: RateLimitedQueue[str] = RateLimitedQueue(base_delay=2.0, clock=clock)
