@@ -23,6 +23,12 @@ LABEL_INSTANCE = f"{PREFIX}/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 ANNOTATION_FINGERPRINT = f"{PREFIX}/kv-fingerprint"
+#: On an instance leader's pod while the router may send it traffic: the operator sets it on
+#: pod 0 of each Ready instance of the serving KV-layout generation, and removes it before a
+#: generation switch; the router discovers pods by it (so only leaders, of one generation).
+LABEL_ROUTABLE = f"{PREFIX}/routable"
+#: On prefill pods: the bootstrap port the router tells decode to reach (service discovery).
+ANNOTATION_BOOTSTRAP_PORT = f"{PREFIX}/bootstrap-port"
 #: The model path an inspector Job read, and its stored facts describe.
 ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
 #: The PDDeployment generation an inspector Job was started for: a failed inspection is
