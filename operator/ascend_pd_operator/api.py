@@ -298,6 +298,36 @@ class Scheduling(_Model):
     priority_class_name: str = Field("", description="Pod priorityClassName.")
 
 
+class Rollout(_Model):
+    """How a change reaches running instances: whole instances, a few at a time."""
+
+    max_unavailable: int = Field(
+        1, ge=0, le=MAX_REPLICAS,
+        description="Instances per role that may be down for an update at once.",
+    )  # fmt: skip
+    max_surge: int = Field(
+        0, ge=0, le=MAX_REPLICAS,
+        description="Extra instances per role started with the new spec during a rollout; "
+        "they are removed when it completes.",
+    )  # fmt: skip
+    role_order: list[Role] = Field(
+        default_factory=lambda: list(ROLES),
+        min_length=2,
+        max_length=2,
+        description="The order roles are updated in, each role once: the next role starts "
+        "when the previous one is updated and Ready. A KV-layout change updates both roles "
+        "at once (a new generation needs a Ready instance of each).",
+        json_schema_extra={"default": ["prefill", "decode"], "x-kubernetes-list-type": "set"},
+    )
+
+    @field_validator("role_order")
+    @classmethod
+    def _each_role_once(cls, roles: list[Role]) -> list[Role]:
+        if len(set(roles)) != len(roles):
+            raise ValueError(f"roleOrder {roles} has duplicates; list each role once")
+        return roles
+
+
 class PDDeploymentSpec(_Model):
     """A prefill/decode disaggregated SGLang deployment of one model."""
 
@@ -309,6 +339,7 @@ class PDDeploymentSpec(_Model):
     router: Router = _sub(Router, "The PD router.")
     ascend: Ascend = _sub(Ascend, "Ascend NPU settings.")
     scheduling: Scheduling = _sub(Scheduling, "Scheduling.")
+    rollout: Rollout = _sub(Rollout, "Rollouts: instances updated whole and a few at a time.")
 
     def role(self, role: str) -> RoleSpec:
         return self.prefill if role == "prefill" else self.decode

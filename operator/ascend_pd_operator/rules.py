@@ -230,6 +230,14 @@ RULES: tuple[Rule, ...] = (
         detail=lambda s: f"roles {s.roles}",
     ),
     Rule(
+        where="Rollout",
+        cel="self.maxUnavailable + self.maxSurge >= 1",
+        message="rollout.maxUnavailable and rollout.maxSurge may not both be 0: "
+        "a rollout could never take an instance down nor start a new one",
+        check=lambda r: r.max_unavailable + r.max_surge >= 1,
+        detail=lambda r: f"maxUnavailable {r.max_unavailable}, maxSurge {r.max_surge}",
+    ),
+    Rule(
         where="Runtime",
         cel=f"self.sglangVersion.matches('{SUPPORTED_VERSION_PATTERN}')",
         message=f"runtime.sglangVersion must be a supported SGLang release "

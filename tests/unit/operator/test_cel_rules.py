@@ -178,6 +178,11 @@ INVALID: list[tuple[str, Mutation, str | list[str]]] = [
         _set("spec.runtime.transferBackend", "mooncake"),
         _msg("PDDeploymentSpec", 3),
     ),
+    (
+        "a rollout that can neither take down nor surge",
+        _set("spec.rollout", {"maxUnavailable": 0, "maxSurge": 0}),
+        _msg("Rollout"),
+    ),
 ]
 
 VALID: list[tuple[str, Mutation]] = [
@@ -211,6 +216,8 @@ VALID: list[tuple[str, Mutation]] = [
             _set("spec.prefill.layerPartition", [14, 14]),
         ),
     ),
+    ("surge-only rollout", _set("spec.rollout", {"maxUnavailable": 0, "maxSurge": 1})),
+    ("decode first", _set("spec.rollout", {"roleOrder": ["decode", "prefill"]})),
     ("allowed extra args", _set("spec.prefill.extraArgs", ["--portal", "--model-loader-extra"])),
     (
         "extra args naming a managed flag inside a word",

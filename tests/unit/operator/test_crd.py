@@ -89,8 +89,10 @@ def test_names_and_printer_columns() -> None:
 def test_api_field_names_are_the_contract() -> None:
     spec = openapi_schema()["properties"]["spec"]["properties"]
     assert set(spec) == {
-        "model", "runtime", "speculative", "prefill", "decode", "router", "ascend", "scheduling"
+        "model", "runtime", "speculative", "prefill", "decode", "router", "ascend", "scheduling",
+        "rollout",
     }  # fmt: skip
+    assert set(spec["rollout"]["properties"]) == {"maxUnavailable", "maxSurge", "roleOrder"}
     role = spec["prefill"]["properties"]
     for name in ("replicas", "parallelism", "layerPartition", "devicesPerNode", "resources",
                  "nodeSelector", "tolerations", "affinity", "env", "extraArgs"):  # fmt: skip
