@@ -385,6 +385,24 @@ class RoleStatus(_Model):
     replicas: int = Field(0, description="Desired instances.")
     ready_replicas: int = Field(0, description="Instances with every pod ready.")
     nodes_per_instance: int = Field(0, description="Pods (nodes) per instance.")
+    updated_replicas: int = Field(0, description="Instances whose pods run the current spec.")
+    available_replicas: int = Field(
+        0, description="Ready instances of the serving KV-layout generation."
+    )
+    surge_replicas: int = Field(0, description="Extra instances of a rollout's maxSurge.")
+
+
+class RolloutStatus(_Model):
+    """Where the rollout of the current spec stands."""
+
+    phase: Literal["Complete", "Progressing"] = Field(
+        "Complete", description="Complete once every instance runs the current spec."
+    )
+    serving_fingerprint: str = Field(
+        "", description="KV-layout generation the router sends traffic to."
+    )
+    target_fingerprint: str = Field("", description="KV-layout generation of the current spec.")
+    message: str = Field("", description="Progress per role, and what a generation change costs.")
 
 
 class RouterStatus(_Model):
@@ -410,6 +428,7 @@ class PDDeploymentStatus(_Model):
     prefill: RoleStatus | None = Field(None, description="Prefill instances.")
     decode: RoleStatus | None = Field(None, description="Decode instances.")
     router: RouterStatus | None = Field(None, description="Router.")
+    rollout: RolloutStatus | None = Field(None, description="The rollout of the current spec.")
     endpoint: str = Field("", description="Router URL inside the cluster.")
 
 

@@ -49,7 +49,9 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("Deployment", "apps", "v1", "deployments", _CHILD),
     Resource("Job", "batch", "v1", "jobs", _CHILD),
     # The inspector's result is its pod's termination message.
-    Resource("Pod", "", "v1", "pods", ("get", "list", "watch")),
+    # delete: an instance is updated and restarted by deleting its pods together; patch:
+    # the routable label on instance leaders.
+    Resource("Pod", "", "v1", "pods", ("get", "list", "watch", "delete", "patch")),
     Resource("Event", "", "v1", "events", ("create", "patch")),
     Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", _CHILD, optional=True),
     # kopf checks the CRD exists and lists namespaces with --all-namespaces.

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from . import metrics
 from .kube import KubeError, wait_at_least
 from .live_cache import LiveCache
-from .naming import COMPONENT_INSPECTOR, LABEL_COMPONENT, LABEL_DEPLOYMENT
+from .naming import COMPONENT_INSPECTOR, LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_ROLE, ROLES
 from .status import launch_refusal
 
 Json = dict[str, Any]
@@ -56,15 +56,55 @@ def selector_for(kind: str) -> str:
 
 
 def pod_with_news(pod: Json) -> bool:
-    """Runtime pods reach us through their StatefulSet's status; only the inspector's pod
-    and a pod whose command SGLang refused carry news of their own (a termination message),
-    and a refusal changes no StatefulSet status. Other pods are neither cached nor queued."""
+    """The pods the operator keeps: runtime pods (their template revision, generation and
+    readiness drive rollouts and routing), the inspector's pod (its termination message is
+    the inspection's result) and any pod whose command SGLang refused."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get(LABEL_COMPONENT) == COMPONENT_INSPECTOR or bool(launch_refusal(pod))
+    return (
+        labels.get(LABEL_ROLE) in ROLES
+        or labels.get(LABEL_COMPONENT) == COMPONENT_INSPECTOR
+        or bool(launch_refusal(pod))
+    )
+
+
+POD_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+
+
+def slim_pod(pod: Json) -> Json:
+    """What the controller reads of a pod, and no more: a full pod is ~10 KiB of spec and
+    managed fields the operator never looks at."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    return {
+        "metadata": {
+            k: meta[k]
+            for k in (
+                "name",
+                "namespace",
+                "uid",
+                "resourceVersion",
+                "labels",
+                "creationTimestamp",
+                "deletionTimestamp",
+            )
+            if k in meta
+        },
+        "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName", "")},
+        "status": {
+            "phase": status.get("phase", ""),
+            "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"],
+            "containerStatuses": [
+                {k: c[k] for k in ("name", "ready", "restartCount", "state", "lastState") if k in c}
+                for c in status.get("containerStatuses") or []
+            ],
+        },
+    }
 
 
 #: kind -> which of our objects of that kind the operator keeps (default: all)
 KEEP: dict[str, Callable[[Json], bool]] = {"Pod": pod_with_news}
+#: kind -> the part of a kept object the cache holds (default: all of it)
+SLIM: dict[str, Callable[[Json], Json]] = {"Pod": slim_pod}
 
 
 class Transport(Protocol):
@@ -280,7 +320,8 @@ class ChildWatch:
             return
         if self.cache is not None:
             # List items carry no kind; the cache keys by it.
-            self.cache.seen({**obj, "kind": self.kind})
+            slim = SLIM.get(self.kind)
+            self.cache.seen({**(slim(obj) if slim else obj), "kind": self.kind})
         if owner:
             self.queue.add((key[0], owner))
         # Recorded last: if reporting failed, the next list reports the object again.

@@ -9,6 +9,7 @@ pods they gang, Services before the StatefulSets whose pods resolve them.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
@@ -33,10 +34,19 @@ def kv_layout_configmap(owner: Owner, layout: KVLayout) -> Json:
     }
 
 
-def build_children(owner: Owner, spec: PDDeploymentSpec, layout: KVLayout) -> list[Json]:
-    """Every child manifest, in apply order."""
+def build_children(
+    owner: Owner,
+    spec: PDDeploymentSpec,
+    layout: KVLayout,
+    surge: Mapping[str, int] | None = None,
+) -> list[Json]:
+    """Every child manifest, in apply order; ``surge``: extra instances per role during a
+    rollout (``rollout.decide``), numbered after the role's own."""
     children: list[Json] = [kv_layout_configmap(owner, layout)]
-    instances = [(role, i) for role in ROLES for i in range(spec.role(role).replicas)]
+    extra = surge or {}
+    instances = [
+        (role, i) for role in ROLES for i in range(spec.role(role).replicas + extra.get(role, 0))
+    ]
     if spec.scheduling.gang == "volcano":
         children += [podgroup(owner, spec, role, i) for role, i in instances]
     children += [headless_service(owner, role, i) for role, i in instances]

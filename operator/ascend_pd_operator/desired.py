@@ -8,6 +8,7 @@ first failure and says which condition it belongs to: spec rules
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,11 +53,16 @@ class Desired:
         return self.layout is not None and self.layout.compatible and not self.reason
 
 
-def desired_state(owner: Owner, spec: PDDeploymentSpec, facts: ModelFacts) -> Desired:
+def desired_state(
+    owner: Owner,
+    spec: PDDeploymentSpec,
+    facts: ModelFacts,
+    surge: Mapping[str, int] | None = None,
+) -> Desired:
     try:
         layout = plan_layout(spec, facts)
     except BadInput as exc:
         return Desired(None, reason=REASON_INVALID_LAYOUT, message=str(exc))
     if not layout.compatible:
         return Desired(layout, reason=REASON_INCOMPATIBLE, message="; ".join(layout.problems))
-    return Desired(layout, build_children(owner, spec, layout))
+    return Desired(layout, build_children(owner, spec, layout, surge))

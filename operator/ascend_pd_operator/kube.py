@@ -323,6 +323,17 @@ class Kube:
             self.request("DELETE", path(resource_for(kind), namespace, name), body=body)
             metrics.observe_write("delete", kind)
 
+    def patch_labels(
+        self, kind: str, namespace: str, name: str, labels: dict[str, str | None]
+    ) -> Json:
+        """Set (or, for None, remove) labels on an object we do not apply (a pod)."""
+        return self.request(
+            "PATCH",
+            path(resource_for(kind), namespace, name),
+            body={"metadata": {"labels": labels}},
+            content_type="application/merge-patch+json",
+        )
+
     def patch_status(self, kind: str, namespace: str, name: str, status: Json) -> Json:
         url = path(resource_for(kind), namespace, name) + "/status"
         return self.request(

@@ -22,7 +22,10 @@ LABEL_INSTANCE = f"{PREFIX}/instance"
 #: What an object is: a role, or one of the COMPONENT_* below.
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-ANNOTATION_FINGERPRINT = f"{PREFIX}/kv-fingerprint"
+#: The KV-layout fingerprint of a runtime pod's instance: its layout generation.
+LABEL_FINGERPRINT = f"{PREFIX}/kv-fingerprint"
+#: The StatefulSet controller's label naming the template revision a pod was made from.
+LABEL_REVISION = "controller-revision-hash"
 #: On an instance leader's pod while the router may send it traffic: the operator sets it on
 #: pod 0 of each Ready instance of the serving KV-layout generation, and removes it before a
 #: generation switch; the router discovers pods by it (so only leaders, of one generation).
@@ -92,6 +95,8 @@ REASON_LAUNCH_REFUSED = "LaunchRefused"
 #: Ready
 REASON_READY = "Ready"
 REASON_NOT_READY = "NotReady"
+#: Ready: the children run, but not every instance runs the current spec yet.
+REASON_ROLLOUT_IN_PROGRESS = "RolloutInProgress"
 REASON_APPLY_FAILED = "ApplyFailed"
 REASON_PRUNE_FAILED = "PruneFailed"
 

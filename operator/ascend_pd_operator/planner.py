@@ -14,8 +14,10 @@ A plan says, in the order the executor performs them:
    Job and facts ConfigMap are kept across spec changes; and a workload whose label
    selector, which the API server never lets change, differs from the desired one: it is
    deleted here and created anew by the reconcile its deletion triggers),
-4. the status,
-5. the Warning Events.
+4. the instances to update: all pods of each deleted together (``rollout.decide``),
+5. the routable label on instance leaders (the router's discovery),
+6. the status,
+7. the Warning Events.
 
 A rejected spec, unusable model facts or an incompatible layout plan no child write: the
 running children stay exactly as they were. The status in a plan describes the children as
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ascend_pd_runtime.model_facts import ModelFacts
+from ascend_pd_runtime.plan import layout_fingerprint
 
 from .children import child_key
 from .desired import Desired, Validation, desired_state, validate
@@ -50,6 +53,7 @@ from .naming import (
     COND_VALIDATED,
     LABEL_COMPONENT,
     LABEL_ROLE,
+    LABEL_ROUTABLE,
     REASON_APPLY_FAILED,
     REASON_INSPECTING,
     REASON_LAUNCH_REFUSED,
@@ -60,6 +64,7 @@ from .naming import (
     inspector_name,
 )
 from .naming import model_facts_name as facts_cm_name
+from .rollout import Decision, decide, instances
 from .status import Findings, compute_status
 
 Json = dict[str, Any]
@@ -124,13 +129,18 @@ class Observation:
 class Write:
     """One API write of the plan: apply ``manifest``, or delete ``kind``/``name``."""
 
-    verb: str  # "apply" | "delete"
+    verb: str  # "apply" | "delete" | "label" (a merge patch of labels)
     kind: str
     name: str
     manifest: Json | None = None
 
     def describe(self) -> str:
-        return f"{'applying' if self.verb == 'apply' else 'deleting'} {self.kind} {self.name}"
+        verb = {"apply": "applying", "delete": "deleting", "label": "labelling"}[self.verb]
+        return f"{verb} {self.kind} {self.name}"
+
+
+def label(kind: str, name: str, labels: dict[str, str | None]) -> Write:
+    return Write("label", kind, name, {"metadata": {"labels": labels}})
 
 
 def apply(manifest: Json) -> Write:
@@ -188,10 +198,16 @@ class Plan:
     applies: tuple[Write, ...]
     #: Step 3: the children no longer desired.
     deletes: tuple[Write, ...]
-    #: Step 4: the status (camelCase, as stored).
+    #: Step 6: the status (camelCase, as stored).
     status: Json
-    #: Step 5: the Warning Events to post.
+    #: Step 7: the Warning Events to post.
     events: tuple[Event, ...]
+    #: Step 4: the pods of the instances updated now, deleted together.
+    restarts: tuple[Write, ...] = ()
+    #: Step 5: routable labels set or removed on instance leaders.
+    routing: tuple[Write, ...] = ()
+    #: The rollout as decided (None: no children are written).
+    rollout: Decision | None = None
 
     @property
     def ok(self) -> bool:
@@ -223,6 +239,9 @@ def plan(obs: Observation, now: str) -> Plan:
     inspector: tuple[Write, ...] = ()
     applies: tuple[Write, ...] = ()
     deletes: tuple[Write, ...] = ()
+    restarts: tuple[Write, ...] = ()
+    routing: tuple[Write, ...] = ()
+    decision: Decision | None = None
     if spec is not None:
         facts = choose_facts(obs, spec)
         if facts.start_inspector:
@@ -237,10 +256,18 @@ def plan(obs: Observation, now: str) -> Plan:
         if facts.facts is not None:
             desired = desired_state(owner, spec, facts.facts)
         if desired is not None and desired.ok:
+            assert desired.layout is not None
+            by_role = instances(owner, spec, obs.owned("StatefulSet"), runtime_pods(obs.pods))
+            decision = decide(spec, by_role, layout_fingerprint(desired.layout))
+            if any(decision.surge.values()) and facts.facts is not None:
+                desired = desired_state(owner, spec, facts.facts, decision.surge)
             replaced = _selector_changed(obs, desired)
             applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
             deletes = _prunes(obs, desired) + tuple(delete(*key) for key in replaced)
-    draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, ())
+            restarts = tuple(delete("Pod", pod) for _, pods in decision.restarts for pod in pods)
+            routing = tuple(label("Pod", pod, {LABEL_ROUTABLE: v}) for pod, v in decision.routing)
+    draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
+                 restarts, routing, decision)  # fmt: skip
     return conclude(draft, Outcome())
 
 
@@ -293,6 +320,7 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         write_error=failure.message() if failure else "",
         write_error_reason=_failure_reason(failure),
         pods=runtime_pods(obs.pods),
+        rollout=draft.rollout,
     )
     status = compute_status(findings, now=draft.now)
     return replace(draft, status=status, events=tuple(events(obs.previous, status)))

@@ -48,13 +48,16 @@ from .planner import (
     conclude,
     plan,
 )
-from .status import instance_ready, status_changed
+from .status import status_changed
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 #: The executor's steps, numbered as the plan orders them (log lines name them).
-STEPS = {1: "inspector", 2: "apply", 3: "prune", 4: "status", 5: "events"}
+STEPS = {
+    1: "inspector", 2: "apply", 3: "prune", 4: "update instances", 5: "routing",
+    6: "status", 7: "events",
+}  # fmt: skip
 
 
 def utc_now() -> str:
@@ -106,14 +109,11 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
             selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}={COMPONENT_INSPECTOR}"
             inspector_pods = kube.list("Pod", namespace, selector)
     children = {kind: _children(kube, cache, namespace, name, kind) for kind in PRUNED_KINDS}
-    statefulsets = children["StatefulSet"]
-    pods: list[Json] = []
-    # Only a pod of an instance that is not ready can carry a launch refusal.
-    if not all(instance_ready(sts) for sts in statefulsets):
-        if cache is not None:  # the pod watch feeds it exactly the pods with a refusal
-            pods = cache.listed("Pod", namespace, {LABEL_DEPLOYMENT: name})
-        else:
-            pods = kube.list("Pod", namespace, f"{LABEL_DEPLOYMENT}={name}")
+    # The runtime pods: their templates and generations drive rollouts and routing.
+    if cache is not None:  # the pod watch keeps our pods, slimmed (child_watch.slim_pod)
+        pods = cache.listed("Pod", namespace, {LABEL_DEPLOYMENT: name})
+    else:
+        pods = kube.list("Pod", namespace, f"{LABEL_DEPLOYMENT}={name}")
     return Observation(
         resource=resource,
         user_configmap=user_cm,
@@ -166,7 +166,10 @@ class Reconciler:
         live: dict[tuple[str, str], Json] = {}
         applied = deleted = 0
         failure: Failure | None = None
-        steps = ((1, todo.inspector), (2, todo.applies), (3, todo.deletes))
+        steps = (
+            (1, todo.inspector), (2, todo.applies), (3, todo.deletes),
+            (4, todo.restarts), (5, todo.routing),
+        )  # fmt: skip
         for step, writes in steps:
             for write in writes:
                 try:
@@ -191,8 +194,8 @@ class Reconciler:
         if applied or failure is not None:
             # Apply responses are newer than the observation; the status describes them.
             done = conclude(todo, Outcome(live=live, failure=failure))
-        self._patch_status(done)  # step 4
-        for event in done.events:  # step 5
+        self._patch_status(done)  # step 6
+        for event in done.events:  # step 7
             self.event(todo.observation.resource, event)
         if applied or deleted:
             log.info("%s/%s: applied %d, deleted %d", owner.namespace, owner.name, applied, deleted)
@@ -206,6 +209,12 @@ class Reconciler:
             self.kube.delete(write.kind, namespace, write.name)
             return {}, 1
         assert write.manifest is not None
+        if write.verb == "label":
+            labels = write.manifest["metadata"]["labels"]
+            log.info("labelling %s %s/%s: %s", write.kind, namespace, write.name, labels)
+            with contextlib.suppress(NotFound):  # the pod went meanwhile: nothing to route
+                self.kube.patch_labels(write.kind, namespace, write.name, labels)
+            return {}, 1
         if cached and self.cache is not None:
             unchanged = self.cache.unchanged(write.manifest)
             if unchanged is not None:

@@ -48,6 +48,7 @@ from .naming import (
     REASON_NOT_READY,
     REASON_NOT_VALIDATED,
     REASON_READY,
+    REASON_ROLLOUT_IN_PROGRESS,
     REASON_ROUTER_NOT_READY,
     REASON_ROUTER_READY,
     REASON_VALID,
@@ -58,6 +59,7 @@ from .naming import (
     role_ready_condition,
     router_name,
 )
+from .rollout import Decision
 
 Json = dict[str, Any]
 
@@ -84,8 +86,10 @@ class Findings:
     write_error: str = ""
     #: The Ready condition's reason for ``write_error`` (ApplyFailed or PruneFailed).
     write_error_reason: str = REASON_APPLY_FAILED
-    #: The runtime pods, when the reconciler looked (some instance not ready).
+    #: The runtime pods.
     pods: list[Json] = field(default_factory=list)
+    #: The rollout as decided for these children (None: none written).
+    rollout: Decision | None = None
 
 
 def _condition(type_: str, status: str, reason: str, message: str) -> Json:
@@ -169,6 +173,13 @@ def _role_status(obs: Findings, spec: PDDeploymentSpec, role: str) -> tuple[Json
         "readyReplicas": ready,
         "nodesPerInstance": r.nodes_per_instance,
     }
+    rolled = obs.rollout.roles.get(role) if obs.rollout else None
+    if rolled is not None:
+        status.update(
+            updatedReplicas=rolled.updated,
+            availableReplicas=rolled.available,
+            surgeReplicas=rolled.surge,
+        )
     return status, all(s is not None for s in states), ready == r.replicas
 
 
@@ -290,9 +301,23 @@ def compute_status(obs: Findings, now: str) -> Json:
                     _condition(type_, "Unknown", REASON_NOT_APPLIED, "children not applied")
                 )
 
+    rolling = applied and obs.rollout is not None and not obs.rollout.complete
+    if applied and obs.rollout is not None:
+        status["rollout"] = {**obs.rollout.summary(), "message": rollout_message(obs.rollout)}
+    else:
+        status.pop("rollout", None)
     if obs.write_error:
         all_ready = False
         conds.append(_condition(COND_READY, "False", obs.write_error_reason, obs.write_error))
+    elif all_ready and rolling:
+        # The new spec is not Ready until every instance runs it (no premature success).
+        all_ready = False
+        assert obs.rollout is not None
+        conds.append(
+            _condition(
+                COND_READY, "False", REASON_ROLLOUT_IN_PROGRESS, rollout_message(obs.rollout)
+            )
+        )
     elif all_ready:
         conds.append(
             _condition(COND_READY, "True", REASON_READY, "every instance and the router ready")
@@ -304,8 +329,30 @@ def compute_status(obs: Findings, now: str) -> Json:
         )
 
     status["conditions"] = _with_times(conds, prev.get("conditions") or [], now, obs)
-    status["phase"] = _phase(invalid, conds, applied, exists, all_ready, prev.get("phase"))
+    previous_phase = PHASE_PROGRESSING if rolling else prev.get("phase")
+    status["phase"] = _phase(invalid, conds, applied, exists, all_ready, previous_phase)
     return status
+
+
+def rollout_message(decision: Decision) -> str:
+    """Where the rollout stands, per role, and what a generation change costs."""
+    if decision.complete:
+        return f"every instance runs the current spec (fingerprint {decision.target})"
+    parts = [
+        f"{role} {r.updated}/{r.replicas} updated, {r.available} serving"
+        + (f", {r.surge} surge" if r.surge else "")
+        for role, r in decision.roles.items()
+    ]
+    text = "rolling out: " + "; ".join(parts)
+    if decision.serving != decision.target:
+        text += (
+            f"; KV-layout generation {decision.serving or 'none'} serves until "
+            f"{decision.target} has a Ready prefill and decode instance"
+        )
+        if not any(r.surge for r in decision.roles.values()):
+            text += " (no maxSurge: instances taken down for the new generation serve nothing "
+            text += "until then)"
+    return text
 
 
 def _phase(

@@ -15,9 +15,9 @@ from ascend_pd_runtime.plan import layout_fingerprint
 
 from .api import PDDeploymentSpec
 from .naming import (
-    ANNOTATION_FINGERPRINT,
     DIST_INIT_PORT,
     HTTP_PORT,
+    LABEL_FINGERPRINT,
     Owner,
     bootstrap_port,
     instance_name,
@@ -190,7 +190,7 @@ def pod_template(
     r = spec.role(role)
     values = launch_values(owner, spec, layout, role, index)
     volumes, mounts = _volumes(owner, spec)
-    annotations = {ANNOTATION_FINGERPRINT: values.kv_fingerprint}
+    annotations: dict[str, str] = {}
     if spec.scheduling.gang == "volcano":
         annotations[VOLCANO_GROUP_ANNOTATION] = instance_name(owner, role, index)
     container: Json = {
@@ -220,8 +220,10 @@ def pod_template(
     if r.affinity:
         pod_spec["affinity"] = dict(r.affinity)
     meta = metadata(owner, "", role, index, annotations)
+    # Not in the selector (immutable): the label changes with each layout generation.
+    labels = {**meta["labels"], LABEL_FINGERPRINT: values.kv_fingerprint}
     return {
-        "metadata": {"labels": meta["labels"], "annotations": meta["annotations"]},
+        "metadata": {"labels": labels, "annotations": meta.get("annotations", {})},
         "spec": pod_spec,
     }
 
@@ -257,6 +259,9 @@ def statefulset(
             "serviceName": name,
             "replicas": spec.role(role).nodes_per_instance,
             "podManagementPolicy": "Parallel",
+            # The operator replaces an instance's pods together (``rollout``): a template
+            # change alone must not roll one pod of a running group.
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector(owner, role, index)},
             "template": pod_template(owner, spec, layout, role, index),
         },

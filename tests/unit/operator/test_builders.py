@@ -136,7 +136,7 @@ def test_pod_env_reads_back_into_the_operators_layout(name: str) -> None:
         assert doc == plan
         assert launch.kv_fingerprint == plan["fingerprint"]
         template_meta = sts["spec"]["template"]["metadata"]
-        assert template_meta["annotations"]["ascendpd.io/kv-fingerprint"] == plan["fingerprint"]
+        assert template_meta["labels"]["ascendpd.io/kv-fingerprint"] == plan["fingerprint"]
 
 
 def test_dsv32_has_three_buffer_groups_and_podgroups() -> None:
