@@ -195,7 +195,9 @@ class Decision:
 
     @property
     def complete(self) -> bool:
-        return all(r.complete for r in self.roles.values()) and self.serving == self.target
+        """Every instance runs the current spec and the router sees exactly its leaders."""
+        done = all(r.complete for r in self.roles.values()) and self.serving == self.target
+        return done and not self.restarts and not self.routing
 
     def summary(self) -> Json:
         """``status.rollout``."""

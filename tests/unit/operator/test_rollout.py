@@ -1,0 +1,181 @@
+"""Whole-instance rollouts, KV-layout generations and routing, decided from hand-built
+worlds (StatefulSets and pods as the API server reports them); expectations derived by hand
+from the rules in ``rollout``'s docstring."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ascend_pd_operator.api import parse_spec
+from ascend_pd_operator.naming import Owner
+from ascend_pd_operator.rollout import decide, instances
+
+Json = dict[str, Any]
+OWNER = Owner("dsv3", "llm", "uid-1", 2)
+
+
+def spec(prefill: int = 3, decode: int = 1, **rollout: Any) -> Any:
+    return parse_spec(
+        {
+            "model": {"name": "m", "path": "/models/m", "config": {"numHiddenLayers": 4, "kvLoraRank": 512}},
+            "runtime": {"image": "img:1", "sglangVersion": "0.5.20"},
+            "speculative": {"algorithm": "NONE"},
+            "prefill": {"replicas": prefill, "devicesPerNode": 8,
+                        "parallelism": {"tensor": 16, "pipeline": 1}},
+            "decode": {"replicas": decode, "devicesPerNode": 8,
+                       "parallelism": {"tensor": 16, "pipeline": 1}},
+            "rollout": rollout,
+        }
+    )  # fmt: skip
+
+
+def sts(name: str, update: str = "new", nodes: int = 2) -> Json:
+    return {
+        "metadata": {"name": name, "generation": 2},
+        "spec": {"replicas": nodes},
+        "status": {"observedGeneration": 2, "updateRevision": f"{name}-{update}"},
+    }
+
+
+def pods(name: str, role: str, index: int, revision: str = "old", fp: str = "fpA",
+         ready: bool = True, routable: bool = False, nodes: int = 2) -> list[Json]:  # fmt: skip
+    out = []
+    for k in range(nodes):
+        labels = {
+            "ascendpd.io/role": role,
+            "ascendpd.io/instance": str(index),
+            "controller-revision-hash": f"{name}-{revision}",
+            "ascendpd.io/kv-fingerprint": fp,
+        }
+        if routable and k == 0:
+            labels["ascendpd.io/routable"] = "true"
+        out.append({
+            "metadata": {"name": f"{name}-{k}", "labels": labels},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        })  # fmt: skip
+    return out
+
+
+def world(layout: dict[tuple[str, int], dict[str, Any]], update: str = "new") -> tuple[
+    list[Json], list[Json]
+]:  # fmt: skip
+    statefulsets, all_pods = [], []
+    for (role, i), state in layout.items():
+        name = f"dsv3-{role}-{i}"
+        statefulsets.append(sts(name, update))
+        all_pods += pods(name, role, i, **state)
+    return statefulsets, all_pods
+
+
+def test_an_image_change_updates_one_prefill_instance_at_a_time_then_decode() -> None:
+    s = spec(prefill=3, decode=1, maxUnavailable=1)
+    old = {"revision": "old", "routable": True}
+    statefulsets, live = world({("prefill", 0): old, ("prefill", 1): old, ("prefill", 2): old,
+                                ("decode", 0): old})  # fmt: skip
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
+    # every pod of one instance at once, the highest index first; decode waits its turn
+    assert decision.restarts == (("dsv3-prefill-2", ("dsv3-prefill-2-0", "dsv3-prefill-2-1")),)
+    assert decision.roles["prefill"].available == 3 and not decision.complete
+
+    # prefill-2 comes back on the new template, not Ready yet: nothing else goes down
+    statefulsets, live = world({("prefill", 0): old, ("prefill", 1): old,
+                                ("prefill", 2): {"revision": "new", "ready": False},
+                                ("decode", 0): old})  # fmt: skip
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
+    assert decision.restarts == ()
+    assert decision.roles["prefill"].updated == 1 and decision.roles["prefill"].available == 2
+
+
+def test_decode_starts_when_prefill_is_updated_and_ready() -> None:
+    s = spec(prefill=2, decode=2, maxUnavailable=1)
+    new = {"revision": "new", "routable": True}
+    old = {"revision": "old", "routable": True}
+    statefulsets, live = world({("prefill", 0): new, ("prefill", 1): new,
+                                ("decode", 0): old, ("decode", 1): old})  # fmt: skip
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
+    assert [name for name, _ in decision.restarts] == ["dsv3-decode-1"]
+
+
+def test_a_down_outdated_instance_is_updated_without_waiting_for_the_budget() -> None:
+    s = spec(prefill=3, decode=1, maxUnavailable=1)
+    old = {"revision": "old", "routable": True}
+    statefulsets, live = world({("prefill", 0): {"revision": "old", "ready": False},
+                                ("prefill", 1): old, ("prefill", 2): old,
+                                ("decode", 0): {"revision": "new", "routable": True}})  # fmt: skip
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
+    # prefill-0 serves nothing: updated at once; then 2 serve, 3 - 1 = 2 must: no budget left
+    assert [name for name, _ in decision.restarts] == ["dsv3-prefill-0"]
+
+
+def test_a_group_running_two_templates_is_restarted_whatever_the_budget() -> None:
+    s = spec(prefill=2, decode=1, maxUnavailable=1)
+    statefulsets, live = world({("prefill", 0): {"revision": "new", "routable": True},
+                                ("prefill", 1): {"revision": "new", "routable": True},
+                                ("decode", 0): {"revision": "new", "routable": True}})  # fmt: skip
+    # one worker of prefill-1 was replaced alone (new pod, new template); its leader is old
+    live[2]["metadata"]["labels"]["controller-revision-hash"] = "dsv3-prefill-1-old"
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
+    assert decision.restarts == (("dsv3-prefill-1", ("dsv3-prefill-1-0", "dsv3-prefill-1-1")),)
+
+
+def test_nothing_moves_before_the_statefulset_has_seen_its_template() -> None:
+    s = spec(prefill=1, decode=1)
+    statefulsets, live = world({("prefill", 0): {"revision": "old"},
+                                ("decode", 0): {"revision": "old"}})  # fmt: skip
+    for each in statefulsets:
+        each["status"]["observedGeneration"] = 1
+    assert decide(s, instances(OWNER, s, statefulsets, live), "fpA").restarts == ()
+
+
+def test_a_layout_change_moves_both_roles_and_switches_generation_in_two_steps() -> None:
+    s = spec(prefill=2, decode=1, maxUnavailable=1)
+    old = {"revision": "old", "fp": "fpA", "routable": True}
+    statefulsets, live = world({("prefill", 0): old, ("prefill", 1): old, ("decode", 0): old})
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpB")
+    # both roles at once: one prefill within its budget, and decode's only instance
+    assert sorted(name for name, _ in decision.restarts) == ["dsv3-decode-0", "dsv3-prefill-1"]
+    assert decision.serving == "fpA" and decision.routing == ()
+    assert not decision.complete
+
+    # the new generation has a Ready pair: first the old leaders leave the router ...
+    new = {"revision": "new", "fp": "fpB"}
+    statefulsets, live = world({("prefill", 0): old, ("prefill", 1): new, ("decode", 0): new})
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpB")
+    assert decision.serving == "fpB"
+    assert decision.routing == (("dsv3-prefill-0-0", None),)
+    # ... and prefill-0 of the old generation serves nothing now: it is updated at once
+    assert [name for name, _ in decision.restarts] == ["dsv3-prefill-0"]
+
+    # once no old leader is routable, the new leaders join
+    old_unrouted = {"revision": "old", "fp": "fpA"}
+    statefulsets, live = world({("prefill", 0): old_unrouted, ("prefill", 1): new,
+                                ("decode", 0): new})  # fmt: skip
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpB")
+    assert sorted(decision.routing) == [("dsv3-decode-0-0", "true"), ("dsv3-prefill-1-0", "true")]
+
+
+def test_routing_only_ever_names_leaders() -> None:
+    s = spec(prefill=2, decode=1)
+    fresh = {"revision": "new", "fp": "fpA"}
+    statefulsets, live = world({("prefill", 0): fresh, ("prefill", 1): fresh,
+                                ("decode", 0): fresh})  # fmt: skip
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
+    assert sorted(pod for pod, _ in decision.routing) == [
+        "dsv3-decode-0-0", "dsv3-prefill-0-0", "dsv3-prefill-1-0"]  # fmt: skip
+    assert decision.complete is False  # nothing routable yet: serving is still being set up
+
+
+def test_surge_starts_new_instances_before_taking_any_down() -> None:
+    s = spec(prefill=2, decode=1, maxUnavailable=0, maxSurge=1)
+    old = {"revision": "old", "routable": True}
+    statefulsets, live = world({("prefill", 0): old, ("prefill", 1): old, ("decode", 0): old})
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
+    assert decision.surge == {"prefill": 1, "decode": 0}
+    assert decision.restarts == ()  # maxUnavailable 0: nothing goes before the surge serves
+    # the surge instance (index 2) is Ready and routable: one old instance may go now
+    statefulsets, live = world({("prefill", 0): old, ("prefill", 1): old,
+                                ("prefill", 2): {"revision": "new", "routable": True},
+                                ("decode", 0): old})  # fmt: skip
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
+    assert [name for name, _ in decision.restarts] == ["dsv3-prefill-1"]
+    assert decision.roles["prefill"].surge == 1
