@@ -141,23 +141,31 @@ def _pod(name: str, rv: str, component: str = "prefill", exit_code: int | None =
     return pod
 
 
-def test_only_pods_with_news_are_cached_and_one_that_stops_being_news_is_forgotten() -> None:
+def test_runtime_pods_and_the_inspector_are_kept_slim_and_other_pods_are_not() -> None:
     refused = _pod("dsv3-prefill-0-0", "2", exit_code=5)
+    router = _pod("dsv3-router-abc", "7", "router")
     watch, _, queue, cache, _ = make(
-        lists=[([_pod("dsv3-prefill-0-1", "1"), refused, _pod("i", "3", "model-inspector")], "4")],
-        watches=[[event("MODIFIED", _pod("dsv3-prefill-0-0", "5"))]],
+        lists=[([_pod("dsv3-prefill-0-1", "1"), refused, _pod("i", "3", "model-inspector"),
+                 router], "4")],  # fmt: skip
+        watches=[],
         kind="Pod",
     )
     watch.relist()
-    assert cached(cache, "Pod") == ["dsv3-prefill-0-0", "i"]
-    assert queue.keys == [("ns", "dsv3"), ("ns", "dsv3")]
-    # the refused pod restarts and runs: no longer news, so the cache drops it
-    watch.handle(event("MODIFIED", _pod("dsv3-prefill-0-0", "5")))
-    assert cached(cache, "Pod") == ["i"]
-    assert queue.keys[-1] == ("ns", "dsv3")
-    # an ordinary runtime pod changing is not news: nothing is queued
+    assert cached(cache, "Pod") == ["dsv3-prefill-0-0", "dsv3-prefill-0-1", "i"]
+    assert queue.keys == [("ns", "dsv3")] * 3
+    # what the cache holds of a pod: no spec beyond the node, no managed fields
+    refused["spec"] = {"containers": [{"name": "x", "image": "big"}], "nodeName": "n1"}
+    refused["metadata"]["managedFields"] = [{"manager": "kubelet"}]
+    refused["metadata"]["resourceVersion"] = "8"
+    watch.handle(event("MODIFIED", refused))
+    name = refused["metadata"]["name"]
+    kept = next(p for p in cache.listed("Pod", "ns", {}) if p["metadata"]["name"] == name)
+    assert kept["spec"] == {"nodeName": "n1"} and "managedFields" not in kept["metadata"]
+    assert kept["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 5
+    # the router's pod is neither cached nor queued
     before = len(queue.keys)
-    watch.handle(event("MODIFIED", _pod("dsv3-prefill-0-1", "6")))
+    watch.handle(event("MODIFIED", {**router, "metadata": {**router["metadata"],
+                                                          "resourceVersion": "9"}}))  # fmt: skip
     assert len(queue.keys) == before
 
 

@@ -17,7 +17,7 @@ from ascend_pd_operator.live_cache import LiveCache, only_status_changed
 from ascend_pd_operator.reconciler import Reconciler
 
 Json = dict[str, Any]
-WATCHED = ("StatefulSet", "Deployment", "Service", "ConfigMap", "Job")
+WATCHED = ("StatefulSet", "Deployment", "Service", "ConfigMap", "Job", "Pod")
 
 
 class FakeKube:
@@ -67,6 +67,15 @@ class FakeKube:
         self.calls.append(("DELETE", kind))
         self.objects.pop((kind, namespace, name), None)
 
+    def patch_labels(
+        self, kind: str, namespace: str, name: str, labels: dict[str, str | None]
+    ) -> Json:
+        self.calls.append(("LABEL", kind))
+        obj = self.objects[(kind, namespace, name)]
+        merged = {**obj["metadata"].get("labels", {}), **labels}
+        obj["metadata"]["labels"] = {k: v for k, v in merged.items() if v is not None}
+        return self._store(obj, False)
+
     def patch_status(self, kind: str, namespace: str, name: str, status: Json) -> Json:
         self.calls.append(("PATCH_STATUS", kind))
         obj = self.objects[(kind, namespace, name)]
@@ -79,6 +88,40 @@ class FakeKube:
 
     def writes(self) -> list[tuple[str, str]]:
         return [c for c in self.calls if c[0] not in ("GET", "LIST")]
+
+
+def run_workload_controllers(kube: FakeKube, ready: bool = True) -> None:
+    """What the StatefulSet and Deployment controllers and the kubelets would do: create the
+    missing pods of each StatefulSet from its current template (``OnDelete``: existing pods
+    keep theirs), mark them ``ready``, and report status as the controllers do."""
+    for (kind, ns, name), obj in list(kube.objects.items()):
+        if kind == "Deployment":
+            want = obj["spec"].get("replicas", 1)
+            obj["status"] = {"observedGeneration": obj["metadata"]["generation"],
+                             "readyReplicas": want if ready else 0, "updatedReplicas": want}  # fmt: skip
+            kube._store(obj, False)
+        if kind != "StatefulSet":
+            continue
+        revision = f"{name}-{abs(hash(repr(obj['spec']['template']))) % 10**8}"
+        want = obj["spec"]["replicas"]
+        pods = []
+        for k in range(want):
+            key = ("Pod", ns, f"{name}-{k}")
+            if key not in kube.objects:
+                meta = obj["spec"]["template"]["metadata"]
+                labels = {**meta["labels"], "controller-revision-hash": revision}
+                kube._store({"kind": "Pod", "metadata": {"name": key[2], "namespace": ns,
+                             "labels": labels},
+                             "status": {"conditions": [
+                                 {"type": "Ready", "status": "True" if ready else "False"}]}},
+                            False)  # fmt: skip
+            pods.append(kube.objects[key])
+        updated = sum(p["metadata"]["labels"]["controller-revision-hash"] == revision for p in pods)
+        ready_pods = sum(p["status"]["conditions"][0]["status"] == "True" for p in pods)
+        obj["status"] = {"observedGeneration": obj["metadata"]["generation"],
+                         "replicas": want, "readyReplicas": ready_pods,
+                         "updatedReplicas": updated, "updateRevision": revision}  # fmt: skip
+        kube._store(obj, False)
 
 
 def watch_everything(kube: FakeKube, cache: LiveCache) -> None:

@@ -30,6 +30,7 @@ _writes = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_writes)
 FakeKube = _writes.FakeKube
 watch_everything = _writes.watch_everything
+run_workload_controllers = _writes.run_workload_controllers
 
 
 class Clock:
@@ -191,16 +192,13 @@ def ready_world(dsv3: Json) -> tuple[Any, LiveCache, Reconciler]:
     cr = copy.deepcopy(dsv3)
     cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
     kube.objects[(api.KIND, "llm", cr["metadata"]["name"])] = cr
-    cache = LiveCache(listed_kinds=("StatefulSet", "Deployment", "Service", "ConfigMap", "Job"))
+    cache = LiveCache(listed_kinds=_writes.WATCHED)
     reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)
-    reconciler.reconcile("llm", "dsv3")
-    for (kind, _, _), obj in kube.objects.items():
-        if kind in ("StatefulSet", "Deployment"):
-            want = obj["spec"].get("replicas", 1)
-            obj["status"] = {"observedGeneration": obj["metadata"]["generation"],
-                             "readyReplicas": want, "updatedReplicas": want}  # fmt: skip
-            kube._store(obj, False)
-    watch_everything(kube, cache)
+    # reconcile, controllers create the pods, reconcile labels the leaders routable: Ready
+    for _ in range(3):
+        reconciler.reconcile("llm", "dsv3")
+        run_workload_controllers(kube)
+        watch_everything(kube, cache)
     reconciler.reconcile("llm", "dsv3")
     assert kube.objects[(api.KIND, "llm", "dsv3")]["status"]["phase"] == "Ready"
     return kube, cache, reconciler
