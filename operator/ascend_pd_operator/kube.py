@@ -317,8 +317,15 @@ class Kube:
         metrics.observe_write("apply", res.kind)
         return answer
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+    def delete(self, kind: str, namespace: str, name: str, uid: str = "") -> None:
+        """Delete ``name`` (only while its uid is ``uid``, if given: 409 otherwise)."""
+        body: Json = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+        }
+        if uid:
+            body["preconditions"] = {"uid": uid}
         with contextlib.suppress(NotFound):
             self.request("DELETE", path(resource_for(kind), namespace, name), body=body)
             metrics.observe_write("delete", kind)

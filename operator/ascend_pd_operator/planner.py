@@ -264,7 +264,11 @@ def plan(obs: Observation, now: str) -> Plan:
             replaced = _selector_changed(obs, desired)
             applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
             deletes = _prunes(obs, desired) + tuple(delete(*key) for key in replaced)
-            restarts = tuple(delete("Pod", pod) for _, pods in decision.restarts for pod in pods)
+            restarts = tuple(
+                Write("delete", "Pod", pod, {"metadata": {"uid": uid}})
+                for _, pods in decision.restarts
+                for pod, uid in pods
+            )
             routing = tuple(label("Pod", pod, {LABEL_ROUTABLE: v}) for pod, v in decision.routing)
     draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
                  restarts, routing, decision)  # fmt: skip

@@ -20,8 +20,9 @@ import contextlib
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import api
@@ -138,6 +139,43 @@ def _children(
 # --- plan and execute -----------------------------------------------------------------
 
 
+class ExpectedGone:
+    """Pods we deleted, until the watch stops reporting them as live (client-go's
+    "expectations"): a reconcile that runs before the watch delivered a deletion must not
+    count that instance as serving, or a rollout would take down one instance too many."""
+
+    #: A deletion the watch never confirms is forgotten after this long.
+    TTL_SECONDS = 600.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._uids: dict[str, float] = {}
+        self._guard = threading.Lock()
+
+    def add(self, uid: str) -> None:
+        with self._guard:
+            self._uids[uid] = self._clock() + self.TTL_SECONDS
+
+    def apply(self, obs: Observation) -> Observation:
+        """``obs`` with the pods we deleted marked as terminating."""
+        with self._guard:
+            now = self._clock()
+            for uid in [u for u, until in self._uids.items() if until < now]:
+                del self._uids[uid]
+            if not self._uids:
+                return obs
+            pods = []
+            for pod in obs.pods:
+                meta = pod["metadata"]
+                uid = meta.get("uid")
+                if uid in self._uids and meta.get("deletionTimestamp"):
+                    del self._uids[uid]  # the watch saw the deletion: nothing to expect
+                elif uid in self._uids:
+                    pod = {**pod, "metadata": {**meta, "deletionTimestamp": "expected"}}
+                pods.append(pod)
+        return replace(obs, pods=pods)
+
+
 class Reconciler:
     def __init__(
         self, kube: Kube, clock: Callable[[], str] = utc_now, cache: LiveCache | None = None
@@ -147,6 +185,8 @@ class Reconciler:
         #: Fed by the watches; without it every child is applied on every reconcile.
         self.cache = cache
         self._locks: dict[tuple[str, str], threading.Lock] = {}
+        #: Pods this operator deleted that the watch may still report as running.
+        self.expected_gone = ExpectedGone()
         self._locks_guard = threading.Lock()
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
@@ -158,6 +198,7 @@ class Reconciler:
             observation = observe(self.kube, self.cache, namespace, name)
             if observation is None:
                 return None
+            observation = self.expected_gone.apply(observation)
             return self.execute(plan(observation, self.clock()))
 
     def execute(self, todo: Plan) -> Result:
@@ -204,6 +245,16 @@ class Reconciler:
     def _write(self, namespace: str, write: Write, cached: bool) -> tuple[Json, int]:
         """Perform one write: (the object it left, 1 if a request was sent). ``cached``:
         skip an apply the watches' cache says would change nothing (the children's)."""
+        if write.verb == "delete" and write.manifest is not None:  # a pod, by uid
+            uid = str(write.manifest["metadata"]["uid"])
+            log.info("deleting %s %s/%s (uid %s)", write.kind, namespace, write.name, uid)
+            try:
+                self.kube.delete(write.kind, namespace, write.name, uid)
+            except KubeError as exc:
+                if exc.status != 409:  # 409: already replaced by a new pod; nothing to do
+                    raise
+            self.expected_gone.add(uid)
+            return {}, 1
         if write.verb == "delete":
             log.info("deleting %s %s/%s", write.kind, namespace, write.name)
             self.kube.delete(write.kind, namespace, write.name)

@@ -183,8 +183,9 @@ class RoleRollout:
 
 @dataclass(frozen=True)
 class Decision:
-    #: Pods to delete, instance by instance (all pods of each instance updated now).
-    restarts: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Pods to delete, instance by instance (all pods of each instance updated now), as
+    #: (name, uid): a pod recreated under the same name is never deleted by mistake.
+    restarts: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     #: Pods whose LABEL_ROUTABLE is set ("true") or removed (None).
     routing: tuple[tuple[str, str | None], ...] = ()
     #: Surge instances wanted per role (beyond ``replicas``).
@@ -206,6 +207,10 @@ class Decision:
             "servingFingerprint": self.serving or "",
             "targetFingerprint": self.target,
         }
+
+
+def _names_uids(pods: Iterable[Json]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((p["metadata"]["name"], str(p["metadata"].get("uid", ""))) for p in pods))
 
 
 def _has_pair(by_role: Mapping[str, list[Instance]], fingerprint: str) -> bool:
@@ -264,7 +269,7 @@ def decide(spec: PDDeploymentSpec, by_role: Mapping[str, list[Instance]], target
     """What to update, route and surge now, within ``spec.rollout``'s bounds."""
     serving, routable_now = serving_generation(by_role, target)
     generation_change = serving is not None and serving != target
-    restarts: list[tuple[str, tuple[str, ...]]] = []
+    restarts: list[tuple[str, tuple[tuple[str, str], ...]]] = []
     roles: dict[str, RoleRollout] = {}
     surge: dict[str, int] = {}
     previous_complete = True
@@ -288,7 +293,7 @@ def decide(spec: PDDeploymentSpec, by_role: Mapping[str, list[Instance]], target
         if may_start:
             # Broken groups first, then what serves nothing, then the highest index first.
             for inst in sorted(outdated, key=lambda i: (not i.mixed, available(i), -i.index)):
-                pods = tuple(p["metadata"]["name"] for p in inst.live_pods)
+                pods = _names_uids(inst.live_pods)
                 if inst.update_revision is None or not pods:
                     continue  # the StatefulSet has not seen its template yet, or no pods
                 if available(inst):
@@ -310,7 +315,7 @@ def decide(spec: PDDeploymentSpec, by_role: Mapping[str, list[Instance]], target
     for each in ROLES:
         for inst in by_role[each]:
             if inst.mixed and inst.name not in chosen and inst.update_revision is not None:
-                restarts.append((inst.name, tuple(p["metadata"]["name"] for p in inst.live_pods)))
+                restarts.append((inst.name, _names_uids(inst.live_pods)))
     return Decision(
         restarts=tuple(restarts),
         routing=_routing(by_role, serving, routable_now),

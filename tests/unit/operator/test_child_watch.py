@@ -145,8 +145,12 @@ def test_runtime_pods_and_the_inspector_are_kept_slim_and_other_pods_are_not() -
     refused = _pod("dsv3-prefill-0-0", "2", exit_code=5)
     router = _pod("dsv3-router-abc", "7", "router")
     watch, _, queue, cache, _ = make(
-        lists=[([_pod("dsv3-prefill-0-1", "1"), refused, _pod("i", "3", "model-inspector"),
-                 router], "4")],  # fmt: skip
+        lists=[
+            (
+                [_pod("dsv3-prefill-0-1", "1"), refused, _pod("i", "3", "model-inspector"), router],
+                "4",
+            )
+        ],
         watches=[],
         kind="Pod",
     )

@@ -97,8 +97,11 @@ def run_workload_controllers(kube: FakeKube, ready: bool = True) -> None:
     for (kind, ns, name), obj in list(kube.objects.items()):
         if kind == "Deployment":
             want = obj["spec"].get("replicas", 1)
-            obj["status"] = {"observedGeneration": obj["metadata"]["generation"],
-                             "readyReplicas": want if ready else 0, "updatedReplicas": want}  # fmt: skip
+            obj["status"] = {
+                "observedGeneration": obj["metadata"]["generation"],
+                "readyReplicas": want if ready else 0,
+                "updatedReplicas": want,
+            }
             kube._store(obj, False)
         if kind != "StatefulSet":
             continue

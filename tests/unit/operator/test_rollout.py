@@ -17,7 +17,8 @@ OWNER = Owner("dsv3", "llm", "uid-1", 2)
 def spec(prefill: int = 3, decode: int = 1, **rollout: Any) -> Any:
     return parse_spec(
         {
-            "model": {"name": "m", "path": "/models/m", "config": {"numHiddenLayers": 4, "kvLoraRank": 512}},
+            "model": {"name": "m", "path": "/models/m",
+                      "config": {"numHiddenLayers": 4, "kvLoraRank": 512}},
             "runtime": {"image": "img:1", "sglangVersion": "0.5.20"},
             "speculative": {"algorithm": "NONE"},
             "prefill": {"replicas": prefill, "devicesPerNode": 8,
@@ -50,7 +51,7 @@ def pods(name: str, role: str, index: int, revision: str = "old", fp: str = "fpA
         if routable and k == 0:
             labels["ascendpd.io/routable"] = "true"
         out.append({
-            "metadata": {"name": f"{name}-{k}", "labels": labels},
+            "metadata": {"name": f"{name}-{k}", "uid": f"uid-{name}-{k}", "labels": labels},
             "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
         })  # fmt: skip
     return out
@@ -74,7 +75,10 @@ def test_an_image_change_updates_one_prefill_instance_at_a_time_then_decode() ->
                                 ("decode", 0): old})  # fmt: skip
     decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
     # every pod of one instance at once, the highest index first; decode waits its turn
-    assert decision.restarts == (("dsv3-prefill-2", ("dsv3-prefill-2-0", "dsv3-prefill-2-1")),)
+    assert decision.restarts == (
+        ("dsv3-prefill-2", (("dsv3-prefill-2-0", "uid-dsv3-prefill-2-0"),
+                            ("dsv3-prefill-2-1", "uid-dsv3-prefill-2-1"))),
+    )  # fmt: skip
     assert decision.roles["prefill"].available == 3 and not decision.complete
 
     # prefill-2 comes back on the new template, not Ready yet: nothing else goes down
@@ -115,7 +119,10 @@ def test_a_group_running_two_templates_is_restarted_whatever_the_budget() -> Non
     # one worker of prefill-1 was replaced alone (new pod, new template); its leader is old
     live[2]["metadata"]["labels"]["controller-revision-hash"] = "dsv3-prefill-1-old"
     decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
-    assert decision.restarts == (("dsv3-prefill-1", ("dsv3-prefill-1-0", "dsv3-prefill-1-1")),)
+    assert decision.restarts == (
+        ("dsv3-prefill-1", (("dsv3-prefill-1-0", "uid-dsv3-prefill-1-0"),
+                            ("dsv3-prefill-1-1", "uid-dsv3-prefill-1-1"))),
+    )  # fmt: skip
 
 
 def test_nothing_moves_before_the_statefulset_has_seen_its_template() -> None:
