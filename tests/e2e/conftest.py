@@ -290,3 +290,21 @@ def get_json(kubectl: Kubectl, namespace: str) -> Callable[..., dict[str, Any]]:
         return json.loads(done.stdout) if done.returncode == 0 else {}
 
     return get
+
+
+@pytest.fixture(scope="module")
+def crd(cluster: E2ECluster, kubectl: Kubectl) -> None:
+    """The PDDeployment CRD, with CEL where the server has it."""
+    install_crd(cluster.kubeconfig, cluster.server_version >= (1, 25), "e2e-operator")
+
+
+@pytest.fixture
+def operator(cluster: E2ECluster, crd: None, namespace: str, tmp_path: Path) -> Iterator[Any]:
+    """``ascend-pd run --namespace <the test's namespace>`` as a local process."""
+    from pdd_e2e import Operator
+
+    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log")
+    try:
+        yield op
+    finally:
+        op.stop()

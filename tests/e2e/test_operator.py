@@ -10,90 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from pdd_e2e import REPO, Operator, apply, condition, example, get, pdd_doc, status, versions
 
-from ascend_pd_dev.kubectl import install_crd
-from ascend_pd_dev.local_run import OperatorProcess
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
 pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
-
-
-@pytest.fixture(scope="module")
-def crd(cluster: Any, kubectl: Any) -> None:
-    with_cel = cluster.server_version >= (1, 25)
-    install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
-
-
-class Operator(OperatorProcess):
-    """``ascend-pd run --namespace NS`` as a local process; ``stop`` checks it exits on
-    SIGTERM and left no traceback."""
-
-    def __init__(self, kubeconfig: Path, namespace: str, log: Path, *extra: str,
-                 env: dict[str, str] | None = None) -> None:  # fmt: skip
-        args = ["--namespace", namespace, "--resync-seconds", "5", *extra]
-        super().__init__(args, kubeconfig, log, env=env)
-
-    def stop(self, timeout: float = 30.0) -> bool:
-        exited = self.process.poll() is not None
-        stopped = super().stop(timeout)
-        text = self.log.read_text()
-        assert "Traceback" not in text, text[-4000:]
-        # a pod would be SIGKILLed after its grace period
-        assert exited or stopped, "the operator did not stop on SIGTERM within 30 s"
-        return stopped
-
-
-@pytest.fixture
-def operator(cluster: Any, crd: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
-    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log")
-    try:
-        yield op
-    finally:
-        op.stop()
-
-
-def example(name: str, namespace: str) -> list[dict[str, Any]]:
-    docs = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
-    for doc in docs:
-        doc["metadata"]["namespace"] = namespace
-    return docs
-
-
-def apply(kubectl: Any, docs: list[dict[str, Any]]) -> None:
-    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
-
-
-def get(kubectl: Any, namespace: str, *what: str) -> dict[str, Any] | None:
-    done = kubectl("get", *what, "-n", namespace, "-o", "json", check=False)
-    return json.loads(done.stdout) if done.returncode == 0 else None
-
-
-def status(kubectl: Any, namespace: str, name: str) -> dict[str, Any]:
-    obj = get(kubectl, namespace, "pdd", name) or {}
-    return obj.get("status") or {}
-
-
-def condition(st: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in st.get("conditions", []) if c["type"] == type_), {})
-
-
-def versions(kubectl: Any, namespace: str) -> dict[str, str]:
-    items = get(kubectl, namespace, "statefulsets,services,deployments,configmaps")
-    # Workloads: their generation (controllers keep changing their status, not their spec).
-    return {
-        f"{i['kind']}/{i['metadata']['name']}": str(
-            i["metadata"].get("generation") or i["metadata"]["resourceVersion"]
-        )
-        for i in (items or {}).get("items", [])
-        if i["kind"] != "ConfigMap" or i["metadata"]["name"].endswith("-kv-layout")
-    }
 
 
 def test_example_becomes_ready_with_its_layout(
@@ -290,10 +214,6 @@ EXAMPLE_MODELS = {
 }
 
 
-def _pdd(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(d for d in docs if d["kind"] == "PDDeployment")
-
-
 def _plan_for(spec: dict[str, Any], model: str) -> dict[str, Any]:
     """``ascend-pd plan`` for the same inputs as a PDDeployment spec."""
     prefill, decode = spec["prefill"], spec["decode"]
@@ -320,7 +240,7 @@ def test_each_example_is_ready_and_its_status_layout_is_the_plan(
     name: str, kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     docs = example(name, namespace)
-    pdd = _pdd(docs)
+    pdd = pdd_doc(docs)
     if (pdd["spec"].get("scheduling") or {}).get("gang") == "volcano":
         has_volcano = kubectl("api-resources", "--api-group=scheduling.volcano.sh", check=False)
         if "podgroups" not in has_volcano.stdout:
@@ -371,7 +291,7 @@ def test_schema_invalid_specs_are_rejected_by_the_api_server_naming_the_field(
     patch: dict[str, Any], field: str, kubectl: Any, crd: None, namespace: str
 ) -> None:
     docs = example("deepseek-v2-lite.yaml", namespace)
-    pdd = _pdd(docs)
+    pdd = pdd_doc(docs)
 
     def merge(target: dict[str, Any], change: dict[str, Any]) -> None:
         for key, value in change.items():
@@ -394,7 +314,7 @@ def test_cross_field_invalid_spec_creates_nothing_and_says_why(
     kubectl: Any, namespace: str, operator: Operator, wait_until: Any, cluster: Any
 ) -> None:
     docs = example("deepseek-v2-lite.yaml", namespace)
-    _pdd(docs)["spec"]["prefill"]["extraArgs"] = ["--tp-size", "4"]
+    pdd_doc(docs)["spec"]["prefill"]["extraArgs"] = ["--tp-size", "4"]
     done = kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), check=False)
     if cluster.server_version >= (1, 25):  # CEL sees it: the API server refuses
         assert done.returncode != 0 and "--tp-size" in done.stderr
@@ -416,7 +336,7 @@ def test_scale_prefill_2_3_1_and_the_router_follows(
 ) -> None:
     docs = example("deepseek-v3-pp2.yaml", namespace)
     # TP 4 × PP 2 = one node per prefill instance: 3 instances + decode fit in 5 nodes
-    _pdd(docs)["spec"]["prefill"]["parallelism"]["tensor"] = 4
+    pdd_doc(docs)["spec"]["prefill"]["parallelism"]["tensor"] = 4
     apply(kubectl, docs)
 
     def prefill_instances() -> list[str]:

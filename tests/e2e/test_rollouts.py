@@ -1,0 +1,203 @@
+"""Day-2 operations on the local control plane, checked by sampled invariants.
+
+A sampler thread reads the runtime pods (and the PDDeployment's status) every ~200 ms
+while a change rolls out, straight from the API server, and records what a user would
+see: how many instances of a role were Ready, whether an instance ever had Ready pods of
+two templates, and which KV-layout generations the router could discover. The
+expectations come from the issue's rules, not from the operator's own code.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes import client
+from pdd_e2e import Operator, apply, example, pdd_doc
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+LABEL_REVISION = "controller-revision-hash"
+LABEL_ROLE = "ascendpd.io/role"
+LABEL_INSTANCE = "ascendpd.io/instance"
+LABEL_FINGERPRINT = "ascendpd.io/kv-fingerprint"
+LABEL_ROUTABLE = "ascendpd.io/routable"
+
+
+def _ready(pod: Any) -> bool:
+    if pod.metadata.deletion_timestamp is not None:
+        return False  # on its way out: it serves nothing new
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+@dataclass
+class Sample:
+    #: role -> instances whose every pod is Ready
+    ready: dict[str, int]
+    #: instances with Ready pods of two templates
+    mixed: list[str]
+    #: KV-layout generations among the Ready routable pods (what the router can discover)
+    routable_generations: set[str]
+    #: role -> pods labelled routable that are not instance leaders
+    routable_non_leaders: list[str]
+    status: dict[str, Any] = field(default_factory=dict)
+
+
+class Sampler:
+    """Samples the namespace every ``period`` seconds in a thread until ``stop``."""
+
+    def __init__(
+        self, api_client: Any, namespace: str, name: str, nodes: dict[str, int],
+        period: float = 0.2,
+    ) -> None:  # fmt: skip
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.namespace, self.name, self.nodes, self.period = namespace, name, nodes, period
+        self.samples: list[Sample] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append(self.sample())
+            except Exception as exc:  # an API hiccup: noted, never a false pass
+                self.errors.append(repr(exc))
+            self._stop.wait(self.period)
+
+    def sample(self) -> Sample:
+        pods = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"ascendpd.io/deployment={self.name}"
+        ).items
+        by_instance: dict[tuple[str, str], list[Any]] = defaultdict(list)
+        routable_generations, non_leaders = set(), []
+        for pod in pods:
+            labels = pod.metadata.labels or {}
+            role = labels.get(LABEL_ROLE)
+            if role not in ("prefill", "decode"):
+                continue
+            by_instance[(role, labels[LABEL_INSTANCE])].append(pod)
+            if labels.get(LABEL_ROUTABLE) == "true":
+                if not pod.metadata.name.endswith("-0"):
+                    non_leaders.append(pod.metadata.name)
+                if _ready(pod):
+                    routable_generations.add(labels.get(LABEL_FINGERPRINT, "?"))
+        ready: dict[str, int] = {"prefill": 0, "decode": 0}
+        mixed = []
+        for (role, index), members in by_instance.items():
+            live = [p for p in members if _ready(p)]
+            if len(live) == self.nodes[role] and len(live) == len(members):
+                ready[role] += 1
+            if len({(p.metadata.labels or {}).get(LABEL_REVISION) for p in live}) > 1:
+                mixed.append(f"{role}-{index}")
+        cr = self.custom.get_namespaced_custom_object(
+            "ascendpd.io", "v1alpha1", self.namespace, "pddeployments", self.name
+        )
+        return Sample(ready, mixed, routable_generations, non_leaders, cr.get("status") or {})
+
+
+def _patch(kubectl: Any, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    kubectl("patch", "pdd", name, "-n", namespace, "--type=merge",
+            "-p", json.dumps({"spec": spec}))  # fmt: skip
+
+
+def _rolled_out(kubectl: Any, namespace: str, name: str) -> Callable[[], Any]:
+    def done() -> Any:
+        cr = json.loads(kubectl("get", "pdd", name, "-n", namespace, "-o", "json").stdout)
+        st = cr.get("status") or {}
+        return (
+            st.get("observedGeneration") == cr["metadata"]["generation"]
+            and st.get("phase") == "Ready"
+            and (st.get("rollout") or {}).get("phase") == "Complete"
+            and st
+        )
+
+    return done
+
+
+def _three_prefill_instances_of_two_nodes(namespace: str) -> list[dict[str, Any]]:
+    docs = example("deepseek-v3-pp2.yaml", namespace)
+    spec = pdd_doc(docs)["spec"]
+    # TP 4 × PP 2 on 4 NPUs per node: 2 nodes per prefill instance
+    spec["prefill"].update(replicas=3, devicesPerNode=4)
+    spec["prefill"]["parallelism"]["tensor"] = 4
+    spec["rollout"] = {"maxUnavailable": 1}
+    return docs
+
+
+def test_an_image_change_rolls_whole_instances_within_max_unavailable(
+    kubectl: Any, namespace: str, operator: Operator, api_client: Any, wait_until: Any
+) -> None:
+    apply(kubectl, _three_prefill_instances_of_two_nodes(namespace))
+    wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready before the change")
+    image = "registry.example.com/ascend-pd-runtime:0.2.0"
+    with Sampler(api_client, namespace, "dsv3", {"prefill": 2, "decode": 2}) as sampler:
+        _patch(kubectl, namespace, "dsv3", {"runtime": {"image": image}})
+        final = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
+    samples = sampler.samples
+    assert len(samples) >= 10 and not sampler.errors
+    worst = min(s.ready["prefill"] for s in samples)
+    print(f"image rollout: {len(samples)} samples, worst Ready prefill instances {worst}/3, "
+          f"updated prefill seen {sorted({s.status.get('prefill', {}).get('updatedReplicas') for s in samples}, key=str)}")  # fmt: skip
+    assert worst >= 2, f"prefill Ready instances fell to {worst} (maxUnavailable 1 of 3)"
+    assert [s.mixed for s in samples if s.mixed] == []
+    assert all(not s.routable_non_leaders for s in samples)
+    # the status showed the rollout while it ran, then its end
+    progressing = [s.status for s in samples
+                   if (s.status.get("rollout") or {}).get("phase") == "Progressing"]  # fmt: skip
+    assert progressing, "the status never showed the rollout in progress"
+    assert any(st["prefill"].get("updatedReplicas", 0) in (1, 2) for st in progressing)
+    assert all(st["phase"] != "Ready" for st in progressing)
+    assert final["prefill"]["updatedReplicas"] == 3 and final["decode"]["updatedReplicas"] == 1
+    pods = (
+        client.CoreV1Api(api_client)
+        .list_namespaced_pod(
+            namespace, label_selector="ascendpd.io/deployment=dsv3,ascendpd.io/role"
+        )
+        .items
+    )
+    assert {c.image for p in pods for c in p.spec.containers} == {image}
+
+
+def test_a_layout_change_starts_a_new_generation_never_mixed_in_the_router(
+    kubectl: Any, namespace: str, operator: Operator, api_client: Any, wait_until: Any
+) -> None:
+    apply(kubectl, _three_prefill_instances_of_two_nodes(namespace))
+    before = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready before the change")
+    old = before["kvLayout"]["fingerprint"]
+    with Sampler(api_client, namespace, "dsv3", {"prefill": 2, "decode": 2}) as sampler:
+        _patch(kubectl, namespace, "dsv3", {"prefill": {"layerPartition": [31, 30]}})
+        final = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
+    new = final["kvLayout"]["fingerprint"]
+    assert new != old and final["rollout"]["servingFingerprint"] == new
+    samples = sampler.samples
+    assert len(samples) >= 10 and not sampler.errors
+    assert all(len(s.routable_generations) <= 1 for s in samples), [
+        s.routable_generations for s in samples if len(s.routable_generations) > 1
+    ]
+    seen = [next(iter(s.routable_generations)) for s in samples if s.routable_generations]
+    assert seen[0] == old and seen[-1] == new
+    # the switch happened once: old, then (after a gap with nothing routable) new
+    assert seen == sorted(seen, key=lambda g: g == new)
+    pods = (
+        client.CoreV1Api(api_client)
+        .list_namespaced_pod(
+            namespace, label_selector="ascendpd.io/deployment=dsv3,ascendpd.io/role"
+        )
+        .items
+    )
+    assert {(p.metadata.labels or {}).get(LABEL_FINGERPRINT) for p in pods} == {new}
