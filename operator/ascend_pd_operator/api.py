@@ -405,6 +405,30 @@ class RolloutStatus(_Model):
     message: str = Field("", description="Progress per role, and what a generation change costs.")
 
 
+class FailureRecord(_Model):
+    """One failure of an instance: where and why."""
+
+    pod: str = Field("", description="The pod that failed.")
+    container: str = Field("", description="The container that ended, if one did.")
+    reason: str = Field("", description="Why: the container's reason, Failed, or Deleted.")
+    exit_code: int | None = Field(None, description="The container's exit code.")
+    message: str = Field("", description="Its termination message.")
+
+
+class RecoveryRecord(_Model):
+    """Group recovery of one instance: every failure restarts all its pods together."""
+
+    instance: str = Field(..., description="The instance (its StatefulSet).")
+    restarts: int = Field(0, description="Restarts since the operator first restarted it.")
+    window_start: str = Field("", description="Start of the current failure window.")
+    window_restarts: int = Field(0, description="Restarts within the current window.")
+    last_restart_time: str = Field("", description="When it was last restarted.")
+    first_failure: FailureRecord | None = Field(
+        None, description="The first failure of the current window."
+    )
+    last_failure: FailureRecord | None = Field(None, description="The latest failure.")
+
+
 class RouterStatus(_Model):
     """The router Deployment."""
 
@@ -429,6 +453,7 @@ class PDDeploymentStatus(_Model):
     decode: RoleStatus | None = Field(None, description="Decode instances.")
     router: RouterStatus | None = Field(None, description="Router.")
     rollout: RolloutStatus | None = Field(None, description="The rollout of the current spec.")
+    recovery: list[RecoveryRecord] = _list("Instances restarted by group recovery.")
     endpoint: str = Field("", description="Router URL inside the cluster.")
 
 

@@ -67,7 +67,10 @@ def pod_with_news(pod: Json) -> bool:
     )
 
 
-POD_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+POD_METADATA = (
+    "name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds",
+)  # fmt: skip
 
 
 def slim_pod(pod: Json) -> Json:
@@ -91,7 +94,7 @@ def slim_pod(pod: Json) -> Json:
         },
         "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName", "")},
         "status": {
-            "phase": status.get("phase", ""),
+            **{k: status[k] for k in ("phase", "reason", "message") if k in status},
             "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"],
             "containerStatuses": [
                 {k: c[k] for k in ("name", "ready", "restartCount", "state", "lastState") if k in c}
@@ -299,6 +302,9 @@ class ChildWatch:
             self._seen(obj)
         elif kind == "DELETED":
             metrics.DEPLOYMENTS.child_gone(self.kind, *_key(obj))
+            slim = SLIM.get(self.kind)
+            if self.cache is not None and slim is not None and _key(obj) in self.known:
+                self.cache.seen({**slim(obj), "kind": self.kind})  # its last state, for the record
             self._gone(_key(obj))
         elif kind != "BOOKMARK":  # a bookmark carries nothing but its resourceVersion
             raise WatchError(f"unknown watch event type {kind!r}")

@@ -182,6 +182,8 @@ def worker(
             metrics.observe_reconcile("ok" if result else "gone", time.monotonic() - started)
             metrics.DEPLOYMENTS.deployment_status(*key, result.status if result else None)
             queue.forget(key)
+            if result is not None and result.requeue_after is not None:
+                queue.add_after(key, result.requeue_after)  # a restart waiting for its backoff
         finally:
             queue.done(key)
 

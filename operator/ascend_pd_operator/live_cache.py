@@ -21,11 +21,16 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 Json = dict[str, Any]
 Key = tuple[str, str, str]  # (kind, namespace, name)
+#: Kinds whose deleted objects are remembered a while (a pod deleted by someone else
+#: means its instance must restart, even if the reconcile only runs after the deletion).
+TOMBSTONE_KINDS = frozenset({"Pod"})
+TOMBSTONE_SECONDS = 600.0
 
 
 def digest(manifest: Json) -> str:
@@ -67,6 +72,8 @@ class LiveCache:
         self._objects: dict[Key, Json] = {}
         self._applied: dict[Key, tuple[str, str]] = {}
         self._generations: dict[Key, int] = {}
+        #: Deleted pods, their last state, kept ``TOMBSTONE_SECONDS`` (group recovery).
+        self._tombstones: dict[Key, tuple[float, Json]] = {}
         #: Kinds whose watch feeds every object into this cache: listed from here.
         self.listed_kinds = frozenset(listed_kinds)
 
@@ -114,9 +121,26 @@ class LiveCache:
         # from growing with every PDDeployment ever deleted.
         key = (kind, namespace, name)
         with self._lock:
-            self._objects.pop(key, None)
+            last = self._objects.pop(key, None)
             self._applied.pop(key, None)
             self._generations.pop(key, None)
+            if kind in TOMBSTONE_KINDS and last is not None:
+                now = time.monotonic()
+                self._tombstones[key] = (now, last)
+                for old in [k for k, (at, _) in self._tombstones.items()
+                            if now - at > TOMBSTONE_SECONDS]:  # fmt: skip
+                    del self._tombstones[old]
+
+    def tombstones(self, kind: str, namespace: str, labels: Mapping[str, str]) -> list[Json]:
+        """Objects of ``kind`` deleted lately, as last seen, that carry all of ``labels``."""
+        with self._lock:
+            return [
+                obj
+                for (k, ns, _), (_, obj) in self._tombstones.items()
+                if k == kind
+                and ns == namespace
+                and _contains(obj["metadata"].get("labels"), labels)
+            ]
 
     # --- used by the reconciler -------------------------------------------------------
     def unchanged(self, manifest: Json) -> Json | None:

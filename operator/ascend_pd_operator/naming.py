@@ -62,6 +62,8 @@ COND_PREFILL_READY = "PrefillReady"
 COND_DECODE_READY = "DecodeReady"
 COND_ROUTER_READY = "RouterReady"
 COND_READY = "Ready"
+#: False while an instance is in a restart loop (group recovery gave up waiting it out).
+COND_INSTANCES_HEALTHY = "InstancesHealthy"
 
 REASON_VALID = "Valid"
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -97,6 +99,11 @@ REASON_READY = "Ready"
 REASON_NOT_READY = "NotReady"
 #: Ready: the children run, but not every instance runs the current spec yet.
 REASON_ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+#: InstancesHealthy: every instance runs; or one restarted too often (RestartLoop).
+REASON_HEALTHY = "Healthy"
+REASON_RESTART_LOOP = "RestartLoop"
+#: The Event of each group restart.
+REASON_INSTANCE_RESTARTED = "InstanceRestarted"
 REASON_APPLY_FAILED = "ApplyFailed"
 REASON_PRUNE_FAILED = "PruneFailed"
 

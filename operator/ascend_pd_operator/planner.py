@@ -28,6 +28,7 @@ generation) and from the step that failed, if one did.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -47,6 +48,7 @@ from .model_source import (
 from .naming import (
     COMPONENT_FACTS,
     COMPONENT_INSPECTOR,
+    COND_INSTANCES_HEALTHY,
     COND_KV_LAYOUT_COMPATIBLE,
     COND_MODEL_RESOLVED,
     COND_READY,
@@ -56,6 +58,7 @@ from .naming import (
     LABEL_ROUTABLE,
     REASON_APPLY_FAILED,
     REASON_INSPECTING,
+    REASON_INSTANCE_RESTARTED,
     REASON_LAUNCH_REFUSED,
     REASON_NOT_READY,
     REASON_PRUNE_FAILED,
@@ -64,6 +67,7 @@ from .naming import (
     inspector_name,
 )
 from .naming import model_facts_name as facts_cm_name
+from .recovery import Recovery, parse_time, recover
 from .rollout import Decision, decide, instances
 from .status import Findings, compute_status
 
@@ -76,7 +80,10 @@ STATUS_KINDS = ("StatefulSet", "Deployment")
 #: Components kept across spec changes (they cache the model inspection).
 KEPT_COMPONENTS = (COMPONENT_FACTS, COMPONENT_INSPECTOR)
 #: Conditions whose False status (with a reason worth telling) posts a Warning Event.
-EVENT_CONDITIONS = (COND_VALIDATED, COND_KV_LAYOUT_COMPATIBLE, COND_MODEL_RESOLVED, COND_READY)
+EVENT_CONDITIONS = (
+    COND_VALIDATED, COND_KV_LAYOUT_COMPATIBLE, COND_MODEL_RESOLVED, COND_READY,
+    COND_INSTANCES_HEALTHY,
+)  # fmt: skip
 #: Reasons that are progress, not a problem: no Event.
 QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY)
 
@@ -100,6 +107,10 @@ class Observation:
     pods: list[Json] = field(default_factory=list)
     #: Facts given offline (``ascend-pd render --model-config``): they win over the rest.
     local_facts: ModelFacts | None = None
+    #: Runtime pods deleted lately, as last seen (group recovery tells who deleted them).
+    gone_pods: list[Json] = field(default_factory=list)
+    #: uids of the pods this operator deleted lately (the watch may not show it yet).
+    our_deletions: frozenset[str] = frozenset()
 
     @property
     def owner(self) -> Owner:
@@ -208,6 +219,13 @@ class Plan:
     routing: tuple[Write, ...] = ()
     #: The rollout as decided (None: no children are written).
     rollout: Decision | None = None
+    #: The failed instances restarted now, and the recovery records.
+    recovery: Recovery | None = None
+
+    @property
+    def requeue_after(self) -> float | None:
+        """Reconcile again after this long (a restart waiting for its backoff)."""
+        return self.recovery.requeue_after if self.recovery else None
 
     @property
     def ok(self) -> bool:
@@ -242,6 +260,7 @@ def plan(obs: Observation, now: str) -> Plan:
     restarts: tuple[Write, ...] = ()
     routing: tuple[Write, ...] = ()
     decision: Decision | None = None
+    recovery: Recovery | None = None
     if spec is not None:
         facts = choose_facts(obs, spec)
         if facts.start_inspector:
@@ -257,21 +276,32 @@ def plan(obs: Observation, now: str) -> Plan:
             desired = desired_state(owner, spec, facts.facts)
         if desired is not None and desired.ok:
             assert desired.layout is not None
-            by_role = instances(owner, spec, obs.owned("StatefulSet"), runtime_pods(obs.pods))
+            pods = observed_pods(obs)
+            by_role = instances(owner, spec, obs.owned("StatefulSet"), pods)
             decision = decide(spec, by_role, layout_fingerprint(desired.layout))
+            gone = runtime_pods(obs.gone_pods) + [p for p in pods if p["metadata"].get(
+                "deletionTimestamp")]  # fmt: skip
+            recovery = recover(
+                by_role, gone, obs.our_deletions, obs.previous.get("recovery") or [],
+                parse_time(now) or dt.datetime.now(dt.UTC),
+            )  # fmt: skip
             if any(decision.surge.values()) and facts.facts is not None:
                 desired = desired_state(owner, spec, facts.facts, decision.surge)
             replaced = _selector_changed(obs, desired)
             applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
             deletes = _prunes(obs, desired) + tuple(delete(*key) for key in replaced)
+            # A failed group restarts whatever the rollout's budget: it serves nothing.
+            restarted = recovery.restarts + tuple(
+                r for r in decision.restarts if r[0] not in {n for n, _ in recovery.restarts}
+            )
             restarts = tuple(
                 Write("delete", "Pod", pod, {"metadata": {"uid": uid}})
-                for _, pods in decision.restarts
-                for pod, uid in pods
+                for _, members in restarted
+                for pod, uid in members
             )
             routing = tuple(label("Pod", pod, {LABEL_ROUTABLE: v}) for pod, v in decision.routing)
     draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
-                 restarts, routing, decision)  # fmt: skip
+                 restarts, routing, decision, recovery)  # fmt: skip
     return conclude(draft, Outcome())
 
 
@@ -325,15 +355,32 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         write_error_reason=_failure_reason(failure),
         pods=runtime_pods(obs.pods),
         rollout=draft.rollout,
+        recovery=draft.recovery,
     )
     status = compute_status(findings, now=draft.now)
-    return replace(draft, status=status, events=tuple(events(obs.previous, status)))
+    restarted = tuple(
+        Event("Warning", REASON_INSTANCE_RESTARTED, message)
+        for _, message in (draft.recovery.events if draft.recovery else ())
+    )
+    return replace(draft, status=status, events=tuple(events(obs.previous, status)) + restarted)
 
 
 def _failure_reason(failure: Failure | None) -> str:
     if failure is None:
         return ""
     return REASON_PRUNE_FAILED if failure.write.verb == "delete" else REASON_APPLY_FAILED
+
+
+def observed_pods(obs: Observation) -> list[Json]:
+    """The runtime pods, those we deleted marked as going even if the watch has not said so
+    yet: a rollout must not count an instance it just took down as serving."""
+    out = []
+    for pod in runtime_pods(obs.pods):
+        meta = pod["metadata"]
+        if meta.get("uid") in obs.our_deletions and not meta.get("deletionTimestamp"):
+            pod = {**pod, "metadata": {**meta, "deletionTimestamp": "(deleted by us)"}}
+        out.append(pod)
+    return out
 
 
 def runtime_pods(pods: list[Json]) -> list[Json]:

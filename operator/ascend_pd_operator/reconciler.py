@@ -49,7 +49,7 @@ from .planner import (
     conclude,
     plan,
 )
-from .status import status_changed
+from .status import merge_patch, status_changed
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -75,6 +75,10 @@ class Result:
     deleted: int
     plan: Plan | None = None
     failure: Failure | None = None
+
+    @property
+    def requeue_after(self) -> float | None:
+        return self.plan.requeue_after if self.plan else None
 
 
 # --- observe --------------------------------------------------------------------------
@@ -111,8 +115,10 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
             inspector_pods = kube.list("Pod", namespace, selector)
     children = {kind: _children(kube, cache, namespace, name, kind) for kind in PRUNED_KINDS}
     # The runtime pods: their templates and generations drive rollouts and routing.
+    gone: list[Json] = []
     if cache is not None:  # the pod watch keeps our pods, slimmed (child_watch.slim_pod)
         pods = cache.listed("Pod", namespace, {LABEL_DEPLOYMENT: name})
+        gone = cache.tombstones("Pod", namespace, {LABEL_DEPLOYMENT: name})
     else:
         pods = kube.list("Pod", namespace, f"{LABEL_DEPLOYMENT}={name}")
     return Observation(
@@ -123,6 +129,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
         inspector_pods=inspector_pods,
         children=children,
         pods=pods,
+        gone_pods=gone,
     )
 
 
@@ -140,11 +147,11 @@ def _children(
 
 
 class ExpectedGone:
-    """Pods we deleted, until the watch stops reporting them as live (client-go's
+    """uids of the pods this operator deleted, for ``TTL_SECONDS`` (client-go's
     "expectations"): a reconcile that runs before the watch delivered a deletion must not
-    count that instance as serving, or a rollout would take down one instance too many."""
+    count that instance as serving (a rollout would take down one instance too many), and
+    group recovery must know which deletions were not ours."""
 
-    #: A deletion the watch never confirms is forgotten after this long.
     TTL_SECONDS = 600.0
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -156,24 +163,12 @@ class ExpectedGone:
         with self._guard:
             self._uids[uid] = self._clock() + self.TTL_SECONDS
 
-    def apply(self, obs: Observation) -> Observation:
-        """``obs`` with the pods we deleted marked as terminating."""
+    def uids(self) -> frozenset[str]:
         with self._guard:
             now = self._clock()
             for uid in [u for u, until in self._uids.items() if until < now]:
                 del self._uids[uid]
-            if not self._uids:
-                return obs
-            pods = []
-            for pod in obs.pods:
-                meta = pod["metadata"]
-                uid = meta.get("uid")
-                if uid in self._uids and meta.get("deletionTimestamp"):
-                    del self._uids[uid]  # the watch saw the deletion: nothing to expect
-                elif uid in self._uids:
-                    pod = {**pod, "metadata": {**meta, "deletionTimestamp": "expected"}}
-                pods.append(pod)
-        return replace(obs, pods=pods)
+            return frozenset(self._uids)
 
 
 class Reconciler:
@@ -198,7 +193,7 @@ class Reconciler:
             observation = observe(self.kube, self.cache, namespace, name)
             if observation is None:
                 return None
-            observation = self.expected_gone.apply(observation)
+            observation = replace(observation, our_deletions=self.expected_gone.uids())
             return self.execute(plan(observation, self.clock()))
 
     def execute(self, todo: Plan) -> Result:
@@ -279,10 +274,7 @@ class Reconciler:
         owner, previous, status = done.observation.owner, done.observation.previous, done.status
         if not status_changed(previous, status):
             return
-        patch = dict(status)
-        for key in previous:
-            if key not in status and key != "kopf":
-                patch[key] = None
+        patch = merge_patch({k: v for k, v in previous.items() if k != "kopf"}, status)
         # Deleted meanwhile: garbage collection does the rest.
         with contextlib.suppress(NotFound):
             self.kube.patch_status(api.KIND, owner.namespace, owner.name, patch)

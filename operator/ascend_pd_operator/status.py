@@ -21,6 +21,7 @@ from .desired import Desired
 from .model_source import FactsResolution
 from .naming import (
     COND_DECODE_READY,
+    COND_INSTANCES_HEALTHY,
     COND_KV_LAYOUT_COMPATIBLE,
     COND_MODEL_RESOLVED,
     COND_PREFILL_READY,
@@ -37,6 +38,7 @@ from .naming import (
     REASON_COMPATIBLE,
     REASON_CONFIGMAP_KEY_MISSING,
     REASON_DISABLED,
+    REASON_HEALTHY,
     REASON_INSPECTION_FAILED,
     REASON_INSTANCES_NOT_READY,
     REASON_INSTANCES_READY,
@@ -48,6 +50,7 @@ from .naming import (
     REASON_NOT_READY,
     REASON_NOT_VALIDATED,
     REASON_READY,
+    REASON_RESTART_LOOP,
     REASON_ROLLOUT_IN_PROGRESS,
     REASON_ROUTER_NOT_READY,
     REASON_ROUTER_READY,
@@ -59,6 +62,7 @@ from .naming import (
     role_ready_condition,
     router_name,
 )
+from .recovery import Recovery
 from .rollout import Decision
 
 Json = dict[str, Any]
@@ -90,6 +94,8 @@ class Findings:
     pods: list[Json] = field(default_factory=list)
     #: The rollout as decided for these children (None: none written).
     rollout: Decision | None = None
+    #: Group recovery's restarts and records (None: none written).
+    recovery: Recovery | None = None
 
 
 def _condition(type_: str, status: str, reason: str, message: str) -> Json:
@@ -201,7 +207,7 @@ def compute_status(obs: Findings, now: str) -> Json:
     invalid = False
     # Children keep running as they were when the spec is rejected, so readiness is
     # reported against the last spec that was applied (carried in the previous status).
-    for key in ("kvLayout", "prefill", "decode", "router", "endpoint"):
+    for key in ("kvLayout", "prefill", "decode", "router", "endpoint", "recovery"):
         if key in prev:
             status[key] = prev[key]
 
@@ -301,6 +307,19 @@ def compute_status(obs: Findings, now: str) -> Json:
                     _condition(type_, "Unknown", REASON_NOT_APPLIED, "children not applied")
                 )
 
+    if applied and obs.recovery is not None:
+        if obs.recovery.records:
+            status["recovery"] = [dict(r) for r in obs.recovery.records]
+        else:
+            status.pop("recovery", None)
+        looping = obs.recovery.looping
+        conds.append(
+            _condition(COND_INSTANCES_HEALTHY, "False", REASON_RESTART_LOOP,
+                       "; ".join(message for _, message in looping))
+            if looping
+            else _condition(COND_INSTANCES_HEALTHY, "True", REASON_HEALTHY,
+                            "no instance is in a restart loop")
+        )  # fmt: skip
     rolling = applied and obs.rollout is not None and not obs.rollout.complete
     if applied and obs.rollout is not None:
         status["rollout"] = {**obs.rollout.summary(), "message": rollout_message(obs.rollout)}
@@ -331,7 +350,33 @@ def compute_status(obs: Findings, now: str) -> Json:
     status["conditions"] = _with_times(conds, prev.get("conditions") or [], now, obs)
     previous_phase = PHASE_PROGRESSING if rolling else prev.get("phase")
     status["phase"] = _phase(invalid, conds, applied, exists, all_ready, previous_phase)
-    return status
+    return without_empty(status)
+
+
+def without_empty(value: Any) -> Any:
+    """``value`` without empty strings (an absent field reads as ""): the API server turns
+    an empty string in a merge patch into null, which the schema's ``type: string``
+    refuses (seen on 1.20)."""
+    if isinstance(value, dict):
+        return {k: without_empty(v) for k, v in value.items() if v != ""}
+    if isinstance(value, list):
+        return [without_empty(v) for v in value]
+    return value
+
+
+def merge_patch(old: Json, new: Json) -> Json:
+    """The JSON merge patch (RFC 7386) from ``old`` to ``new``: removed keys become null,
+    nested objects are patched key by key, anything else is replaced whole."""
+    patch: Json = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            inner = merge_patch(before, value)
+            if inner:
+                patch[key] = inner
+        elif value != before:
+            patch[key] = value
+    return patch
 
 
 def rollout_message(decision: Decision) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -151,8 +152,9 @@ def test_an_image_change_rolls_whole_instances_within_max_unavailable(
     samples = sampler.samples
     assert len(samples) >= 10 and not sampler.errors
     worst = min(s.ready["prefill"] for s in samples)
+    updated = sorted({s.status.get("prefill", {}).get("updatedReplicas", 0) for s in samples})
     print(f"image rollout: {len(samples)} samples, worst Ready prefill instances {worst}/3, "
-          f"updated prefill seen {sorted({s.status.get('prefill', {}).get('updatedReplicas') for s in samples}, key=str)}")  # fmt: skip
+          f"updated prefill instances seen {updated}")  # fmt: skip
     assert worst >= 2, f"prefill Ready instances fell to {worst} (maxUnavailable 1 of 3)"
     assert [s.mixed for s in samples if s.mixed] == []
     assert all(not s.routable_non_leaders for s in samples)
@@ -201,3 +203,46 @@ def test_a_layout_change_starts_a_new_generation_never_mixed_in_the_router(
         .items
     )
     assert {(p.metadata.labels or {}).get(LABEL_FINGERPRINT) for p in pods} == {new}
+
+
+def _uids(api_client: Any, namespace: str) -> dict[str, str]:
+    pods = (
+        client.CoreV1Api(api_client)
+        .list_namespaced_pod(
+            namespace, label_selector="ascendpd.io/deployment=dsv3,ascendpd.io/role"
+        )
+        .items
+    )
+    return {p.metadata.name: p.metadata.uid for p in pods if p.metadata.deletion_timestamp is None}
+
+
+def test_a_deleted_worker_restarts_its_whole_instance_and_only_it(
+    kubectl: Any, namespace: str, operator: Operator, api_client: Any, wait_until: Any
+) -> None:
+    apply(kubectl, _three_prefill_instances_of_two_nodes(namespace))
+    wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready")
+    before = _uids(api_client, namespace)
+    started = time.monotonic()
+    kubectl("delete", "pod", "dsv3-prefill-1-1", "-n", namespace, "--wait=false")
+    sick = {"dsv3-prefill-1-0", "dsv3-prefill-1-1"}
+
+    def restarted() -> bool:
+        now = _uids(api_client, namespace)
+        return sick <= set(now) and all(now[p] != before[p] for p in sick)
+
+    wait_until(restarted, "every pod of dsv3-prefill-1 replaced", timeout=120)
+    took = time.monotonic() - started
+    after = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready again")
+    now = _uids(api_client, namespace)
+    assert {p: u for p, u in now.items() if p not in sick} == {
+        p: u for p, u in before.items() if p not in sick
+    }, "another instance was touched"
+    print(json.dumps(after, indent=1)[:3000])
+    (record,) = after["recovery"]
+    assert record["instance"] == "dsv3-prefill-1" and record["restarts"] == 1
+    assert record["firstFailure"]["reason"] == "Deleted"
+    assert record["firstFailure"]["pod"] == "dsv3-prefill-1-1"
+    events = json.loads(kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+    assert any(e["reason"] == "InstanceRestarted" and "dsv3-prefill-1" in e["message"]
+               for e in events)  # fmt: skip
+    print(f"group recovery: every pod of the instance replaced {took:.1f} s after the delete")

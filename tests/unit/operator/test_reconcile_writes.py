@@ -79,7 +79,7 @@ class FakeKube:
     def patch_status(self, kind: str, namespace: str, name: str, status: Json) -> Json:
         self.calls.append(("PATCH_STATUS", kind))
         obj = self.objects[(kind, namespace, name)]
-        obj["status"] = {k: v for k, v in status.items() if v is not None}
+        obj["status"] = _merged(obj.get("status") or {}, status)  # as the server merges
         return self._store(obj, False)
 
     def create(self, kind: str, namespace: str, body: Json) -> Json:
@@ -88,6 +88,19 @@ class FakeKube:
 
     def writes(self) -> list[tuple[str, str]]:
         return [c for c in self.calls if c[0] not in ("GET", "LIST")]
+
+
+def _merged(doc: Json, patch: Json) -> Json:
+    """RFC 7386 applied by hand: null removes, objects merge, anything else replaces."""
+    out = dict(doc)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def run_workload_controllers(kube: FakeKube, ready: bool = True) -> None:
