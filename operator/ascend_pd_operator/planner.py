@@ -65,7 +65,10 @@ from .status import Findings, compute_status
 Json = dict[str, Any]
 
 #: Kinds of children the operator prunes when no longer desired.
-PRUNED_KINDS = ("StatefulSet", "Service", "Deployment", "ConfigMap", "PodGroup")
+PRUNED_KINDS = (
+    "StatefulSet", "Service", "Deployment", "ConfigMap", "PodGroup",
+    "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget",
+)  # fmt: skip
 #: Kinds whose live objects the status reads (instance and router readiness).
 STATUS_KINDS = ("StatefulSet", "Deployment")
 #: Components kept across spec changes (they cache the model inspection).
@@ -95,6 +98,9 @@ class Observation:
     pods: list[Json] = field(default_factory=list)
     #: Facts given offline (``ascend-pd render --model-config``): they win over the rest.
     local_facts: ModelFacts | None = None
+    #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
+    #: PodDisruptionBudgets' apiVersion depends on it.
+    server_minor: int | None = None
 
     @property
     def owner(self) -> Owner:
@@ -235,7 +241,7 @@ def plan(obs: Observation, now: str) -> Plan:
         elif facts.store_config is not None:
             inspector = (apply(model_facts_configmap(owner, spec, facts.store_config)),)
         if facts.facts is not None:
-            desired = desired_state(owner, spec, facts.facts)
+            desired = desired_state(owner, spec, facts.facts, obs.server_minor)
         if desired is not None and desired.ok:
             replaced = _selector_changed(obs, desired)
             applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)

@@ -122,6 +122,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
         inspector_pods=inspector_pods,
         children=children,
         pods=pods,
+        server_minor=kube.server_minor,
     )
 
 
