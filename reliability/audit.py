@@ -25,7 +25,8 @@ from ascend_pd_runtime.plan import layout_fingerprint
 
 Json = dict[str, Any]
 #: Kinds of children the operator creates in a deployment's namespace.
-CHILD_KINDS = ("ConfigMap", "Service", "StatefulSet", "Deployment", "Job")
+CHILD_KINDS = ("ConfigMap", "Service", "StatefulSet", "Deployment", "Job",
+               "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget")  # fmt: skip
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """Security checks: the chart's ServiceAccount only, least privilege, no secret leaks.
 
 - The operator runs with a kubeconfig that holds nothing but the chart ServiceAccount's
-  token, and that account is refused what the operator never needs (Secrets, RBAC,
-  Nodes, deleting PDDeployments, anything outside its namespaces) while it is granted
-  what it does (the exact allow-list is compared with the chart in tests/chart).
+  token, and that account is refused what the operator never needs (Secrets, cluster-wide
+  RBAC, binding or escalating a Role beyond what it holds, minting tokens, Nodes, deleting
+  PDDeployments, anything outside its namespaces) while it is granted what it does (the
+  exact allow-list is compared with the chart in tests/chart; it writes each router's
+  ServiceAccount, Role and RoleBinding, which read pods only).
 - The runtime pods of a Ready deployment ask for no privilege beyond ``EXCEPTIONS``,
   each with its reason: no privileged containers, no added capabilities, no host PID
   or IPC, hostPath only for the Ascend driver and a model directory the user named.
@@ -46,9 +48,12 @@ REFUSED = (
     ("create", "pods"),
     ("delete", "pods"),
     ("delete", "pddeployments.ascendpd.io"),
-    ("create", "roles.rbac.authorization.k8s.io"),
-    ("create", "rolebindings.rbac.authorization.k8s.io"),
-    ("update", "serviceaccounts"),
+    # it writes the router's Role and RoleBinding, granting only what it holds itself
+    ("bind", "roles.rbac.authorization.k8s.io"),
+    ("escalate", "roles.rbac.authorization.k8s.io"),
+    ("create", "clusterroles.rbac.authorization.k8s.io"),
+    ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+    ("create", "serviceaccounts/token"),
     ("create", "pods/exec"),
 )
 #: ... and granted (a sample; tests/chart compares the whole allow-list with the chart).
@@ -61,9 +66,11 @@ GRANTED = (
 
 
 def _can_i(kubeconfig: str, verb: str, resource: str, namespace: str) -> bool:
+    # "pods/exec" is a subresource; kubectl would read it as the pod named "exec"
+    resource, _, sub = resource.partition("/")
     done = subprocess.run(
         [str(kubectl_path()), "--kubeconfig", kubeconfig, "auth", "can-i", verb, resource,
-         "-n", namespace],
+         "-n", namespace, *(["--subresource", sub] if sub else [])],
         capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     return done.stdout.strip() == "yes"

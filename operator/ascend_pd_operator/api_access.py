@@ -10,7 +10,7 @@ enabled) nothing else, since we do not enable kopf peering.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import api
 
@@ -48,9 +48,16 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("StatefulSet", "apps", "v1", "statefulsets", _CHILD),
     Resource("Deployment", "apps", "v1", "deployments", _CHILD),
     Resource("Job", "batch", "v1", "jobs", _CHILD),
-    # The inspector's result is its pod's termination message.
-    # delete: an instance is updated and restarted by deleting its pods together; patch:
-    # the routable label on instance leaders.
+    # The router's own identity: it watches pods (service discovery). Granting that Role
+    # needs no "bind" or "escalate": the operator holds every verb it grants (pods below).
+    Resource("ServiceAccount", "", "v1", "serviceaccounts", _CHILD),
+    Resource("Role", "rbac.authorization.k8s.io", "v1", "roles", _CHILD),
+    Resource("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings", _CHILD),
+    # One per role; policy/v1beta1 where policy/v1 is not served (``served_api_version``).
+    Resource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", _CHILD),
+    # The inspector's result is its pod's termination message; the router's Role grants
+    # get/list/watch (so the operator must hold them); delete: an instance is updated and
+    # restarted by deleting its pods together; patch: the routable label on leaders.
     Resource("Pod", "", "v1", "pods", ("get", "list", "watch", "delete", "patch")),
     Resource("Event", "", "v1", "events", ("create", "patch")),
     Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", _CHILD, optional=True),
@@ -70,12 +77,35 @@ RESOURCES: tuple[Resource, ...] = (
 
 _BY_KIND = {r.kind: r for r in RESOURCES}
 
+#: Older versions of a kind in the table, and the first Kubernetes minor (1.x) that serves
+#: the table's version instead: PodDisruptionBudget is policy/v1 from 1.21 (and only that
+#: from 1.25), policy/v1beta1 before. Same group and plural, so the RBAC rules are the same.
+LEGACY_VERSIONS: dict[str, tuple[str, int]] = {"PodDisruptionBudget": ("v1beta1", 21)}
 
-def resource_for(kind: str) -> Resource:
+
+def served_api_version(kind: str, server_minor: int | None) -> str:
+    """The apiVersion of ``kind`` a 1.<server_minor> API server serves (None: unknown, the
+    table's, which every current server serves)."""
+    res = resource_for(kind)
+    legacy = LEGACY_VERSIONS.get(kind)
+    if legacy is not None and server_minor is not None and server_minor < legacy[1]:
+        return replace(res, version=legacy[0]).api_version
+    return res.api_version
+
+
+def resource_for(kind: str, api_version: str | None = None) -> Resource:
+    """The allow-list's entry for ``kind``, at ``api_version`` if given (an older version
+    of ``LEGACY_VERSIONS``)."""
     try:
-        return _BY_KIND[kind]
+        res = _BY_KIND[kind]
     except KeyError:
         raise KeyError(f"{kind} is not in the operator's API allow-list (api_access.py)") from None
+    if api_version is None or api_version == res.api_version:
+        return res
+    legacy = LEGACY_VERSIONS.get(kind)
+    if legacy is not None and api_version == replace(res, version=legacy[0]).api_version:
+        return replace(res, version=legacy[0])
+    raise KeyError(f"{kind} {api_version} is not in the operator's API allow-list")
 
 
 #: (apiGroup, resource, verbs) rows for a Role/ClusterRole, status subresources included.

@@ -3,7 +3,8 @@
 ``build_children`` is pure (spec + layout in, manifests out); the reconciler
 applies its result and ``ascend-pd render`` prints it. The order is the apply
 order: the layout ConfigMap before the pods that mount it, PodGroups before the
-pods they gang, Services before the StatefulSets whose pods resolve them.
+pods they gang, Services before the StatefulSets whose pods resolve them, the router's
+ServiceAccount and Role before its pod.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import plan_document
 
 from .api import PDDeploymentSpec
+from .disruption import DEFAULT_MAX_UNAVAILABLE, pdb_api_version, pod_disruption_budget
 from .naming import COMPONENT_KV_LAYOUT, ROLES, Owner, kv_layout_name, metadata
-from .router import router_deployment, router_service
+from .router import router_children
 from .workloads import headless_service, podgroup, statefulset
 
 Json = dict[str, Any]
@@ -38,10 +40,12 @@ def build_children(
     owner: Owner,
     spec: PDDeploymentSpec,
     layout: KVLayout,
+    server_minor: int | None = None,
     surge: Mapping[str, int] | None = None,
 ) -> list[Json]:
-    """Every child manifest, in apply order; ``surge``: extra instances per role during a
-    rollout (``rollout.decide``), numbered after the role's own."""
+    """Every child manifest, in apply order, for a 1.<server_minor> API server (None: not
+    known, a current one); ``surge``: extra instances per role during a rollout
+    (``rollout.decide``), numbered after the role's own."""
     children: list[Json] = [kv_layout_configmap(owner, layout)]
     extra = surge or {}
     instances = [
@@ -51,8 +55,13 @@ def build_children(
         children += [podgroup(owner, spec, role, i) for role, i in instances]
     children += [headless_service(owner, role, i) for role, i in instances]
     children += [statefulset(owner, spec, layout, role, i) for role, i in instances]
+    pdb_version = pdb_api_version(server_minor)
+    # The rollout's maxUnavailable per role bounds drains too (1 until spec.rollout has it).
+    children += [
+        pod_disruption_budget(owner, role, DEFAULT_MAX_UNAVAILABLE, pdb_version) for role in ROLES
+    ]
     if spec.router.enabled:
-        children += [router_service(owner, spec), router_deployment(owner, spec)]
+        children += router_children(owner, spec)
     return children
 
 

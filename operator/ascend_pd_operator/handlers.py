@@ -35,7 +35,10 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 #: Children whose events trigger a reconcile of their PDDeployment.
-WATCHED_CHILDREN = ("StatefulSet", "Deployment", "Service", "ConfigMap", "Job", "Pod")
+WATCHED_CHILDREN = (
+    "StatefulSet", "Deployment", "Service", "ConfigMap", "Job", "Pod",
+    "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget",
+)  # fmt: skip
 
 
 #: The queue of reconcile keys (client-go style: dedup, one worker per key, backoff).

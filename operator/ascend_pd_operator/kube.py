@@ -3,7 +3,9 @@
 One field manager applies every child (``apply``), so the operator owns exactly
 the fields it sets and a deleted or edited child is restored by the next apply.
 Paths come from ``api_access.RESOURCES``, the same table the chart's RBAC is
-written from, so the operator cannot use a resource its Role does not grant.
+written from, so the operator cannot use a resource its Role does not grant; a kind whose
+served version depends on the server (``api_access.LEGACY_VERSIONS``) is addressed at the
+version the server's ``/version`` says it serves (read once, when first needed).
 Every request is counted in ``metrics`` by verb, kind and status code.
 """
 
@@ -23,7 +25,7 @@ from kubernetes import client, config
 from kubernetes.client import rest
 
 from . import metrics
-from .api_access import Resource, resource_for
+from .api_access import LEGACY_VERSIONS, Resource, resource_for, served_api_version
 from .naming import FIELD_MANAGER
 
 Json = dict[str, Any]
@@ -146,6 +148,13 @@ def _answer(status: int, data: bytes | None, retry_after: float | None = None) -
     return result
 
 
+def server_minor(version: Json) -> int | None:
+    """The minor version of a ``/version`` answer: "20" and "21+" (some providers' builds)
+    give 20 and 21; None when it says nothing usable."""
+    digits = "".join(c for c in str(version.get("minor", "")) if c.isdigit())
+    return int(digits) if digits else None
+
+
 def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
     """Newline-delimited lines from arbitrarily split chunks (a watch stream's framing)."""
     pending = b""
@@ -166,6 +175,26 @@ class Kube:
         self.api = api_client
         #: With leader election: False once this replica may no longer write (fencing).
         self.may_write = may_write
+        self._server_minor: int | None = None
+        self._server_known = False
+
+    @property
+    def server_minor(self) -> int | None:
+        """The API server's Kubernetes minor version (1.x), from ``/version`` on first use;
+        None if the server does not say (then every kind is used at its table version)."""
+        if not self._server_known:
+            try:
+                self._server_minor = server_minor(self.request("GET", "/version"))
+            except NotFound:
+                self._server_minor = None
+            self._server_known = True
+        return self._server_minor
+
+    def resource(self, kind: str) -> Resource:
+        """``kind``'s allow-list entry at the version this server serves."""
+        if kind in LEGACY_VERSIONS:
+            return resource_for(kind, served_api_version(kind, self.server_minor))
+        return resource_for(kind)
 
     def request(
         self,
@@ -247,14 +276,14 @@ class Kube:
 
     def get(self, kind: str, namespace: str, name: str) -> Json | None:
         try:
-            return self.request("GET", path(resource_for(kind), namespace, name))
+            return self.request("GET", path(self.resource(kind), namespace, name))
         except NotFound:
             return None
 
     def list(self, kind: str, namespace: str | None, selector: str = "") -> list[Json]:
         query = [("labelSelector", selector)] if selector else []
         try:
-            doc = self.request("GET", path(resource_for(kind), namespace), query=query)
+            doc = self.request("GET", path(self.resource(kind), namespace), query=query)
         except NotFound:
             return []  # e.g. PodGroups on a cluster without Volcano
         items: list[Json] = doc.get("items") or []
@@ -264,7 +293,7 @@ class Kube:
         """The objects of ``kind`` matching ``selector`` and the list's resourceVersion, from
         which a watch continues. The API server filters: only matching objects travel."""
         query = [("labelSelector", selector)] if selector else []
-        doc = self.request("GET", path(resource_for(kind), namespace), query=query)
+        doc = self.request("GET", path(self.resource(kind), namespace), query=query)
         items: Items = doc.get("items") or []
         return items, str((doc.get("metadata") or {}).get("resourceVersion", ""))
 
@@ -287,7 +316,7 @@ class Kube:
         if resource_version:
             query.append(("resourceVersion", resource_version))
         timeout = (WATCH_CONNECT_SECONDS, timeout_seconds + WATCH_READ_SLACK_SECONDS)
-        url = path(resource_for(kind), namespace)
+        url = path(self.resource(kind), namespace)
         response = self._send("GET", url, query, timeout=timeout)
         self._count("GET", url, query, "application/json", response.status)
         raw = response.response  # the urllib3 response, not read yet
@@ -307,7 +336,8 @@ class Kube:
 
     def apply(self, manifest: Json) -> Json:
         """Server-side apply with our field manager, taking over conflicting fields."""
-        res = resource_for(manifest["kind"])
+        # The manifest names its version (a PodDisruptionBudget's is the server's).
+        res = resource_for(manifest["kind"], manifest.get("apiVersion"))
         meta = manifest["metadata"]
         url = path(res, meta.get("namespace"), meta["name"])
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
@@ -327,7 +357,7 @@ class Kube:
         if uid:
             body["preconditions"] = {"uid": uid}
         with contextlib.suppress(NotFound):
-            self.request("DELETE", path(resource_for(kind), namespace, name), body=body)
+            self.request("DELETE", path(self.resource(kind), namespace, name), body=body)
             metrics.observe_write("delete", kind)
 
     def patch_labels(
@@ -342,10 +372,10 @@ class Kube:
         )
 
     def patch_status(self, kind: str, namespace: str, name: str, status: Json) -> Json:
-        url = path(resource_for(kind), namespace, name) + "/status"
+        url = path(self.resource(kind), namespace, name) + "/status"
         return self.request(
             "PATCH", url, body={"status": status}, content_type="application/merge-patch+json"
         )
 
     def create(self, kind: str, namespace: str, body: Json) -> Json:
-        return self.request("POST", path(resource_for(kind), namespace), body=body)
+        return self.request("POST", path(self.resource(kind), namespace), body=body)

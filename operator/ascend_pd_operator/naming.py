@@ -27,11 +27,16 @@ LABEL_FINGERPRINT = f"{PREFIX}/kv-fingerprint"
 #: The StatefulSet controller's label naming the template revision a pod was made from.
 LABEL_REVISION = "controller-revision-hash"
 #: On an instance leader's pod while the router may send it traffic: the operator sets it on
-#: pod 0 of each Ready instance of the serving KV-layout generation, and removes it before a
-#: generation switch; the router discovers pods by it (so only leaders, of one generation).
+#: pod 0 of each Ready instance of the serving KV-layout generation; the router discovers
+#: pods by it (so only leaders, of one generation). sglang-router 0.3.x adds a matching pod
+#: once it is Running and Ready but drops a worker only when its pod is being deleted
+#: (removing this label, or the pod turning NotReady, does not remove it): a generation
+#: leaves the router by deleting its pods.
 LABEL_ROUTABLE = f"{PREFIX}/routable"
 #: On prefill pods: the bootstrap port the router tells decode to reach (service discovery).
-ANNOTATION_BOOTSTRAP_PORT = f"{PREFIX}/bootstrap-port"
+#: sglang-router 0.3.0 to 0.3.2 read this one name (``from_cli_args`` sets it; no flag
+#: changes it), so it is theirs, not under our prefix.
+ANNOTATION_BOOTSTRAP_PORT = "sglang.ai/bootstrap-port"
 #: The model path an inspector Job read, and its stored facts describe.
 ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
 #: The PDDeployment generation an inspector Job was started for: a failed inspection is
@@ -154,7 +159,13 @@ def leader_host(owner: Owner, role: str, index: int) -> str:
 
 
 def router_name(owner: Owner) -> str:
+    """The router's Deployment and Service, and its ServiceAccount, Role and RoleBinding."""
     return f"{owner.name}-router"
+
+
+def disruption_budget_name(owner: Owner, role: str) -> str:
+    """The PodDisruptionBudget of one role's runtime pods."""
+    return f"{owner.name}-{role}"
 
 
 def kv_layout_name(owner: Owner) -> str:

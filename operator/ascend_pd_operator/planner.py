@@ -74,7 +74,10 @@ from .status import Findings, compute_status
 Json = dict[str, Any]
 
 #: Kinds of children the operator prunes when no longer desired.
-PRUNED_KINDS = ("StatefulSet", "Service", "Deployment", "ConfigMap", "PodGroup")
+PRUNED_KINDS = (
+    "StatefulSet", "Service", "Deployment", "ConfigMap", "PodGroup",
+    "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget",
+)  # fmt: skip
 #: Kinds whose live objects the status reads (instance and router readiness).
 STATUS_KINDS = ("StatefulSet", "Deployment")
 #: Components kept across spec changes (they cache the model inspection).
@@ -111,6 +114,9 @@ class Observation:
     gone_pods: list[Json] = field(default_factory=list)
     #: uids of the pods this operator deleted lately (the watch may not show it yet).
     our_deletions: frozenset[str] = frozenset()
+    #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
+    #: PodDisruptionBudgets' apiVersion depends on it.
+    server_minor: int | None = None
 
     @property
     def owner(self) -> Owner:
@@ -273,7 +279,7 @@ def plan(obs: Observation, now: str) -> Plan:
         elif facts.store_config is not None:
             inspector = (apply(model_facts_configmap(owner, spec, facts.store_config)),)
         if facts.facts is not None:
-            desired = desired_state(owner, spec, facts.facts)
+            desired = desired_state(owner, spec, facts.facts, obs.server_minor)
         if desired is not None and desired.ok:
             assert desired.layout is not None
             pods = observed_pods(obs)
@@ -286,7 +292,7 @@ def plan(obs: Observation, now: str) -> Plan:
                 parse_time(now) or dt.datetime.now(dt.UTC),
             )  # fmt: skip
             if any(decision.surge.values()) and facts.facts is not None:
-                desired = desired_state(owner, spec, facts.facts, decision.surge)
+                desired = desired_state(owner, spec, facts.facts, obs.server_minor, decision.surge)
             replaced = _selector_changed(obs, desired)
             applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
             deletes = _prunes(obs, desired) + tuple(delete(*key) for key in replaced)

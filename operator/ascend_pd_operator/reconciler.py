@@ -130,6 +130,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
         children=children,
         pods=pods,
         gone_pods=gone,
+        server_minor=kube.server_minor,
     )
 
 

@@ -1,8 +1,20 @@
-"""Pure builders of the PD router: a Deployment running the SGLang router in PD mode
-and its Service ``<name>-router``.
+"""Pure builders of the PD router: a Deployment running the SGLang router in PD mode, its
+Service ``<name>-router``, and the ServiceAccount, Role and RoleBinding it discovers
+workers with.
 
-The router's arguments list every prefill leader with its bootstrap port and every
-decode leader, so scaling a role rewrites them (and rolls the router).
+The router finds its workers itself (sglang-router's Kubernetes service discovery): it
+watches the pods of its namespace and routes to those matching its prefill or decode
+selector (this PDDeployment, the role, and ``naming.LABEL_ROUTABLE``, which the operator
+puts on instance leaders only) once they are Running and Ready, reading a prefill's
+bootstrap port from its ``naming.ANNOTATION_BOOTSTRAP_PORT``. Nothing in its arguments
+depends on how many instances there are, so scaling a role never changes the router's
+Deployment and never restarts it. Its ServiceAccount may only read pods, in its own
+namespace.
+
+What sglang-router 0.3.0 to 0.3.2 do with a discovered pod (their ``service_discovery``):
+a pod is added when it matches a selector and is Running with condition Ready, at
+``http://<podIP>:--service-discovery-port``; it is removed only when it is being deleted
+while it still matches (taking the label off, or the pod turning NotReady, keeps it).
 """
 
 from __future__ import annotations
@@ -13,25 +25,43 @@ from .api import PDDeploymentSpec
 from .naming import (
     COMPONENT_ROUTER,
     HTTP_PORT,
+    LABEL_ROUTABLE,
+    ROLES,
     Owner,
-    bootstrap_port,
     component_selector,
-    leader_host,
     metadata,
     router_name,
+    selector,
 )
 from .workloads import scheduling_fields
 
 Json = dict[str, Any]
 
+RBAC_GROUP = "rbac.authorization.k8s.io"
+#: The service discovery's pod watch (a list, then a watch; get for good measure).
+ROUTER_POD_VERBS = ("get", "list", "watch")
+
+
+def discovery_selector(owner: Owner, role: str) -> dict[str, str]:
+    """The labels of the pods the router routes ``role`` requests to: the routable leaders."""
+    return {**selector(owner, role), LABEL_ROUTABLE: "true"}
+
+
+def _selector_args(labels: dict[str, str]) -> list[str]:
+    # sglang-router takes ``key=value`` words after the flag (nargs="+"), one per label.
+    return [f"{k}={v}" for k, v in labels.items()]
+
 
 def router_args(owner: Owner, spec: PDDeploymentSpec) -> list[str]:
-    args = ["--pd-disaggregation"]
-    for i in range(spec.prefill.replicas):
-        url = f"http://{leader_host(owner, 'prefill', i)}:{HTTP_PORT}"
-        args += ["--prefill", url, str(bootstrap_port(i))]
-    for j in range(spec.decode.replicas):
-        args += ["--decode", f"http://{leader_host(owner, 'decode', j)}:{HTTP_PORT}"]
+    """The same for every replica count: the router discovers the instances."""
+    args = [
+        "--pd-disaggregation",
+        "--service-discovery",
+        "--service-discovery-namespace", owner.namespace,
+        "--service-discovery-port", str(HTTP_PORT),
+    ]  # fmt: skip
+    for role in ROLES:
+        args += [f"--{role}-selector", *_selector_args(discovery_selector(owner, role))]
     args += ["--policy", spec.router.policy, "--host", "0.0.0.0", "--port", str(spec.router.port)]
     return args
 
@@ -62,7 +92,9 @@ def router_deployment(owner: Owner, spec: PDDeploymentSpec) -> Json:
             "template": {
                 "metadata": {"labels": meta["labels"]},
                 "spec": {
-                    "automountServiceAccountToken": False,
+                    # The discovery's pod watch authenticates with this account's token.
+                    "serviceAccountName": name,
+                    "automountServiceAccountToken": True,
                     "containers": [container],
                     **{
                         k: v for k, v in scheduling_fields(spec).items() if k == "priorityClassName"
@@ -87,3 +119,45 @@ def router_service(owner: Owner, spec: PDDeploymentSpec) -> Json:
             ],
         },
     }
+
+
+def router_service_account(owner: Owner) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(owner, router_name(owner), COMPONENT_ROUTER),
+        # Only the router's pod needs the token (its template asks for it).
+        "automountServiceAccountToken": False,
+    }
+
+
+def router_role(owner: Owner) -> Json:
+    """Read pods in the router's namespace: all the service discovery does with the API."""
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "Role",
+        "metadata": metadata(owner, router_name(owner), COMPONENT_ROUTER),
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": list(ROUTER_POD_VERBS)}],
+    }
+
+
+def router_role_binding(owner: Owner) -> Json:
+    name = router_name(owner)
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(owner, name, COMPONENT_ROUTER),
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
+    }
+
+
+def router_children(owner: Owner, spec: PDDeploymentSpec) -> list[Json]:
+    """Everything the router needs, in apply order: its identity before its pod."""
+    return [
+        router_service_account(owner),
+        router_role(owner),
+        router_role_binding(owner),
+        router_service(owner, spec),
+        router_deployment(owner, spec),
+    ]

@@ -350,7 +350,8 @@ def compute_status(obs: Findings, now: str) -> Json:
     status["conditions"] = _with_times(conds, prev.get("conditions") or [], now, obs)
     previous_phase = PHASE_PROGRESSING if rolling else prev.get("phase")
     status["phase"] = _phase(invalid, conds, applied, exists, all_ready, previous_phase)
-    return without_empty(status)
+    result: Json = without_empty(status)
+    return result
 
 
 def without_empty(value: Any) -> Any:

@@ -15,6 +15,7 @@ from ascend_pd_runtime.plan import layout_fingerprint
 
 from .api import PDDeploymentSpec
 from .naming import (
+    ANNOTATION_BOOTSTRAP_PORT,
     DIST_INIT_PORT,
     HTTP_PORT,
     LABEL_FINGERPRINT,
@@ -191,6 +192,9 @@ def pod_template(
     values = launch_values(owner, spec, layout, role, index)
     volumes, mounts = _volumes(owner, spec)
     annotations: dict[str, str] = {}
+    if role == "prefill":
+        # The router's service discovery reads the bootstrap port it hands decode here.
+        annotations[ANNOTATION_BOOTSTRAP_PORT] = str(bootstrap_port(index))
     if spec.scheduling.gang == "volcano":
         annotations[VOLCANO_GROUP_ANNOTATION] = instance_name(owner, role, index)
     container: Json = {

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
 
 
 def test_example_becomes_ready_with_its_layout(
-    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+    cluster: Any, kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     st = wait_until(
@@ -44,6 +44,39 @@ def test_example_becomes_ready_with_its_layout(
     assert json.loads(plan["data"]["plan.json"])["fingerprint"] == st["kvLayout"]["fingerprint"]
     printed = kubectl("get", "pdd", "-n", namespace).stdout.split("\n")[0].split()
     assert printed[:8] == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "PP", "LAYERS", "AGE"]
+    _budgets_and_router_identity(kubectl, namespace, cr["metadata"]["uid"], cluster.server_version)
+
+
+def _budgets_and_router_identity(
+    kubectl: Any, namespace: str, uid: str, server: tuple[int, int]
+) -> None:
+    """A PodDisruptionBudget per role at the version this server serves (policy/v1beta1 on
+    1.20), and the router's ServiceAccount, Role and RoleBinding, all created by the
+    operator; the API server's authorizer says the router may read pods here and nothing
+    more."""
+    version = "v1" if server >= (1, 21) else "v1beta1"
+    for role in ("prefill", "decode"):
+        pdb = get(kubectl, namespace, f"poddisruptionbudgets.{version}.policy", f"dsv2-lite-{role}")
+        assert pdb is not None, f"no policy/{version} PodDisruptionBudget for {role}"
+        assert pdb["metadata"]["ownerReferences"][0]["uid"] == uid
+        assert pdb["spec"]["maxUnavailable"] == 1
+        assert pdb["spec"]["selector"]["matchLabels"] == {
+            "ascendpd.io/deployment": "dsv2-lite", "ascendpd.io/role": role}  # fmt: skip
+    for kind in ("serviceaccount", "role", "rolebinding"):
+        obj = get(kubectl, namespace, kind, "dsv2-lite-router")
+        assert obj is not None, kind
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == uid
+    router = get(kubectl, namespace, "deployment", "dsv2-lite-router")
+    assert router is not None
+    assert router["spec"]["template"]["spec"]["serviceAccountName"] == "dsv2-lite-router"
+    account = f"system:serviceaccount:{namespace}:dsv2-lite-router"
+
+    def can_i(verb: str, ns: str = namespace) -> str:
+        done = kubectl("auth", "can-i", verb, "pods", "-n", ns, "--as", account, check=False)
+        return done.stdout.strip()
+
+    assert [can_i(v) for v in ("get", "list", "watch")] == ["yes"] * 3
+    assert [can_i("delete"), can_i("patch"), can_i("list", "default")] == ["no"] * 3
 
 
 def test_invalid_update_leaves_the_deployment_as_it_was(
@@ -83,21 +116,20 @@ def test_deleted_or_edited_children_are_restored(
     )
 
 
-def test_scaling_prunes_instances_and_rewrites_the_router(
+def test_scaling_prunes_instances_and_leaves_the_router_alone(
     kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     wait_until(lambda: get(kubectl, namespace, "statefulset", "dsv2-lite-decode-1"), "decode-1")
+    router = wait_until(lambda: get(kubectl, namespace, "deployment", "dsv2-lite-router"), "router")
     kubectl("patch", "pdd", "dsv2-lite", "-n", namespace, "--type=merge",
             "-p", '{"spec": {"decode": {"replicas": 1}}}')  # fmt: skip
     wait_until(lambda: not get(kubectl, namespace, "statefulset", "dsv2-lite-decode-1"), "pruned")
     wait_until(lambda: not get(kubectl, namespace, "service", "dsv2-lite-decode-1"), "svc pruned")
-
-    def router_args() -> list[str]:
-        dep = get(kubectl, namespace, "deployment", "dsv2-lite-router") or {}
-        return list(dep["spec"]["template"]["spec"]["containers"][0]["args"])
-
-    wait_until(lambda: router_args().count("--decode") == 1, "router follows scaling")
+    # the router discovers instances: its Deployment is the one it was before scaling
+    after = get(kubectl, namespace, "deployment", "dsv2-lite-router")
+    assert after is not None and after["metadata"]["generation"] == router["metadata"]["generation"]
+    assert after["spec"]["template"] == router["spec"]["template"]
 
 
 def test_deleting_the_deployment_collects_every_child(
@@ -331,7 +363,7 @@ def test_cross_field_invalid_spec_creates_nothing_and_says_why(
     assert not versions(kubectl, namespace)
 
 
-def test_scale_prefill_2_3_1_and_the_router_follows(
+def test_scale_prefill_2_3_1_and_the_router_is_never_replaced(
     kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     docs = example("deepseek-v3-pp2.yaml", namespace)
@@ -343,13 +375,14 @@ def test_scale_prefill_2_3_1_and_the_router_follows(
         items = (get(kubectl, namespace, "statefulsets") or {}).get("items", [])
         return sorted(i["metadata"]["name"] for i in items if "-prefill-" in i["metadata"]["name"])
 
-    def router_prefills() -> list[str]:
-        dep = get(kubectl, namespace, "deployment", "dsv3-router") or {}
-        if not dep:
-            return []
-        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-        return [args[i + 1] for i, a in enumerate(args) if a == "--prefill"]
+    def router_pods() -> list[tuple[str, str]]:
+        items = (get(kubectl, namespace, "pods", "-l",
+                     "ascendpd.io/deployment=dsv3,app.kubernetes.io/component=router")
+                 or {}).get("items", [])  # fmt: skip
+        return sorted((p["metadata"]["name"], p["metadata"]["uid"]) for p in items)
 
+    router = wait_until(lambda: get(kubectl, namespace, "deployment", "dsv3-router"), "router")
+    pods = wait_until(router_pods, "the router's pod")
     for replicas in (2, 3, 1):
         kubectl("patch", "pdd", "dsv3", "-n", namespace, "--type=merge",
                 "-p", json.dumps({"spec": {"prefill": {"replicas": replicas}}}))  # fmt: skip
@@ -357,19 +390,19 @@ def test_scale_prefill_2_3_1_and_the_router_follows(
         wait_until(lambda e=expected: prefill_instances() == e, f"{replicas} prefill instances")
         wait_until(
             lambda r=replicas: (
-                len(router_prefills()) == r
-                and all(f"dsv3-prefill-{i}-0." in p for i, p in enumerate(router_prefills()))
-            ),
-            f"router lists {replicas} prefill leaders",
-        )
-        wait_until(
-            lambda r=replicas: (
                 status(kubectl, namespace, "dsv3").get("prefill", {}).get("readyReplicas") == r
             ),
             f"{replicas} prefill instances ready",
         )
-    ports = [p.rsplit(" ", 1)[-1] for p in router_prefills()]
-    assert len(ports) == 1
+        # the router discovers the leaders: neither its Deployment nor its pod changed
+        now = get(kubectl, namespace, "deployment", "dsv3-router")
+        assert now is not None and now["metadata"]["generation"] == router["metadata"]["generation"]
+        assert router_pods() == pods, f"the router pod was replaced at {replicas} prefills"
+        # each prefill leader announces its own bootstrap port where the router reads it
+        for i in range(replicas):
+            leader = get(kubectl, namespace, "pod", f"dsv3-prefill-{i}-0") or {}
+            port = (leader.get("metadata") or {}).get("annotations", {})
+            assert port.get("sglang.ai/bootstrap-port") == str(8998 + i), port
 
 
 def test_a_new_runtime_image_rolls_every_workload(

@@ -3,9 +3,11 @@ releases (``harness.ROUTER_VERSIONS``, from PyPI) and mean what the spec asked f
 
 ``parse_router_args`` of the release (what ``python -m sglang_router.launch_router``
 calls) parses the args of the router Deployment the operator builds, for the examples
-and for generated specs (replicas of each role, every policy); the intent (every prefill
-leader's URL with its bootstrap port, every decode leader, the policy, host and port) is
-written from the spec by hand.
+and for generated specs (replicas of each role, every policy); the intent (PD mode,
+Kubernetes service discovery in the deployment's namespace on the runtime pods' HTTP port,
+the prefill and decode selectors as label dicts, no static worker URLs, the bootstrap-port
+annotation the prefill pods carry, the policy, host and port) is written from the spec by
+hand, and the same for every replica count.
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ import sglang_harness as harness
 from argv_cases import resources
 
 from ascend_pd_operator import render_cli
+from ascend_pd_operator.naming import ANNOTATION_BOOTSTRAP_PORT
 
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(600)]
 
 DRIVER = Path(__file__).resolve().parent / "router_driver.py"
 POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
-REPORTED = ("pd_disaggregation", "prefill_urls", "decode_urls", "policy", "host", "port")
+REPORTED = (
+    "pd_disaggregation", "service_discovery", "service_discovery_namespace",
+    "service_discovery_port", "prefill_selector", "decode_selector", "selector",
+    "bootstrap_port_annotation", "prefill_urls", "decode_urls", "policy", "host", "port",
+)  # fmt: skip
 
 
 def router_specs() -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
@@ -43,17 +50,27 @@ def router_specs() -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
 
 def intent(resource: dict[str, Any]) -> dict[str, Any]:
     name, ns = resource["metadata"]["name"], resource["metadata"]["namespace"]
-    spec = resource["spec"]
-    router = spec.get("router") or {}
+    router = resource["spec"].get("router") or {}
 
-    def leader(role: str, i: int) -> str:
-        return f"http://{name}-{role}-{i}-0.{name}-{role}-{i}.{ns}.svc:30000"
+    def routable(role: str) -> dict[str, str]:
+        return {
+            "ascendpd.io/deployment": name,
+            "ascendpd.io/role": role,
+            "ascendpd.io/routable": "true",
+        }
 
-    prefills = range(spec["prefill"]["replicas"])
     return {
         "pd_disaggregation": True,
-        "prefill_urls": [[leader("prefill", i), 8998 + i] for i in prefills],
-        "decode_urls": [leader("decode", j) for j in range(spec["decode"]["replicas"])],
+        "service_discovery": True,
+        "service_discovery_namespace": ns,
+        "service_discovery_port": 30000,
+        "prefill_selector": routable("prefill"),
+        "decode_selector": routable("decode"),
+        "selector": {},
+        # the annotation these releases read, and the one our prefill pods carry
+        "bootstrap_port_annotation": ANNOTATION_BOOTSTRAP_PORT,
+        "prefill_urls": [],
+        "decode_urls": [],
         "policy": router.get("policy", "cache_aware"),
         "host": "0.0.0.0",
         "port": router.get("port", 8000),
@@ -70,6 +87,11 @@ def test_router_args_parse_to_their_intent(version: str, tmp_path: Path) -> None
         router = next(m for m in manifests if m["kind"] == "Deployment")
         container = router["spec"]["template"]["spec"]["containers"][0]
         assert container["command"] == ["python3", "-m", "sglang_router.launch_router"]
+        for sts in (m for m in manifests if m["kind"] == "StatefulSet"):
+            if "-prefill-" in sts["metadata"]["name"]:  # where discovery reads the port
+                index = int(sts["metadata"]["name"].rsplit("-", 1)[1])
+                annotations = sts["spec"]["template"]["metadata"]["annotations"]
+                assert annotations[ANNOTATION_BOOTSTRAP_PORT] == str(8998 + index)
         cases.append({"id": case_id, "args": container["args"], "report": list(REPORTED)})
         intents[case_id] = intent(resource)
     request, out = tmp_path / "cases.json", tmp_path / "results.json"

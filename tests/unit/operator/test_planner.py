@@ -28,7 +28,8 @@ from ascend_pd_operator.planner import (
 Json = dict[str, Any]
 NOW = "2026-01-01T00:00:00Z"
 UID = "uid-1"
-#: deepseek-v3-pp2.yaml: 2 prefill and 1 decode instance, a router.
+#: deepseek-v3-pp2.yaml: 2 prefill and 1 decode instance, a budget per role, a router
+#: (its identity before its pod).
 EXAMPLE_CHILDREN = [
     ("ConfigMap", "dsv3-kv-layout"),
     ("Service", "dsv3-prefill-0"),
@@ -37,6 +38,11 @@ EXAMPLE_CHILDREN = [
     ("StatefulSet", "dsv3-prefill-0"),
     ("StatefulSet", "dsv3-prefill-1"),
     ("StatefulSet", "dsv3-decode-0"),
+    ("PodDisruptionBudget", "dsv3-prefill"),
+    ("PodDisruptionBudget", "dsv3-decode"),
+    ("ServiceAccount", "dsv3-router"),
+    ("Role", "dsv3-router"),
+    ("RoleBinding", "dsv3-router"),
     ("Service", "dsv3-router"),
     ("Deployment", "dsv3-router"),
 ]

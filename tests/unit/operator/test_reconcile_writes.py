@@ -13,14 +13,19 @@ from typing import Any
 import pytest
 
 from ascend_pd_operator import api
+from ascend_pd_operator.handlers import WATCHED_CHILDREN
 from ascend_pd_operator.live_cache import LiveCache, only_status_changed
 from ascend_pd_operator.reconciler import Reconciler
 
 Json = dict[str, Any]
-WATCHED = ("StatefulSet", "Deployment", "Service", "ConfigMap", "Job", "Pod")
+#: The kinds the operator's watches feed into the cache (pods too, slimmed).
+WATCHED = tuple(WATCHED_CHILDREN)
 
 
 class FakeKube:
+    #: The API server's minor version, as ``Kube.server_minor`` reads it (not known here).
+    server_minor: int | None = None
+
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Json] = {}
         self.calls: list[tuple[str, str]] = []
@@ -160,7 +165,8 @@ def world(dsv3: Json) -> tuple[FakeKube, LiveCache, Reconciler]:
 def test_unchanged_children_cost_no_writes_and_no_lists(world: Any) -> None:
     kube, cache, reconciler = world
     first = reconciler.reconcile("llm", "dsv3")
-    assert first.applied == 9 and ("PATCH_STATUS", api.KIND) in kube.writes()
+    # 9 workloads, Services and the layout; 2 budgets; the router's account, Role, binding
+    assert first.applied == 14 and ("PATCH_STATUS", api.KIND) in kube.writes()
     watch_everything(kube, cache)
     # controllers update a workload's status: resourceVersion moves, generation does not
     sts = kube.objects[("StatefulSet", "llm", "dsv3-prefill-0")]

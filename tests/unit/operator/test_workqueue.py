@@ -29,6 +29,7 @@ assert _spec is not None and _spec.loader is not None
 _writes = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_writes)
 FakeKube = _writes.FakeKube
+WATCHED = _writes.WATCHED
 watch_everything = _writes.watch_everything
 run_workload_controllers = _writes.run_workload_controllers
 
@@ -192,7 +193,7 @@ def ready_world(dsv3: Json) -> tuple[Any, LiveCache, Reconciler]:
     cr = copy.deepcopy(dsv3)
     cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
     kube.objects[(api.KIND, "llm", cr["metadata"]["name"])] = cr
-    cache = LiveCache(listed_kinds=_writes.WATCHED)
+    cache = LiveCache(listed_kinds=WATCHED)
     reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)
     # reconcile, controllers create the pods, reconcile labels the leaders routable: Ready
     for _ in range(3):
@@ -302,7 +303,7 @@ def test_the_resync_repairs_a_child_whose_edit_no_watch_event_reported(dsv3: Jso
     cr = copy.deepcopy(dsv3)
     cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
     kube.objects[(api.KIND, "llm", "dsv3")] = cr
-    cache = LiveCache(listed_kinds=("StatefulSet", "Deployment", "Service", "ConfigMap", "Job"))
+    cache = LiveCache(listed_kinds=WATCHED)
     reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)
     reconciler.reconcile("llm", "dsv3")
     watch_everything(kube, cache)

@@ -1,0 +1,218 @@
+"""The router discovers its workers (and so never changes with the replica counts), its
+identity may only read pods, prefill pods announce their bootstrap port, and each role has
+a PodDisruptionBudget at the version the API server serves.
+
+Expected values are written out by hand from the issue, not computed by the builders.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from ascend_pd_operator.api import parse_spec
+from ascend_pd_operator.api_access import resource_for, served_api_version
+from ascend_pd_operator.desired import desired_state
+from ascend_pd_operator.disruption import pdb_api_version, pod_disruption_budget
+from ascend_pd_operator.kube import Kube, new_client, path, server_minor
+from ascend_pd_operator.model_source import resolve_facts
+from ascend_pd_operator.naming import Owner
+
+Json = dict[str, Any]
+OWNER = Owner("dsv3", "llm", uid="0b6f8d4e-0000-4000-8000-000000000001", generation=3)
+ROUTER_KINDS = ("ServiceAccount", "Role", "RoleBinding", "Service", "Deployment")
+
+
+def children_of(resource: Json, server: int | None = None) -> list[Json]:
+    spec = parse_spec(resource["spec"])
+    facts = resolve_facts(spec).facts
+    assert facts is not None
+    desired = desired_state(OWNER, spec, facts, server)
+    assert desired.ok, desired.message
+    return desired.children
+
+
+def named(children: list[Json], kind: str, name: str) -> Json:
+    return next(c for c in children if c["kind"] == kind and c["metadata"]["name"] == name)
+
+
+def router_objects(children: list[Json]) -> dict[str, Json]:
+    return {k: named(children, k, "dsv3-router") for k in ROUTER_KINDS}
+
+
+def scaled(resource: Json, prefill: int, decode: int) -> Json:
+    out = copy.deepcopy(resource)
+    out["spec"]["prefill"]["replicas"] = prefill
+    out["spec"]["decode"]["replicas"] = decode
+    return out
+
+
+def test_scaling_never_changes_the_router(dsv3: Json) -> None:
+    first = router_objects(children_of(scaled(dsv3, 1, 1)))
+    for prefill, decode in ((2, 1), (3, 1), (1, 2), (3, 3), (2, 3)):
+        assert router_objects(children_of(scaled(dsv3, prefill, decode))) == first, (
+            prefill,
+            decode,
+        )
+
+
+def test_router_discovers_routable_leaders_of_this_deployment(dsv3: Json) -> None:
+    deployment = named(children_of(dsv3), "Deployment", "dsv3-router")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["args"] == [
+        "--pd-disaggregation",
+        "--service-discovery",
+        "--service-discovery-namespace", "llm",
+        "--service-discovery-port", "30000",
+        "--prefill-selector",
+        "ascendpd.io/deployment=dsv3", "ascendpd.io/role=prefill", "ascendpd.io/routable=true",
+        "--decode-selector",
+        "ascendpd.io/deployment=dsv3", "ascendpd.io/role=decode", "ascendpd.io/routable=true",
+        "--policy", "cache_aware", "--host", "0.0.0.0", "--port", "8000",
+    ]  # fmt: skip
+    # the discovery's watch authenticates as the router's own account
+    assert pod["serviceAccountName"] == "dsv3-router"
+    assert pod["automountServiceAccountToken"] is True
+
+
+def test_router_identity_reads_pods_in_its_namespace_only(dsv3: Json) -> None:
+    objs = router_objects(children_of(dsv3))
+    sa, role, binding = objs["ServiceAccount"], objs["Role"], objs["RoleBinding"]
+    assert sa["apiVersion"] == "v1" and sa["automountServiceAccountToken"] is False
+    assert role["apiVersion"] == "rbac.authorization.k8s.io/v1"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"],
+                              "verbs": ["get", "list", "watch"]}]  # fmt: skip
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "dsv3-router"
+    }  # fmt: skip
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "dsv3-router", "namespace": "llm"}
+    ]
+    for obj in (sa, role, binding):
+        assert obj["metadata"]["namespace"] == "llm"
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+    # the identity exists before the pod that uses it
+    kinds = [c["kind"] for c in children_of(dsv3)]
+    assert kinds.index("ServiceAccount") < kinds.index("Deployment")
+    assert kinds.index("RoleBinding") < kinds.index("Deployment")
+
+
+def test_prefill_pods_announce_their_bootstrap_port_where_the_router_reads_it(
+    dsv3: Json,
+) -> None:
+    children = children_of(scaled(dsv3, 3, 1))
+    for i in range(3):
+        sts = named(children, "StatefulSet", f"dsv3-prefill-{i}")
+        annotations = sts["spec"]["template"]["metadata"]["annotations"]
+        # sglang-router 0.3.x reads exactly this annotation (no flag renames it)
+        assert annotations["sglang.ai/bootstrap-port"] == str(8998 + i)
+    decode = named(children, "StatefulSet", "dsv3-decode-0")
+    assert "sglang.ai/bootstrap-port" not in decode["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_one_budget_per_role_selects_exactly_that_roles_runtime_pods(dsv3: Json) -> None:
+    children = children_of(dsv3)
+    budgets = {c["metadata"]["name"]: c for c in children if c["kind"] == "PodDisruptionBudget"}
+    assert sorted(budgets) == ["dsv3-decode", "dsv3-prefill"]
+    pod_labels = [
+        (c["metadata"]["name"], c["spec"]["template"]["metadata"]["labels"])
+        for c in children
+        if c["kind"] in ("StatefulSet", "Deployment")
+    ]
+    for role in ("prefill", "decode"):
+        pdb = budgets[f"dsv3-{role}"]
+        assert pdb["apiVersion"] == "policy/v1"
+        assert pdb["spec"]["maxUnavailable"] == 1
+        assert pdb["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+        wanted = pdb["spec"]["selector"]["matchLabels"]
+        assert wanted == {"ascendpd.io/deployment": "dsv3", "ascendpd.io/role": role}
+        matched = sorted(n for n, labels in pod_labels
+                         if all(labels.get(k) == v for k, v in wanted.items()))  # fmt: skip
+        assert matched == sorted(n for n, _ in pod_labels if n.startswith(f"dsv3-{role}-"))
+
+
+def test_budget_takes_max_unavailable_and_version() -> None:
+    pdb = pod_disruption_budget(OWNER, "decode", 3, "policy/v1beta1")
+    assert pdb["apiVersion"] == "policy/v1beta1" and pdb["spec"]["maxUnavailable"] == 3
+
+
+@pytest.mark.parametrize(
+    ("minor", "version"),
+    [(20, "policy/v1beta1"), (21, "policy/v1"), (25, "policy/v1"), (35, "policy/v1"),
+     (None, "policy/v1")],
+)  # fmt: skip
+def test_budget_version_is_the_one_the_server_serves(
+    dsv3: Json, minor: int | None, version: str
+) -> None:
+    assert pdb_api_version(minor) == version
+    budgets = [c for c in children_of(dsv3, minor) if c["kind"] == "PodDisruptionBudget"]
+    assert {b["apiVersion"] for b in budgets} == {version}
+    # the client addresses it at that version; other kinds do not depend on the server
+    assert path(resource_for("PodDisruptionBudget", version), "llm") == (
+        f"/apis/{version}/namespaces/llm/poddisruptionbudgets"
+    )
+    assert served_api_version("Deployment", minor) == "apps/v1"
+
+
+def test_server_minor_reads_provider_builds() -> None:
+    assert server_minor({"major": "1", "minor": "20"}) == 20
+    assert server_minor({"major": "1", "minor": "21+"}) == 21
+    assert server_minor({}) is None
+
+
+def test_an_unserved_version_is_not_in_the_allow_list() -> None:
+    with pytest.raises(KeyError, match="allow-list"):
+        resource_for("Deployment", "apps/v1beta2")
+
+
+@pytest.fixture
+def server_1_20() -> Iterator[tuple[str, list[str]]]:
+    """Answers ``/version`` as Kubernetes 1.20 and every other GET with an empty list."""
+    paths: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            paths.append(self.path.split("?", 1)[0])
+            body: Json = {"items": [], "metadata": {"resourceVersion": "1"}}
+            if self.path == "/version":
+                body = {"major": "1", "minor": "20", "gitVersion": "v1.20.2"}
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", paths
+    server.shutdown()
+
+
+def test_the_client_asks_the_server_its_version_once_and_uses_its_budget_version(
+    server_1_20: tuple[str, list[str]],
+) -> None:
+    url, paths = server_1_20
+    config = client.Configuration()
+    config.host = url
+    kube = Kube(new_client(config))
+    kube.list("Deployment", "llm")  # no server-dependent kind: no /version
+    assert paths == ["/apis/apps/v1/namespaces/llm/deployments"]
+    kube.list("PodDisruptionBudget", "llm")
+    kube.list_versioned("PodDisruptionBudget", "llm", "ascendpd.io/deployment")
+    assert paths[1:] == [
+        "/version",
+        "/apis/policy/v1beta1/namespaces/llm/poddisruptionbudgets",
+        "/apis/policy/v1beta1/namespaces/llm/poddisruptionbudgets",
+    ]
+    assert kube.server_minor == 20 and paths.count("/version") == 1
