@@ -31,7 +31,14 @@ from typing import Any, Protocol
 from . import metrics
 from .kube import KubeError, wait_at_least
 from .live_cache import LiveCache
-from .naming import COMPONENT_INSPECTOR, LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_ROLE, ROLES
+from .naming import (
+    COMPONENT_INSPECTOR,
+    COMPONENT_ROUTER,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_ROLE,
+    ROLES,
+)
 from .status import launch_refusal
 
 Json = dict[str, Any]
@@ -57,12 +64,13 @@ def selector_for(kind: str) -> str:
 
 def pod_with_news(pod: Json) -> bool:
     """The pods the operator keeps: runtime pods (their template revision, generation and
-    readiness drive rollouts and routing), the inspector's pod (its termination message is
+    readiness drive rollouts and routing), the router's (the generation each routes to),
+    the inspector's pod (its termination message is
     the inspection's result) and any pod whose command SGLang refused."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return (
         labels.get(LABEL_ROLE) in ROLES
-        or labels.get(LABEL_COMPONENT) == COMPONENT_INSPECTOR
+        or labels.get(LABEL_COMPONENT) in (COMPONENT_INSPECTOR, COMPONENT_ROUTER)
         or bool(launch_refusal(pod))
     )
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
 from ascend_pd_runtime.layout import KVLayout
-from ascend_pd_runtime.plan import plan_document
+from ascend_pd_runtime.plan import layout_fingerprint, plan_document
 
 from .api import PDDeploymentSpec
-from .disruption import DEFAULT_MAX_UNAVAILABLE, pdb_api_version, pod_disruption_budget
+from .disruption import MIN_DRAIN_UNAVAILABLE, pdb_api_version, pod_disruption_budget
 from .naming import COMPONENT_KV_LAYOUT, ROLES, Owner, kv_layout_name, metadata
 from .router import router_children
 from .workloads import headless_service, podgroup, statefulset
@@ -42,10 +42,12 @@ def build_children(
     layout: KVLayout,
     server_minor: int | None = None,
     surge: Mapping[str, int] | None = None,
+    serving: str | None = None,
 ) -> list[Json]:
     """Every child manifest, in apply order, for a 1.<server_minor> API server (None: not
-    known, a current one); ``surge``: extra instances per role during a rollout
-    (``rollout.decide``), numbered after the role's own."""
+    known, a current one). From ``rollout.decide``: ``surge``, extra instances per role
+    during a rollout, numbered after the role's own; ``serving``, the KV-layout generation
+    the router routes to (None: this layout's)."""
     children: list[Json] = [kv_layout_configmap(owner, layout)]
     extra = surge or {}
     instances = [
@@ -56,12 +58,12 @@ def build_children(
     children += [headless_service(owner, role, i) for role, i in instances]
     children += [statefulset(owner, spec, layout, role, i) for role, i in instances]
     pdb_version = pdb_api_version(server_minor)
-    # The rollout's maxUnavailable per role bounds drains too (1 until spec.rollout has it).
-    children += [
-        pod_disruption_budget(owner, role, DEFAULT_MAX_UNAVAILABLE, pdb_version) for role in ROLES
-    ]
+    # The rollout's maxUnavailable per role bounds drains too; at least one, so that a
+    # surge-only rollout (maxUnavailable 0) never blocks a node drain for good.
+    drainable = max(spec.rollout.max_unavailable, MIN_DRAIN_UNAVAILABLE)
+    children += [pod_disruption_budget(owner, role, drainable, pdb_version) for role in ROLES]
     if spec.router.enabled:
-        children += router_children(owner, spec)
+        children += router_children(owner, spec, serving or layout_fingerprint(layout))
     return children
 
 

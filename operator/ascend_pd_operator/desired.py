@@ -59,14 +59,15 @@ def desired_state(
     facts: ModelFacts,
     server_minor: int | None = None,
     surge: Mapping[str, int] | None = None,
+    serving: str | None = None,
 ) -> Desired:
     """``server_minor``: the API server's Kubernetes minor version (1.x), where a child's
     apiVersion depends on it; None when not known (rendering offline). ``surge``: extra
-    instances per role during a rollout."""
+    instances per role during a rollout; ``serving``: the generation the router routes to."""
     try:
         layout = plan_layout(spec, facts)
     except BadInput as exc:
         return Desired(None, reason=REASON_INVALID_LAYOUT, message=str(exc))
     if not layout.compatible:
         return Desired(layout, reason=REASON_INCOMPATIBLE, message="; ".join(layout.problems))
-    return Desired(layout, build_children(owner, spec, layout, server_minor, surge))
+    return Desired(layout, build_children(owner, spec, layout, server_minor, surge, serving))

@@ -2,7 +2,7 @@
 an eviction) per role, as the rollout bounds updates.
 
 One budget per role selects that role's runtime pods of this PDDeployment, with
-``maxUnavailable`` the rollout's maxUnavailable for the role. A budget counts pods, not
+``maxUnavailable`` the rollout's maxUnavailable for the role (at least 1). A budget counts pods, not
 instances, and Kubernetes has no way to make a group of pods one unit: with
 ``maxUnavailable: N`` a drain evicts at most N pods of the role while the others are
 available. One pod down takes its whole instance down (and the group recovery restarts
@@ -24,8 +24,9 @@ from .naming import Owner, disruption_budget_name, metadata, selector
 Json = dict[str, Any]
 
 KIND = "PodDisruptionBudget"
-#: Instances of a role down at a time in a rollout, until ``spec.rollout`` says otherwise.
-DEFAULT_MAX_UNAVAILABLE = 1
+#: A budget always lets a drain take one pod of a role: a surge-only rollout
+#: (``maxUnavailable: 0``) must not block node maintenance for good.
+MIN_DRAIN_UNAVAILABLE = 1
 
 
 def pdb_api_version(server_minor: int | None) -> str:

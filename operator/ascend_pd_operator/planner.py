@@ -48,12 +48,14 @@ from .model_source import (
 from .naming import (
     COMPONENT_FACTS,
     COMPONENT_INSPECTOR,
+    COMPONENT_ROUTER,
     COND_INSTANCES_HEALTHY,
     COND_KV_LAYOUT_COMPATIBLE,
     COND_MODEL_RESOLVED,
     COND_READY,
     COND_VALIDATED,
     LABEL_COMPONENT,
+    LABEL_FINGERPRINT,
     LABEL_ROLE,
     LABEL_ROUTABLE,
     REASON_APPLY_FAILED,
@@ -65,6 +67,7 @@ from .naming import (
     ROLES,
     Owner,
     inspector_name,
+    router_name,
 )
 from .naming import model_facts_name as facts_cm_name
 from .recovery import Recovery, parse_time, recover
@@ -284,15 +287,21 @@ def plan(obs: Observation, now: str) -> Plan:
             assert desired.layout is not None
             pods = observed_pods(obs)
             by_role = instances(owner, spec, obs.owned("StatefulSet"), pods)
-            decision = decide(spec, by_role, layout_fingerprint(desired.layout))
+            router = next((d for d in obs.owned("Deployment")
+                           if d["metadata"]["name"] == router_name(owner)), None)  # fmt: skip
+            decision = decide(
+                spec, by_role, layout_fingerprint(desired.layout), router, router_generations(obs)
+            )
             gone = runtime_pods(obs.gone_pods) + [p for p in pods if p["metadata"].get(
                 "deletionTimestamp")]  # fmt: skip
             recovery = recover(
                 by_role, gone, obs.our_deletions, obs.previous.get("recovery") or [],
                 parse_time(now) or dt.datetime.now(dt.UTC),
             )  # fmt: skip
-            if any(decision.surge.values()) and facts.facts is not None:
-                desired = desired_state(owner, spec, facts.facts, obs.server_minor, decision.surge)
+            rolling = any(decision.surge.values()) or decision.serving != decision.target
+            if rolling and facts.facts is not None:
+                desired = desired_state(owner, spec, facts.facts, obs.server_minor,
+                                        decision.surge, decision.serving)  # fmt: skip
             replaced = _selector_changed(obs, desired)
             applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
             deletes = _prunes(obs, desired) + tuple(delete(*key) for key in replaced)
@@ -387,6 +396,16 @@ def observed_pods(obs: Observation) -> list[Json]:
             pod = {**pod, "metadata": {**meta, "deletionTimestamp": "(deleted by us)"}}
         out.append(pod)
     return out
+
+
+def router_generations(obs: Observation) -> frozenset[str]:
+    """The KV-layout generations the router's running pods route to."""
+    return frozenset(
+        (p["metadata"].get("labels") or {}).get(LABEL_FINGERPRINT, "")
+        for p in obs.pods
+        if (p["metadata"].get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_ROUTER
+        and not p["metadata"].get("deletionTimestamp")
+    ) - {""}
 
 
 def runtime_pods(pods: list[Json]) -> list[Json]:

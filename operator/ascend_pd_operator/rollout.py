@@ -16,11 +16,13 @@ update now:
   KV-layout change, which moves both roles at once: a new generation serves only when it
   has a Ready prefill and a Ready decode instance.
 
-Every runtime pod carries its layout fingerprint as a label. The serving generation is the
-fingerprint of the pods that carry ``LABEL_ROUTABLE`` (the router discovers exactly those):
-it moves to the target fingerprint once the target has a Ready instance of each role. The
-switch takes two reconciles: the old leaders lose the label first, and only when none is
-left do the new leaders get it, so the router never sees two generations at once.
+Every runtime pod carries its layout fingerprint as a label, and the router's selectors
+name one generation (``router.discovery_selector``): the serving one, which the router
+Deployment carries as a label. It moves to the target fingerprint once the target has a
+Ready instance of each role; the router Deployment then rolls (its new pod serves the new
+generation while the old pod still serves the old one), and until that rollout is done the
+old generation's instances still count as serving. Leaders get ``LABEL_ROUTABLE`` as soon
+as they exist: only leaders are ever discovered.
 
 ``maxSurge`` adds instances (indices ``replicas`` and up) with the new template while a
 role's rollout is in progress; they serve like any other and are removed once the role's
@@ -191,20 +193,22 @@ class Decision:
     #: Surge instances wanted per role (beyond ``replicas``).
     surge: Mapping[str, int] = field(default_factory=dict)
     roles: Mapping[str, RoleRollout] = field(default_factory=dict)
-    serving: str | None = None
+    serving: str = ""
     target: str = ""
+    #: The router runs the serving generation's selectors (or there is no router).
+    router_settled: bool = True
 
     @property
     def complete(self) -> bool:
-        """Every instance runs the current spec and the router sees exactly its leaders."""
+        """Every instance runs the current spec and the router routes to exactly them."""
         done = all(r.complete for r in self.roles.values()) and self.serving == self.target
-        return done and not self.restarts and not self.routing
+        return done and self.router_settled and not self.restarts and not self.routing
 
     def summary(self) -> Json:
         """``status.rollout``."""
         return {
             "phase": ROLLOUT_COMPLETE if self.complete else ROLLOUT_PROGRESSING,
-            "servingFingerprint": self.serving or "",
+            "servingFingerprint": self.serving,
             "targetFingerprint": self.target,
         }
 
@@ -220,55 +224,62 @@ def _has_pair(by_role: Mapping[str, list[Instance]], fingerprint: str) -> bool:
     )
 
 
-def serving_generation(by_role: Mapping[str, list[Instance]], target: str) -> tuple[
-    str | None, set[str]
-]:  # fmt: skip
-    """(the generation that should serve now, the generations routable now)."""
-    routable = {
-        i.fingerprint or ""
-        for role in ROLES
-        for i in by_role[role]
-        if (leader := i.leader()) is not None and _labels(leader).get(LABEL_ROUTABLE)
-    }
-    if _has_pair(by_role, target):
-        return target, routable
-    if len(routable) == 1:
-        return next(iter(routable)), routable
-    # Nothing routable yet (a first start, or an operator that labelled nothing): any
-    # generation with a Ready pair serves until the target has one.
+def router_settled(router: Json | None) -> bool:
+    """The live router Deployment runs its current template on every replica."""
+    if router is None:
+        return True
+    meta, status = router["metadata"], router.get("status") or {}
+    want = int((router.get("spec") or {}).get("replicas", 1))
+    return bool(
+        status.get("observedGeneration", 0) >= meta.get("generation", 0)
+        and status.get("updatedReplicas", 0) == want
+        and status.get("replicas", 0) == want
+    )
+
+
+def serving_generation(
+    by_role: Mapping[str, list[Instance]], target: str, current: str | None
+) -> str:
+    """The generation the router should route to now: the target once it has a Ready pair,
+    else the one it routes to (``current``), else any with a Ready pair, else the target."""
+    if _has_pair(by_role, target) or current == target:
+        return target
+    if current:
+        return current
     prints = sorted({i.fingerprint for r in ROLES for i in by_role[r] if i.fingerprint})
-    for fingerprint in prints:
-        if _has_pair(by_role, fingerprint):
-            return fingerprint, routable
-    return None, routable
+    return next((f for f in prints if _has_pair(by_role, f)), target)
 
 
-def _routing(
-    by_role: Mapping[str, list[Instance]], serving: str | None, routable_now: set[str]
-) -> tuple[tuple[str, str | None], ...]:
-    off: list[tuple[str, str | None]] = []
-    on: list[tuple[str, str | None]] = []
+def _routing(by_role: Mapping[str, list[Instance]]) -> tuple[tuple[str, str | None], ...]:
+    """Leaders without the routable label get it. It is never taken off: sglang-router 0.3
+    forgets a worker only when its pod is deleted, and the selectors' generation decides."""
+    out: list[tuple[str, str | None]] = []
     for role in ROLES:
         for inst in by_role[role]:
             leader = inst.leader()
-            if leader is None:
-                continue
-            wanted = serving is not None and inst.fingerprint == serving
-            has = bool(_labels(leader).get(LABEL_ROUTABLE))
-            if has and not wanted:
-                off.append((leader["metadata"]["name"], None))
-            elif wanted and not has:
-                on.append((leader["metadata"]["name"], "true"))
-    # Two phases: the old generation leaves the router before the new one joins.
-    if off and routable_now - {serving}:
-        return tuple(off)
-    return tuple(off + on)
+            if leader is not None and not _labels(leader).get(LABEL_ROUTABLE):
+                out.append((leader["metadata"]["name"], "true"))
+    return tuple(out)
 
 
-def decide(spec: PDDeploymentSpec, by_role: Mapping[str, list[Instance]], target: str) -> Decision:
-    """What to update, route and surge now, within ``spec.rollout``'s bounds."""
-    serving, routable_now = serving_generation(by_role, target)
-    generation_change = serving is not None and serving != target
+def decide(
+    spec: PDDeploymentSpec,
+    by_role: Mapping[str, list[Instance]],
+    target: str,
+    router: Json | None = None,
+    router_generations: frozenset[str] = frozenset(),
+) -> Decision:
+    """What to update, route and surge now, within ``spec.rollout``'s bounds.
+
+    ``router``: the live router Deployment (None: none yet, or the router is disabled);
+    ``router_generations``: the generations its running pods route to (their label)."""
+    current = ((router or {}).get("metadata", {}).get("labels") or {}).get(LABEL_FINGERPRINT)
+    serving = serving_generation(by_role, target, current)
+    # What router pods route to serves (before a switch, the old generation alone; during
+    # the router's own rollout, both); with no router pod yet, the serving generation.
+    still_serving = set(router_generations) or {serving}
+    settled = router_settled(router) and router_generations <= {serving}
+    generation_change = serving != target or bool(router_generations - {target})
     restarts: list[tuple[str, tuple[tuple[str, str], ...]]] = []
     roles: dict[str, RoleRollout] = {}
     surge: dict[str, int] = {}
@@ -280,7 +291,8 @@ def decide(spec: PDDeploymentSpec, by_role: Mapping[str, list[Instance]], target
         outdated = [i for i in own if not i.updated]
 
         def available(i: Instance) -> bool:
-            return i.ready and (serving is None or i.fingerprint == serving)
+            # No fingerprint label: a pod from before generations; it counts as serving.
+            return i.ready and (i.fingerprint is None or i.fingerprint in still_serving)
 
         in_progress = bool(outdated) or not all(i.ready for i in own)
         may_start = previous_complete or generation_change
@@ -297,7 +309,8 @@ def decide(spec: PDDeploymentSpec, by_role: Mapping[str, list[Instance]], target
                 if inst.update_revision is None or not pods:
                     continue  # the StatefulSet has not seen its template yet, or no pods
                 if available(inst):
-                    if budget <= 0:
+                    # Nothing that serves goes while the router itself is switching over.
+                    if budget <= 0 or not settled:
                         continue
                     budget -= 1
                 restarts.append((inst.name, pods))
@@ -318,9 +331,10 @@ def decide(spec: PDDeploymentSpec, by_role: Mapping[str, list[Instance]], target
                 restarts.append((inst.name, _names_uids(inst.live_pods)))
     return Decision(
         restarts=tuple(restarts),
-        routing=_routing(by_role, serving, routable_now),
+        routing=_routing(by_role),
         surge=surge,
         roles=roles,
         serving=serving,
         target=target,
+        router_settled=settled,
     )

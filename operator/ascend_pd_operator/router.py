@@ -11,6 +11,13 @@ depends on how many instances there are, so scaling a role never changes the rou
 Deployment and never restarts it. Its ServiceAccount may only read pods, in its own
 namespace.
 
+Its selectors also name the serving KV-layout generation (``LABEL_FINGERPRINT``), so one
+router never pairs a prefill and a decode of two generations. When a new generation has a
+Ready prefill and decode instance (``rollout.decide``), the Deployment is rolled to the new
+selectors: the new router pod serves the new generation while the old one still serves the
+old, and the Service moves over as the new pod turns Ready. The Deployment carries the
+generation it routes to as a label, which is how the operator knows which one serves.
+
 What sglang-router 0.3.0 to 0.3.2 do with a discovered pod (their ``service_discovery``):
 a pod is added when it matches a selector and is Running with condition Ready, at
 ``http://<podIP>:--service-discovery-port``; it is removed only when it is being deleted
@@ -25,6 +32,7 @@ from .api import PDDeploymentSpec
 from .naming import (
     COMPONENT_ROUTER,
     HTTP_PORT,
+    LABEL_FINGERPRINT,
     LABEL_ROUTABLE,
     ROLES,
     Owner,
@@ -42,9 +50,10 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 ROUTER_POD_VERBS = ("get", "list", "watch")
 
 
-def discovery_selector(owner: Owner, role: str) -> dict[str, str]:
-    """The labels of the pods the router routes ``role`` requests to: the routable leaders."""
-    return {**selector(owner, role), LABEL_ROUTABLE: "true"}
+def discovery_selector(owner: Owner, role: str, serving: str) -> dict[str, str]:
+    """The labels of the pods the router routes ``role`` requests to: the routable leaders
+    of the serving generation."""
+    return {**selector(owner, role), LABEL_ROUTABLE: "true", LABEL_FINGERPRINT: serving}
 
 
 def _selector_args(labels: dict[str, str]) -> list[str]:
@@ -52,7 +61,7 @@ def _selector_args(labels: dict[str, str]) -> list[str]:
     return [f"{k}={v}" for k, v in labels.items()]
 
 
-def router_args(owner: Owner, spec: PDDeploymentSpec) -> list[str]:
+def router_args(owner: Owner, spec: PDDeploymentSpec, serving: str) -> list[str]:
     """The same for every replica count: the router discovers the instances."""
     args = [
         "--pd-disaggregation",
@@ -61,21 +70,22 @@ def router_args(owner: Owner, spec: PDDeploymentSpec) -> list[str]:
         "--service-discovery-port", str(HTTP_PORT),
     ]  # fmt: skip
     for role in ROLES:
-        args += [f"--{role}-selector", *_selector_args(discovery_selector(owner, role))]
+        args += [f"--{role}-selector", *_selector_args(discovery_selector(owner, role, serving))]
     args += ["--policy", spec.router.policy, "--host", "0.0.0.0", "--port", str(spec.router.port)]
     return args
 
 
-def router_deployment(owner: Owner, spec: PDDeploymentSpec) -> Json:
+def router_deployment(owner: Owner, spec: PDDeploymentSpec, serving: str) -> Json:
     name = router_name(owner)
     meta = metadata(owner, name, COMPONENT_ROUTER)
+    meta["labels"] = {**meta["labels"], LABEL_FINGERPRINT: serving}
     probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10}
     container: Json = {
         "name": "router",
         "image": spec.router.image or spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "command": ["python3", "-m", "sglang_router.launch_router"],
-        "args": router_args(owner, spec),
+        "args": router_args(owner, spec, serving),
         "ports": [{"name": "http", "containerPort": spec.router.port, "protocol": "TCP"}],
         "readinessProbe": probe,
         "livenessProbe": {**probe, "failureThreshold": 6},
@@ -152,12 +162,13 @@ def router_role_binding(owner: Owner) -> Json:
     }
 
 
-def router_children(owner: Owner, spec: PDDeploymentSpec) -> list[Json]:
-    """Everything the router needs, in apply order: its identity before its pod."""
+def router_children(owner: Owner, spec: PDDeploymentSpec, serving: str) -> list[Json]:
+    """Everything the router needs, in apply order: its identity before its pod;
+    ``serving``: the KV-layout generation it routes to."""
     return [
         router_service_account(owner),
         router_role(owner),
         router_role_binding(owner),
         router_service(owner, spec),
-        router_deployment(owner, spec),
+        router_deployment(owner, spec, serving),
     ]

@@ -24,6 +24,7 @@ from ascend_pd_operator.child_watch import (
     Expired,
     WatchError,
     child_watches,
+    pod_with_news,
     selector_for,
 )
 from ascend_pd_operator.kube import Kube, KubeError, iter_lines
@@ -141,9 +142,9 @@ def _pod(name: str, rv: str, component: str = "prefill", exit_code: int | None =
     return pod
 
 
-def test_runtime_pods_and_the_inspector_are_kept_slim_and_other_pods_are_not() -> None:
+def test_runtime_router_and_inspector_pods_are_kept_slim_and_other_pods_are_not() -> None:
     refused = _pod("dsv3-prefill-0-0", "2", exit_code=5)
-    router = _pod("dsv3-router-abc", "7", "router")
+    router = _pod("dsv3-other-abc", "7", "something-else")
     watch, _, queue, cache, _ = make(
         lists=[
             (
@@ -156,6 +157,7 @@ def test_runtime_pods_and_the_inspector_are_kept_slim_and_other_pods_are_not() -
     )
     watch.relist()
     assert cached(cache, "Pod") == ["dsv3-prefill-0-0", "dsv3-prefill-0-1", "i"]
+    assert pod_with_news(_pod("dsv3-router-abc", "7", "router"))  # its generation matters
     assert queue.keys == [("ns", "dsv3")] * 3
     # what the cache holds of a pod: no spec beyond the node, no managed fields
     refused["spec"] = {"containers": [{"name": "x", "image": "big"}], "nodeName": "n1"}
@@ -166,7 +168,7 @@ def test_runtime_pods_and_the_inspector_are_kept_slim_and_other_pods_are_not() -
     kept = next(p for p in cache.listed("Pod", "ns", {}) if p["metadata"]["name"] == name)
     assert kept["spec"] == {"nodeName": "n1"} and "managedFields" not in kept["metadata"]
     assert kept["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 5
-    # the router's pod is neither cached nor queued
+    # a pod of no component of ours is neither cached nor queued
     before = len(queue.keys)
     watch.handle(event("MODIFIED", {**router, "metadata": {**router["metadata"],
                                                           "resourceVersion": "9"}}))  # fmt: skip

@@ -117,6 +117,7 @@ def run_workload_controllers(kube: FakeKube, ready: bool = True) -> None:
             want = obj["spec"].get("replicas", 1)
             obj["status"] = {
                 "observedGeneration": obj["metadata"]["generation"],
+                "replicas": want,
                 "readyReplicas": want if ready else 0,
                 "updatedReplicas": want,
             }

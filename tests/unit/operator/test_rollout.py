@@ -134,31 +134,39 @@ def test_nothing_moves_before_the_statefulset_has_seen_its_template() -> None:
     assert decide(s, instances(OWNER, s, statefulsets, live), "fpA").restarts == ()
 
 
-def test_a_layout_change_moves_both_roles_and_switches_generation_in_two_steps() -> None:
+def router(fingerprint: str, settled: bool = True) -> Json:
+    return {
+        "metadata": {"name": "dsv3-router", "generation": 3,
+                     "labels": {"ascendpd.io/kv-fingerprint": fingerprint}},
+        "spec": {"replicas": 1},
+        "status": {"observedGeneration": 3 if settled else 2, "replicas": 1 if settled else 2,
+                   "updatedReplicas": 1},
+    }  # fmt: skip
+
+
+def test_a_layout_change_moves_both_roles_and_switches_the_router_when_a_pair_is_ready() -> None:
     s = spec(prefill=2, decode=1, maxUnavailable=1)
     old = {"revision": "old", "fp": "fpA", "routable": True}
     statefulsets, live = world({("prefill", 0): old, ("prefill", 1): old, ("decode", 0): old})
-    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpB")
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpB", router("fpA"),
+                      frozenset({"fpA"}))  # fmt: skip
     # both roles at once: one prefill within its budget, and decode's only instance
     assert sorted(name for name, _ in decision.restarts) == ["dsv3-decode-0", "dsv3-prefill-1"]
-    assert decision.serving == "fpA" and decision.routing == ()
-    assert not decision.complete
+    assert decision.serving == "fpA" and not decision.complete
 
-    # the new generation has a Ready pair: first the old leaders leave the router ...
-    new = {"revision": "new", "fp": "fpB"}
+    # the new generation has a Ready pair: the router is told to serve it ...
+    new = {"revision": "new", "fp": "fpB", "routable": True}
     statefulsets, live = world({("prefill", 0): old, ("prefill", 1): new, ("decode", 0): new})
-    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpB")
+    by_role = instances(OWNER, s, statefulsets, live)
+    decision = decide(s, by_role, "fpB", router("fpA"), frozenset({"fpA"}))
     assert decision.serving == "fpB"
-    assert decision.routing == (("dsv3-prefill-0-0", None),)
-    # ... and prefill-0 of the old generation serves nothing now: it is updated at once
+    # ... but while a router pod still runs the old selectors, the old prefill serves on
+    assert decision.restarts == ()
+    decision = decide(s, by_role, "fpB", router("fpB", settled=False), frozenset({"fpA", "fpB"}))
+    assert decision.restarts == () and not decision.complete
+    # the old router pod is gone: the old generation serves nothing and is updated at once
+    decision = decide(s, by_role, "fpB", router("fpB"), frozenset({"fpB"}))
     assert [name for name, _ in decision.restarts] == ["dsv3-prefill-0"]
-
-    # once no old leader is routable, the new leaders join
-    old_unrouted = {"revision": "old", "fp": "fpA"}
-    statefulsets, live = world({("prefill", 0): old_unrouted, ("prefill", 1): new,
-                                ("decode", 0): new})  # fmt: skip
-    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpB")
-    assert sorted(decision.routing) == [("dsv3-decode-0-0", "true"), ("dsv3-prefill-1-0", "true")]
 
 
 def test_routing_only_ever_names_leaders() -> None:
@@ -167,9 +175,9 @@ def test_routing_only_ever_names_leaders() -> None:
     statefulsets, live = world({("prefill", 0): fresh, ("prefill", 1): fresh,
                                 ("decode", 0): fresh})  # fmt: skip
     decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
-    assert sorted(pod for pod, _ in decision.routing) == [
-        "dsv3-decode-0-0", "dsv3-prefill-0-0", "dsv3-prefill-1-0"]  # fmt: skip
-    assert decision.complete is False  # nothing routable yet: serving is still being set up
+    assert sorted(decision.routing) == [("dsv3-decode-0-0", "true"), ("dsv3-prefill-0-0", "true"),
+                                        ("dsv3-prefill-1-0", "true")]  # fmt: skip
+    assert decision.complete is False  # leaders still to be labelled
 
 
 def test_surge_starts_new_instances_before_taking_any_down() -> None:

@@ -63,6 +63,10 @@ def test_scaling_never_changes_the_router(dsv3: Json) -> None:
         )
 
 
+#: The example's layout fingerprint (``ascend-pd render`` of examples/deepseek-v3-pp2.yaml).
+FINGERPRINT = "c22687cf0fd85d92"
+
+
 def test_router_discovers_routable_leaders_of_this_deployment(dsv3: Json) -> None:
     deployment = named(children_of(dsv3), "Deployment", "dsv3-router")
     pod = deployment["spec"]["template"]["spec"]
@@ -73,10 +77,14 @@ def test_router_discovers_routable_leaders_of_this_deployment(dsv3: Json) -> Non
         "--service-discovery-port", "30000",
         "--prefill-selector",
         "ascendpd.io/deployment=dsv3", "ascendpd.io/role=prefill", "ascendpd.io/routable=true",
+        f"ascendpd.io/kv-fingerprint={FINGERPRINT}",
         "--decode-selector",
         "ascendpd.io/deployment=dsv3", "ascendpd.io/role=decode", "ascendpd.io/routable=true",
+        f"ascendpd.io/kv-fingerprint={FINGERPRINT}",
         "--policy", "cache_aware", "--host", "0.0.0.0", "--port", "8000",
     ]  # fmt: skip
+    # the generation it routes to, on the Deployment: how the operator knows which serves
+    assert deployment["metadata"]["labels"]["ascendpd.io/kv-fingerprint"] == FINGERPRINT
     # the discovery's watch authenticates as the router's own account
     assert pod["serviceAccountName"] == "dsv3-router"
     assert pod["automountServiceAccountToken"] is True
