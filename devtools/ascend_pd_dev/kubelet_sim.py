@@ -12,10 +12,10 @@ for the scheduler and the kubelets of N Ascend nodes, and does only what those d
   its ``nodeSelector``, required node affinity and required pod anti-affinity on
   ``kubernetes.io/hostname``; a pod that fits nowhere stays Pending with condition
   ``PodScheduled=False, reason=Unschedulable`` saying why;
-- reports every bound pod Running and Ready with a loopback pod IP (127.1.0.1 and up; a
-  ``hostNetwork`` pod gets its node's 127.0.1.x; no traffic is ever sent to any of them; the
-  endpoints controller refuses loopback addresses, so a Service lists none of them), and
-  removes pods being deleted (grace period 0).
+- reports every bound pod Running and Ready (after the readiness delay below) with a loopback
+  pod IP (127.1.0.1 and up; a ``hostNetwork`` pod gets its node's 127.0.1.x; no traffic is ever
+  sent to any of them; the endpoints controller refuses loopback addresses, so a Service lists
+  none of them), and removes pods being deleted (grace period 0).
 
 A pod (or its template) chooses what the simulated containers do with the annotation
 ``kubelet-sim.ascend-pd.dev/outcome`` (read every cycle, so tests may change it on a live pod):
