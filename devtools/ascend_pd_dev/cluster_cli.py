@@ -5,6 +5,8 @@ prints the ``export KUBECONFIG=...`` line; a healthy cluster is left running. ``
 exactly the processes ``up`` started (by their pid files). ``status`` exits 0 when the cluster
 is up and 3 when it is not. ``crd-server up|down`` runs a current CRD server beside it
 (``crd_server``: Kubernetes 1.36, CRDs and custom resources only) for checking the CRD.
+``node NAME ready|not-ready|unreachable`` makes a simulated node (and its pods) NotReady and
+back (``kubelet_sim.set_node_ready``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a current CRD server (Kubernetes 1.36, CRDs only) for checking the CRD",
     )
     crd.add_argument("crd_action", choices=["up", "down"], metavar="up|down")
+    node = sub.add_parser(
+        "node", help="make a simulated node Ready, NotReady or unreachable (kubelet-sim)"
+    )
+    node.add_argument("node_name", metavar="NAME", help="e.g. sim-ascend-0")
+    node.add_argument("readiness", choices=["ready", "not-ready", "unreachable"])
 
 
 def _positive(text: str) -> int:
@@ -68,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
             return _up(layout, args)
         if action == "crd-server":
             return _crd_server(args.crd_action)
+        if action == "node":
+            return _node(layout, args.node_name, args.readiness)
         if action == "down":
             stopped = cluster.down(layout, _progress, purge=args.purge)
             _progress("nothing was running" if not stopped else "down")
@@ -87,6 +96,22 @@ def _up(layout: cluster.Layout, args: argparse.Namespace) -> int:
     _progress(f"look around: KUBECONFIG={layout.kubeconfig} kubectl get nodes -L accelerator")
     _progress("stop it with: ascend-pd-dev cluster down")
     print(f"export KUBECONFIG={layout.kubeconfig}")
+    return 0
+
+
+def _node(layout: cluster.Layout, name: str, readiness: str) -> int:
+    from kubernetes.client.exceptions import ApiException
+
+    if not cluster.healthy(layout):
+        print("ascend-pd-dev cluster node: the local control plane is not up", file=sys.stderr)
+        return 3
+    try:
+        kubelet_sim.set_node_ready(layout.kubeconfig, name, readiness == "ready",
+                                   unreachable=readiness == "unreachable")  # fmt: skip
+    except ApiException as err:
+        print(f"ascend-pd-dev cluster node {name}: {err.reason}", file=sys.stderr)
+        return 1
+    _progress(f"node {name}: {readiness} (kubelet-sim applies it within a cycle)")
     return 0
 
 

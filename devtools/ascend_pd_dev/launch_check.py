@@ -49,9 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ascend_pd_dev import sim_annotations
 from ascend_pd_runtime.env_contract import DEFAULT_TERMINATION_LOG, TERMINATION_LOG
 
-RUN_CHECK_ANNOTATION = "kubelet-sim.ascend-pd.dev/run-launch-check"
+RUN_CHECK_ANNOTATION = sim_annotations.RUN_LAUNCH_CHECK
 LAUNCHER = "ascend-pd-runtime"
 #: kubelet reads at most this much of a termination message file
 TERMINATION_MESSAGE_LIMIT = 4096

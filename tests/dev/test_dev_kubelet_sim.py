@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from decimal import Decimal
 
 import pytest
@@ -182,3 +184,422 @@ def test_without_annotation_every_pod_runs_and_none_is_declared_finished(
 ) -> None:
     p = pod("a", node="sim-ascend-0", spec={"restartPolicy": restart} if restart else {})
     assert ks.desired_status(p, "127.0.1.1", "127.1.0.9", NOW)["phase"] == "Running"
+
+
+# --------------------------------------------------------------------------- failures and time
+#
+# Simulator.step() against an in-memory API (FakeCore) and an injected clock: the readiness
+# delay, crashes, pod failure and node readiness as the state machine sees them, second by
+# second, without sleeping. What a kubelet shows in each case (restartCount, lastState,
+# CrashLoopBackOff back-off of 0, 10, 20 s..., Ready=False on a NotReady node's pods, the
+# not-ready/unreachable NoSchedule taints) is written from the Kubernetes documentation; the
+# e2e tests (tests/e2e/test_control_plane.py) check the same against the real API server.
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = T0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Response:
+    def __init__(self, body: object) -> None:
+        self.data = json.dumps(body).encode()
+
+
+def _merge_status(target: dict, patch: dict) -> None:
+    """The strategic merge the API server does on pods/status and nodes/status: conditions
+    merge by type (a null field is deleted), other lists and fields are replaced."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif key == "conditions":
+            by_type = {c["type"]: c for c in target.get("conditions") or []}
+            for cond in value:
+                merged = {**by_type.get(cond["type"], {}), **cond}
+                by_type[cond["type"]] = {k: v for k, v in merged.items() if v is not None}
+            target["conditions"] = list(by_type.values())
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _merge_annotations(obj: dict, patch: dict) -> None:
+    notes = obj["metadata"].setdefault("annotations", {})
+    for key, value in ((patch.get("metadata") or {}).get("annotations") or {}).items():
+        if value is None:
+            notes.pop(key, None)
+        else:
+            notes[key] = value
+
+
+class FakeCore:
+    """The CoreV1Api calls kubelet-sim makes, kept in memory."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict] = {}
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.events: list[dict] = []
+        self.status_writes = 0
+        self.node_status_writes = 0
+
+    # nodes
+    def list_node(self, label_selector: str = "", _preload_content: bool = True) -> Response:
+        return Response({"items": [copy.deepcopy(n) for n in self.nodes.values()]})
+
+    def create_node(self, body: dict, _preload_content: bool = True) -> None:
+        node = copy.deepcopy(body)
+        node["status"] = {}  # the API server ignores status on create
+        self.nodes[node["metadata"]["name"]] = node
+
+    def patch_node_status(self, name: str, body: dict, _preload_content: bool = True) -> None:
+        self.node_status_writes += 1
+        _merge_status(self.nodes[name].setdefault("status", {}), body["status"])
+
+    def patch_node(self, name: str, body: dict, _preload_content: bool = True) -> None:
+        node = self.nodes[name]
+        _merge_annotations(node, body)
+        if "spec" in body:
+            _merge_status(node.setdefault("spec", {}), body["spec"])
+
+    def delete_node(self, name: str) -> None:
+        del self.nodes[name]
+
+    # pods
+    def add_pod(self, pod: dict) -> None:
+        pod["metadata"].setdefault("creationTimestamp", NOW)
+        self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
+
+    def pod(self, name: str, namespace: str = "ns") -> dict:
+        return self.pods[(namespace, name)]
+
+    def list_pod_for_all_namespaces(self, _preload_content: bool = True) -> Response:
+        return Response({"items": [copy.deepcopy(p) for p in self.pods.values()]})
+
+    def create_namespaced_pod_binding(
+        self, name: str, namespace: str, body: dict, _preload_content: bool = True
+    ) -> None:
+        self.pods[(namespace, name)]["spec"]["nodeName"] = body["target"]["name"]
+
+    def patch_namespaced_pod_status(
+        self, name: str, namespace: str, body: dict, _preload_content: bool = True
+    ) -> None:
+        self.status_writes += 1
+        _merge_status(self.pods[(namespace, name)].setdefault("status", {}), body["status"])
+
+    def patch_namespaced_pod(
+        self, name: str, namespace: str, body: dict, _preload_content: bool = True
+    ) -> None:
+        _merge_annotations(self.pods[(namespace, name)], body)
+
+    def delete_namespaced_pod(self, name: str, namespace: str, **_: object) -> None:
+        self.pods.pop((namespace, name), None)
+
+    def create_namespaced_event(
+        self, namespace: str, body: dict, _preload_content: bool = True
+    ) -> None:
+        self.events.append(body)
+
+    def list_namespace(self, _preload_content: bool = True) -> Response:
+        return Response({"items": []})
+
+    # what a launcher check reads; no pod here has a launcher container
+    read_namespaced_config_map = read_namespaced_secret = read_namespaced_service = None
+
+
+def sim(nodes_count: int = 2, ready_after: float = 0.0) -> tuple[ks.Simulator, FakeCore, Clock]:
+    api, clock = FakeCore(), Clock()
+    simulator = ks.Simulator(api, nodes_count, 8, owner="1", ready_after=ready_after, clock=clock)
+    return simulator, api, clock
+
+
+def cond(obj: dict, kind: str) -> dict:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == kind)
+
+
+def container(p: dict) -> dict:
+    return p["status"]["containerStatuses"][0]
+
+
+def running_pod(simulator: ks.Simulator, api: FakeCore, name: str = "p", **extra: object) -> dict:
+    api.add_pod(pod(name, ascend=1, **extra))
+    simulator.step()
+    return api.pod(name)
+
+
+def test_readiness_delay_runs_the_container_at_once_and_readies_it_after_the_delay() -> None:
+    simulator, api, clock = sim(ready_after=5)
+    p = running_pod(simulator, api)
+    assert p["status"]["phase"] == "Running"
+    assert list(container(p)["state"]) == ["running"] and container(p)["started"] is True
+    assert cond(p, "Ready")["status"] == "False" and cond(p, "ContainersReady")["status"] == "False"
+    assert cond(p, "Ready")["message"] == "containers with unready status: [main]"
+    clock.t = T0 + 4.9
+    simulator.step()
+    assert cond(api.pod("p"), "Ready")["status"] == "False"
+    clock.t = T0 + 5
+    simulator.step()
+    p = api.pod("p")
+    assert cond(p, "Ready")["status"] == "True" and container(p)["ready"] is True
+    assert "reason" not in cond(p, "Ready") and "message" not in cond(p, "Ready")
+    assert cond(p, "Ready")["lastTransitionTime"] == "2026-01-01T00:00:05Z"
+
+
+def test_the_pod_annotation_overrides_the_default_readiness_delay() -> None:
+    simulator, api, clock = sim(ready_after=30)
+    p = running_pod(simulator, api, metadata={"annotations": {ks.READY_AFTER_ANNOTATION: "2"}})
+    assert cond(p, "Ready")["status"] == "False"
+    clock.t = T0 + 2
+    simulator.step()
+    assert cond(api.pod("p"), "Ready")["status"] == "True"
+    # default 0: ready at once, as before
+    simulator, api, clock = sim()
+    assert cond(running_pod(simulator, api), "Ready")["status"] == "True"
+
+
+def test_a_bad_readiness_delay_fails_the_pod_naming_the_annotation() -> None:
+    simulator, api, _ = sim()
+    p = running_pod(simulator, api, metadata={"annotations": {ks.READY_AFTER_ANNOTATION: "soon"}})
+    assert p["status"]["phase"] == "Failed"
+    assert ks.READY_AFTER_ANNOTATION in p["status"]["message"]
+
+
+def test_a_crash_shows_the_termination_raises_restart_count_and_restarts_the_container() -> None:
+    simulator, api, clock = sim(ready_after=3)
+    running_pod(simulator, api)
+    clock.t = T0 + 10
+    simulator.step()
+    assert cond(api.pod("p"), "Ready")["status"] == "True"
+    clock.t = T0 + 20
+    crash_id = ks.crash_pod(api, "ns", "p", 137, "Error", "HCCL timeout on rank 1")
+    simulator.step()
+    p = api.pod("p")
+    c = container(p)
+    assert c["restartCount"] == 1
+    assert c["lastState"]["terminated"] == {
+        "exitCode": 137, "reason": "Error", "message": "HCCL timeout on rank 1",
+        "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:20Z",
+        "containerID": "kubelet-sim://uid-p/main/0",
+    }  # fmt: skip
+    assert c["state"]["waiting"]["reason"] == "CrashLoopBackOff" and c["ready"] is False
+    assert cond(p, "Ready")["status"] == "False" and p["status"]["phase"] == "Running"
+    assert p["metadata"]["annotations"][ks.CRASH_HANDLED_ANNOTATION] == crash_id
+    assert [e["reason"] for e in api.events if e["reason"] == "BackOff"] == ["BackOff"]
+    # the first restart is at once (no back-off yet); ready again after the delay
+    clock.t = T0 + 21
+    simulator.step()
+    c = container(api.pod("p"))
+    assert c["state"] == {"running": {"startedAt": "2026-01-01T00:00:21Z"}}
+    assert c["restartCount"] == 1 and c["ready"] is False
+    assert c["lastState"]["terminated"]["message"] == "HCCL timeout on rank 1"
+    clock.t = T0 + 23.5
+    simulator.step()
+    assert cond(api.pod("p"), "Ready")["status"] == "False"
+    clock.t = T0 + 24
+    simulator.step()
+    p = api.pod("p")
+    assert cond(p, "Ready")["status"] == "True" and container(p)["restartCount"] == 1
+    # the same request is applied once, however many cycles see it
+    for _ in range(3):
+        simulator.step()
+    assert container(api.pod("p"))["restartCount"] == 1
+
+
+def test_a_second_crash_counts_again_and_waits_out_the_kubelet_back_off() -> None:
+    simulator, api, clock = sim()
+    running_pod(simulator, api)
+    ks.crash_pod(api, "ns", "p", 1, "Error", "first")
+    simulator.step()
+    clock.t = T0 + 1
+    simulator.step()
+    assert container(api.pod("p"))["state"]["running"]
+    clock.t = T0 + 30
+    ks.crash_pod(api, "ns", "p", 139, "Error", "second")
+    simulator.step()
+    c = container(api.pod("p"))
+    assert c["restartCount"] == 2
+    assert c["lastState"]["terminated"]["message"] == "second"
+    assert c["lastState"]["terminated"]["exitCode"] == 139
+    assert c["state"]["waiting"]["message"].startswith("back-off 10s restarting failed")
+    clock.t = T0 + 39.9
+    simulator.step()
+    assert list(container(api.pod("p"))["state"]) == ["waiting"]
+    clock.t = T0 + 40
+    simulator.step()
+    p = api.pod("p")
+    assert list(container(p)["state"]) == ["running"] and cond(p, "Ready")["status"] == "True"
+
+
+def test_restart_after_seconds_overrides_the_back_off_and_survives_a_restarted_sim() -> None:
+    simulator, api, clock = sim()
+    running_pod(simulator, api)
+    ks.crash_pod(api, "ns", "p", message="slow", restart_after_seconds=5)
+    simulator.step()
+    # a new kubelet-sim process: it reads the back-off from the pod and repeats no crash
+    again = ks.Simulator(api, 2, 8, owner="2", clock=clock)
+    clock.t = T0 + 4
+    again.step()
+    c = container(api.pod("p"))
+    assert list(c["state"]) == ["waiting"] and c["restartCount"] == 1
+    clock.t = T0 + 5
+    again.step()
+    c = container(api.pod("p"))
+    assert list(c["state"]) == ["running"] and c["restartCount"] == 1
+
+
+def test_a_crash_of_a_restart_policy_never_pod_fails_the_pod() -> None:
+    simulator, api, _ = sim()
+    running_pod(simulator, api, spec={"restartPolicy": "Never"})
+    ks.crash_pod(api, "ns", "p", 2, "Error", "bad config")
+    simulator.step()
+    p = api.pod("p")
+    assert p["status"]["phase"] == "Failed"
+    c = container(p)
+    assert c["state"]["terminated"]["message"] == "bad config" and c["restartCount"] == 0
+    assert "reason" not in p["status"]  # the container's exit: a kubelet names no pod reason
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    ["{not json", '{"exitCode": "137"}', '{"surprise": 1}', '{"container": "nope"}'],
+)
+def test_a_malformed_crash_request_fails_the_pod_saying_why(annotation: str) -> None:
+    simulator, api, _ = sim()
+    running_pod(simulator, api)
+    api.pod("p")["metadata"]["annotations"] = {ks.CRASH_ANNOTATION: annotation}
+    simulator.step()
+    p = api.pod("p")
+    assert p["status"]["phase"] == "Failed"
+    assert p["status"]["reason"] == "InvalidSimulationRequest"
+    assert ks.CRASH_ANNOTATION in p["status"]["message"]
+
+
+@pytest.mark.parametrize(("restart", "pod_reason"), [("Never", None), ("Always", "Evicted")])
+def test_fail_pod_ends_the_pod_with_its_containers_terminated(
+    restart: str, pod_reason: str | None
+) -> None:
+    simulator, api, _ = sim()
+    running_pod(simulator, api, spec={"restartPolicy": restart})
+    ks.fail_pod(api, "ns", "p", 3, "Error", "device lost")
+    simulator.step()
+    p = api.pod("p")
+    assert p["status"]["phase"] == "Failed"
+    terminated = container(p)["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"], terminated["message"]) == (
+        3, "Error", "device lost")  # fmt: skip
+    assert p["status"].get("reason") == pod_reason
+    assert cond(p, "Ready")["status"] == "False"
+    # Failed is final: nothing brings it back
+    del p["metadata"]["annotations"][ks.FAIL_ANNOTATION]
+    simulator.step()
+    assert api.pod("p")["status"]["phase"] == "Failed"
+
+
+def test_a_not_ready_node_makes_its_pods_not_ready_and_gets_them_back() -> None:
+    simulator, api, clock = sim()
+    running_pod(simulator, api, "a", spec={"nodeName": "sim-ascend-0"})
+    running_pod(simulator, api, "b", spec={"nodeName": "sim-ascend-1"})
+    ks.set_node_ready(api, "sim-ascend-0", False)
+    clock.t = T0 + 5
+    simulator.step()
+    node = api.nodes["sim-ascend-0"]
+    assert cond(node, "Ready")["status"] == "False"
+    assert cond(node, "Ready")["reason"] == "KubeletNotReady"
+    assert node["spec"]["taints"] == [{"key": "node.kubernetes.io/not-ready",
+                                       "effect": "NoSchedule",
+                                       "timeAdded": "2026-01-01T00:00:05Z"}]  # fmt: skip
+    a = api.pod("a")
+    assert cond(a, "Ready")["status"] == "False" and cond(a, "Ready")["reason"] == "NodeNotReady"
+    assert cond(a, "ContainersReady")["status"] == "True"  # only Ready flips, as the controller
+    assert a["status"]["phase"] == "Running"
+    assert cond(api.pod("b"), "Ready")["status"] == "True"
+    # nothing new goes to the NotReady node
+    api.add_pod(pod("c", ascend=1, spec={"nodeSelector": {ks.HOSTNAME_KEY: "sim-ascend-0"}}))
+    simulator.step()
+    assert not api.pod("c")["spec"].get("nodeName")
+    scheduled = cond(api.pod("c"), "PodScheduled")
+    assert "node.kubernetes.io/not-ready" in scheduled["message"]
+    ks.set_node_ready(api, "sim-ascend-0", True)
+    clock.t = T0 + 10
+    simulator.step()
+    node = api.nodes["sim-ascend-0"]
+    assert cond(node, "Ready")["status"] == "True" and not node["spec"].get("taints")
+    a = api.pod("a")
+    assert cond(a, "Ready")["status"] == "True" and "reason" not in cond(a, "Ready")
+    assert api.pod("c")["spec"]["nodeName"] == "sim-ascend-0"
+
+
+def test_an_unreachable_node_stops_its_heartbeat_and_its_kubelet() -> None:
+    simulator, api, clock = sim(1)
+    running_pod(simulator, api, "a")
+    beat = cond(api.nodes["sim-ascend-0"], "Ready")["lastHeartbeatTime"]
+    ks.set_node_ready(api, "sim-ascend-0", unreachable=True)
+    clock.t = T0 + 3
+    simulator.step()
+    node = api.nodes["sim-ascend-0"]
+    for kind in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure"):
+        assert cond(node, kind)["status"] == "Unknown"
+        assert cond(node, kind)["message"] == "Kubelet stopped posting node status."
+    assert node["spec"]["taints"][0]["key"] == "node.kubernetes.io/unreachable"
+    a = api.pod("a")
+    assert cond(a, "Ready")["status"] == "False" and cond(a, "Ready")["reason"] == "NodeNotReady"
+    # no kubelet: no crash is applied, no deleted pod goes away, the heartbeat stays put
+    ks.crash_pod(api, "ns", "a", message="later")
+    api.pod("a")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:04Z"
+    clock.t = T0 + 10 * ks.NODE_STATUS_REPORT_SECONDS
+    simulator.step()
+    assert cond(api.nodes["sim-ascend-0"], "Ready")["lastHeartbeatTime"] == beat
+    assert container(api.pod("a"))["restartCount"] == 0
+    ks.set_node_ready(api, "sim-ascend-0")
+    simulator.step()
+    assert ("ns", "a") not in api.pods  # the kubelet is back and confirms the deletion
+    assert cond(api.nodes["sim-ascend-0"], "Ready")["lastHeartbeatTime"] != beat
+
+
+def test_a_ready_node_heartbeats_every_report_interval_and_only_then() -> None:
+    simulator, api, clock = sim(1)
+    simulator.step()
+    assert cond(api.nodes["sim-ascend-0"], "Ready")["lastHeartbeatTime"] == NOW
+    writes = api.node_status_writes
+    clock.t = T0 + ks.NODE_STATUS_REPORT_SECONDS - 1
+    simulator.step()
+    assert api.node_status_writes == writes
+    clock.t = T0 + ks.NODE_STATUS_REPORT_SECONDS
+    simulator.step()
+    assert api.node_status_writes == writes + 1
+    ready = cond(api.nodes["sim-ascend-0"], "Ready")
+    assert ready["lastHeartbeatTime"] == "2026-01-01T00:01:00Z"
+    assert ready["lastTransitionTime"] == NOW
+
+
+def test_a_pod_tolerating_the_taint_is_still_placed() -> None:
+    node = nodes(1)[0]
+    node["spec"]["taints"] = ks.node_taints([], "False", NOW)
+    tolerant = pod("t", spec={"tolerations": [{"key": "node.kubernetes.io/not-ready",
+                                               "operator": "Exists"}]})  # fmt: skip
+    assert ks.choose_node(tolerant, [node], [])[0] == "sim-ascend-0"
+    assert ks.choose_node(pod("u"), [node], [])[0] is None
+
+
+def test_a_ready_again_pod_keeps_no_stale_not_ready_message() -> None:
+    simulator, api, _ = sim()
+    running_pod(simulator, api, metadata={"annotations": {ks.OUTCOME_ANNOTATION: "unready"}})
+    assert api.pod("p")["status"]["message"]
+    api.pod("p")["metadata"]["annotations"] = {}
+    simulator.step()
+    writes = api.status_writes
+    p = api.pod("p")
+    assert "message" not in p["status"] and "reason" not in p["status"]
+    simulator.step()
+    assert api.status_writes == writes  # settled: no write per cycle
+
+
+def test_on_a_not_ready_node_an_unready_container_keeps_its_own_reason() -> None:
+    p = pod("a", node="sim-ascend-0", metadata={"annotations": {ks.READY_AFTER_ANNOTATION: "9"}})
+    status = ks.desired_status(p, "127.0.1.1", "127.1.0.2", NOW, node_readiness="False")
+    reasons = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert reasons["Ready"] == ("False", "NodeNotReady")
+    assert reasons["ContainersReady"] == ("False", "ContainersNotReady")

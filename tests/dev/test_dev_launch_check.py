@@ -305,7 +305,8 @@ def test_pod_status_while_checking_is_running_but_not_ready() -> None:
         ready["status"] == "False"
         and ready["message"] == "containers with unready status: [sglang]"
     )
-    assert "message" not in status  # a running pod carries no pod-level message
+    # a running pod carries no pod-level message (null: the patch deletes an earlier one)
+    assert status["message"] is None
     done = lcr.View({"running": {"startedAt": NOW}}, {}, 0, ready=True, started=True)
     status = ks.desired_status(pod, "127.0.1.1", "127.1.0.1", NOW, {"sglang": done})
     assert status["containerStatuses"][0]["ready"] is True

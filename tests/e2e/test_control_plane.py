@@ -381,3 +381,113 @@ def test_a_job_pod_without_an_outcome_runs_until_told_then_completes(
             "status") == "True",
         "the Job to complete",
     )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- failures and time
+#
+# kubelet-sim's readiness delay, crashes, pod failure and node readiness against the real API
+# server and controllers: the StatefulSet controller replacing a failed pod and the endpoints
+# controller moving a NotReady pod's address are the oracles, not kubelet-sim's own code.
+
+
+def _ready(pod: dict[str, Any]) -> str | None:
+    return (_condition(pod, "Ready") or {}).get("status")
+
+
+def _seconds(timestamp: str) -> float:
+    parsed = ks.parse_iso(timestamp)
+    assert parsed is not None, timestamp
+    return parsed
+
+
+@pytest.mark.simulated
+def test_a_readiness_delay_readies_a_running_container_only_after_it(
+    kubectl: Any, namespace: str, wait_until: Any
+) -> None:
+    _apply(kubectl, _pod("warm", 1, {ks.READY_AFTER_ANNOTATION: "2"}), "-n", namespace)
+
+    def ready_pod() -> dict[str, Any] | None:
+        got = _get(kubectl, "pod", "warm", "-n", namespace)
+        return got if _ready(got) == "True" else None
+
+    pod = wait_until(ready_pod, "the pod to become ready")
+    started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    became_ready = _condition(pod, "Ready")["lastTransitionTime"]  # type: ignore[index]
+    assert _seconds(became_ready) - _seconds(started) >= 2
+
+
+@pytest.mark.simulated
+def test_each_crash_request_restarts_the_container_once_and_keeps_its_termination(
+    cluster: Any, kubectl: Any, namespace: str, wait_until: Any
+) -> None:
+    _apply(kubectl, _pod("engine", 1), "-n", namespace)
+    wait_until(lambda: _ready(_get(kubectl, "pod", "engine", "-n", namespace)) == "True",
+               "the pod to become ready")  # fmt: skip
+
+    def restarted(count: int) -> dict[str, Any] | None:
+        pod = _get(kubectl, "pod", "engine", "-n", namespace)
+        status = pod["status"]["containerStatuses"][0]
+        done = status["restartCount"] == count and _ready(pod) == "True"
+        return status if done else None
+
+    for count, message in ((1, "HCCL timeout on rank 1"), (2, "HCCL timeout on rank 3")):
+        ks.crash_pod(cluster.api_client, namespace, "engine", 137, "Error", message,
+                     restart_after_seconds=0)  # fmt: skip
+        status = wait_until(lambda c=count: restarted(c), f"restart {count}, ready again")
+        ended = status["lastState"]["terminated"]
+        assert (ended["exitCode"], ended["reason"], ended["message"]) == (137, "Error", message)
+        assert "running" in status["state"]
+    events = _get(kubectl, "events", "-n", namespace, "--field-selector", "reason=BackOff")
+    assert len(events["items"]) == 2
+
+
+@pytest.mark.simulated
+def test_a_failed_statefulset_pod_is_replaced_by_the_statefulset_controller(
+    cluster: Any, kubectl: Any, namespace: str, wait_until: Any
+) -> None:
+    _apply(kubectl, _statefulset("prefill", 1, 1), "-n", namespace)
+    wait_until(
+        lambda: _get(kubectl, "statefulset", "prefill", "-n", namespace)["status"].get(
+            "readyReplicas") == 1,
+        "1 ready replica",
+    )  # fmt: skip
+    old = _get(kubectl, "pod", "prefill-0", "-n", namespace)["metadata"]["uid"]
+    ks.fail_pod(cluster.api_client, namespace, "prefill-0", 3, "Error", "device lost")
+
+    def replaced() -> bool:
+        pod = _get(kubectl, "pod", "prefill-0", "-n", namespace)
+        return pod["metadata"]["uid"] != old and _ready(pod) == "True"
+
+    wait_until(replaced, "a new ready prefill-0")
+
+
+@pytest.mark.simulated
+@pytest.mark.parametrize("unreachable", [False, True], ids=["not-ready", "unreachable"])
+def test_a_not_ready_node_makes_its_statefulset_pod_unready_and_ready_again(
+    cluster: Any, kubectl: Any, namespace: str, wait_until: Any, unreachable: bool
+) -> None:
+    # the StatefulSet controller's readyReplicas is the oracle (the endpoints controller
+    # would be the natural one, but it refuses kubelet-sim's loopback pod IPs)
+    nodes = _get(kubectl, "nodes", "-l", f"{ks.SIM_LABEL}=true")["items"]
+    node = max((n["metadata"]["name"] for n in nodes), key=lambda n: int(n.rsplit("-", 1)[1]))
+    sts = _statefulset("edge", 1, 1)
+    sts["spec"]["template"]["spec"]["nodeSelector"] = {ks.HOSTNAME_KEY: node}
+    _apply(kubectl, sts, "-n", namespace)
+
+    def ready_replicas() -> int:
+        found = _get(kubectl, "statefulset", "edge", "-n", namespace)
+        return int(found["status"].get("readyReplicas") or 0)
+
+    wait_until(lambda: ready_replicas() == 1, "1 ready replica")
+    try:
+        ks.set_node_ready(cluster.api_client, node, False, unreachable=unreachable)
+        wait_until(lambda: ready_replicas() == 0, "the StatefulSet to count no ready replica")
+        ready = _condition(_get(kubectl, "node", node), "Ready")
+        assert ready is not None and ready["status"] == ("Unknown" if unreachable else "False")
+        got = _get(kubectl, "pod", "edge-0", "-n", namespace)
+        assert _ready(got) == "False" and got["status"]["phase"] == "Running"
+        assert _condition(got, "Ready")["reason"] == "NodeNotReady"  # type: ignore[index]
+    finally:
+        ks.set_node_ready(cluster.api_client, node, True)
+    wait_until(lambda: ready_replicas() == 1, "the replica ready again")
+    assert _ready(_get(kubectl, "pod", "edge-0", "-n", namespace)) == "True"
