@@ -238,6 +238,10 @@ class RoleSpec(_Model):
     devices_per_node: int = Field(8, ge=1, le=64, description="NPUs per pod; one pod per node.")
     resources: Json = _free("Extra container resources (the NPU resource is added).")
     node_selector: dict[str, str] = _free("Pod nodeSelector.")
+    pod_annotations: dict[str, str] = _free(
+        "Extra annotations on this role's pods (ours win on a clash); changing them rolls "
+        "the role's instances like any template change."
+    )
     tolerations: list[Json] = _list("Pod tolerations.")
     affinity: Json = _free("Pod affinity.")
     env: list[Json] = _list("Extra container env vars.")

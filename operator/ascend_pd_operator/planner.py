@@ -70,7 +70,7 @@ from .naming import (
     router_name,
 )
 from .naming import model_facts_name as facts_cm_name
-from .recovery import Recovery, parse_time, recover
+from .recovery import DEFAULT_POLICY, Recovery, RecoveryPolicy, parse_time, recover
 from .rollout import Decision, decide, instances
 from .status import Findings, compute_status
 
@@ -117,6 +117,8 @@ class Observation:
     gone_pods: list[Json] = field(default_factory=list)
     #: uids of the pods this operator deleted lately (the watch may not show it yet).
     our_deletions: frozenset[str] = frozenset()
+    #: How group recovery backs off (the operator's flags).
+    recovery_policy: RecoveryPolicy = DEFAULT_POLICY
     #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
     #: PodDisruptionBudgets' apiVersion depends on it.
     server_minor: int | None = None
@@ -296,7 +298,7 @@ def plan(obs: Observation, now: str) -> Plan:
                 "deletionTimestamp")]  # fmt: skip
             recovery = recover(
                 by_role, gone, obs.our_deletions, obs.previous.get("recovery") or [],
-                parse_time(now) or dt.datetime.now(dt.UTC),
+                parse_time(now) or dt.datetime.now(dt.UTC), obs.recovery_policy,
             )  # fmt: skip
             rolling = any(decision.surge.values()) or decision.serving != decision.target
             if rolling and facts.facts is not None:

@@ -49,6 +49,7 @@ from .planner import (
     conclude,
     plan,
 )
+from .recovery import DEFAULT_POLICY, RecoveryPolicy
 from .status import merge_patch, status_changed
 
 log = logging.getLogger(__name__)
@@ -174,8 +175,13 @@ class ExpectedGone:
 
 class Reconciler:
     def __init__(
-        self, kube: Kube, clock: Callable[[], str] = utc_now, cache: LiveCache | None = None
+        self,
+        kube: Kube,
+        clock: Callable[[], str] = utc_now,
+        cache: LiveCache | None = None,
+        recovery: RecoveryPolicy = DEFAULT_POLICY,
     ) -> None:
+        self.recovery = recovery
         self.kube = kube
         self.clock = clock
         #: Fed by the watches; without it every child is applied on every reconcile.
@@ -194,7 +200,11 @@ class Reconciler:
             observation = observe(self.kube, self.cache, namespace, name)
             if observation is None:
                 return None
-            observation = replace(observation, our_deletions=self.expected_gone.uids())
+            observation = replace(
+                observation,
+                our_deletions=self.expected_gone.uids(),
+                recovery_policy=self.recovery,
+            )
             return self.execute(plan(observation, self.clock()))
 
     def execute(self, todo: Plan) -> Result:

@@ -15,11 +15,13 @@ What counts as a failure of instance X, judged from the API server's own records
   have to agree); the replacement the StatefulSet makes is created after it and is no
   survivor.
 
-Each restart of an instance waits ``BACKOFF_BASE_SECONDS * 2**(n-1)`` (capped) after the
-previous one. The record lives in ``status.recovery`` so that an operator restart keeps it.
-After ``FAILURE_LIMIT`` restarts within ``WINDOW_SECONDS`` the PDDeployment gets the
-condition ``InstancesHealthy=False`` (reason ``RestartLoop``) naming the instance and its
-first failure: the pod, container, reason, exit code and termination message.
+Each restart of an instance waits ``backoff_seconds * 2**(n-1)`` (capped at
+``max_backoff_seconds``) after the previous one. The record lives in ``status.recovery`` so
+that an operator restart keeps it. After ``failure_limit`` restarts within
+``window_seconds`` the PDDeployment gets the condition ``InstancesHealthy=False`` (reason
+``RestartLoop``) naming the instance and its first failure: the pod, container, reason,
+exit code and termination message. The numbers are the operator's flags
+(``RecoveryPolicy``; defaults 10 s, 300 s, 5 restarts, 600 s).
 """
 
 from __future__ import annotations
@@ -33,10 +35,23 @@ from .rollout import Instance, _names_uids
 
 Json = dict[str, Any]
 
-BACKOFF_BASE_SECONDS = 10.0
-BACKOFF_MAX_SECONDS = 300.0
-FAILURE_LIMIT = 5
-WINDOW_SECONDS = 600.0
+
+@dataclass(frozen=True)
+class RecoveryPolicy:
+    """How group recovery waits and when it calls a restart loop (``ascend-pd run`` flags)."""
+
+    backoff_seconds: float = 10.0
+    max_backoff_seconds: float = 300.0
+    failure_limit: int = 5
+    window_seconds: float = 600.0
+
+    def backoff(self, restarts: int) -> float:
+        """The wait after the ``restarts``-th restart before the next one."""
+        return min(self.max_backoff_seconds, self.backoff_seconds * 2.0 ** max(restarts - 1, 0))
+
+
+#: The defaults, as ``ascend-pd run`` documents them.
+DEFAULT_POLICY = RecoveryPolicy()
 
 
 def parse_time(text: str | None) -> dt.datetime | None:
@@ -130,16 +145,13 @@ class Recovery:
     requeue_after: float | None = None
 
 
-def backoff(restarts: int) -> float:
-    return min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2.0 ** max(restarts - 1, 0))
-
-
 def recover(
     by_role: Mapping[str, list[Instance]],
     gone: Iterable[Json],
     ours: frozenset[str],
     previous: Iterable[Json],
     now: dt.datetime,
+    policy: RecoveryPolicy = DEFAULT_POLICY,
 ) -> Recovery:
     """Which failed instances to restart now, and the records and events that go with it."""
     known = {r["instance"]: dict(r) for r in previous if r.get("instance")}
@@ -157,12 +169,12 @@ def recover(
             continue
         record = record or {"instance": name, "restarts": 0}
         last = parse_time(record.get("lastRestartTime"))
-        due = last + dt.timedelta(seconds=backoff(int(record["restarts"]))) if last else now
+        due = last + dt.timedelta(seconds=policy.backoff(int(record["restarts"]))) if last else now
         if due > now:
             waits.append((due - now).total_seconds())
             continue
         window_start = parse_time(record.get("windowStart"))
-        if window_start is None or (now - window_start).total_seconds() > WINDOW_SECONDS:
+        if window_start is None or (now - window_start).total_seconds() > policy.window_seconds:
             record.update(windowStart=_stamp(now), windowRestarts=0, firstFailure=found)
         record["restarts"] = int(record["restarts"]) + 1
         record["windowRestarts"] = int(record.get("windowRestarts", 0)) + 1
@@ -175,13 +187,13 @@ def recover(
         events.append((name, f"restarting instance {name} (restart {record['restarts']}): "
                              f"{describe(found)}"))  # fmt: skip
     for name, record in sorted(known.items()):
-        if int(record.get("windowRestarts", 0)) >= FAILURE_LIMIT:
+        if int(record.get("windowRestarts", 0)) >= policy.failure_limit:
             window_start = parse_time(record.get("windowStart"))
-            if window_start and (now - window_start).total_seconds() <= WINDOW_SECONDS:
+            if window_start and (now - window_start).total_seconds() <= policy.window_seconds:
                 first = record.get("firstFailure") or {}
                 text = describe(first) if first else "unknown"
                 looping.append((name, f"instance {name} restarted {record['windowRestarts']} "
-                                      f"times within {WINDOW_SECONDS / 60:.0f} min; first "
+                                      f"times within {policy.window_seconds:.0f} s; first "
                                       f"failure: {text}"))  # fmt: skip
     return Recovery(
         restarts=tuple(restarts),

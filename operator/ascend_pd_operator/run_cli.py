@@ -52,6 +52,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--resync-seconds", type=float, default=60.0, help="periodic resync interval (60)"
     )
     parser.add_argument(
+        "--restart-backoff-seconds",
+        type=float,
+        default=10.0,
+        help="group recovery: wait before an instance's second restart; doubles (10)",
+    )
+    parser.add_argument(
+        "--restart-backoff-max-seconds",
+        type=float,
+        default=300.0,
+        help="group recovery: the longest wait between restarts (300)",
+    )
+    parser.add_argument(
+        "--restart-loop-limit",
+        type=int,
+        default=5,
+        help="group recovery: restarts within the window that make a restart loop (5)",
+    )
+    parser.add_argument(
+        "--restart-loop-window-seconds",
+        type=float,
+        default=600.0,
+        help="group recovery: the window restarts are counted in (600)",
+    )
+    parser.add_argument(
         "--unhealthy-after-seconds",
         type=float,
         default=DEFAULT_GRACE_SECONDS,
@@ -74,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from .kube import Kube, is_transient, load_config
     from .live_cache import LiveCache
     from .reconciler import Reconciler
+    from .recovery import RecoveryPolicy
     from .supervisor import Supervisor
 
     logging.basicConfig(
@@ -108,7 +133,13 @@ def run(args: argparse.Namespace) -> int:
         leading = elector.is_leader.is_set
         supervisor.start("leader-election", lambda unit: elector.run(unit, stop),
                          period=elector.renew_seconds)  # fmt: skip
-    reconciler = Reconciler(kube, cache=cache)
+    policy = RecoveryPolicy(
+        backoff_seconds=args.restart_backoff_seconds,
+        max_backoff_seconds=args.restart_backoff_max_seconds,
+        failure_limit=args.restart_loop_limit,
+        window_seconds=args.restart_loop_window_seconds,
+    )
+    reconciler = Reconciler(kube, cache=cache, recovery=policy)
     supervisor.start(
         "worker",
         lambda unit: worker(queue, reconciler, stop, unit, ready=leading or (lambda: True)),

@@ -191,7 +191,7 @@ def pod_template(
     r = spec.role(role)
     values = launch_values(owner, spec, layout, role, index)
     volumes, mounts = _volumes(owner, spec)
-    annotations: dict[str, str] = {}
+    annotations: dict[str, str] = dict(r.pod_annotations)
     if role == "prefill":
         # The router's service discovery reads the bootstrap port it hands decode here.
         annotations[ANNOTATION_BOOTSTRAP_PORT] = str(bootstrap_port(index))

@@ -6,8 +6,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ascend_pd_operator.recovery import FAILURE_LIMIT, backoff, recover
+from ascend_pd_operator.recovery import RecoveryPolicy, recover
 from ascend_pd_operator.rollout import Instance
+
+FAILURE_LIMIT = RecoveryPolicy().failure_limit
 
 Json = dict[str, Any]
 NOW = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -58,7 +60,7 @@ def test_the_next_restart_waits_for_its_backoff() -> None:
     previous = [{"instance": "dsv3-prefill-1", "restarts": 2, "lastRestartTime": stamp(5),
                  "windowStart": stamp(60), "windowRestarts": 2}]  # fmt: skip
     out = recover(world(sick), [], frozenset(), previous, NOW)
-    assert out.restarts == () and out.requeue_after == backoff(2) - 5 == 15.0
+    assert out.restarts == () and out.requeue_after == RecoveryPolicy().backoff(2) - 5 == 15.0
     later = recover(world(sick), [], frozenset(), previous, NOW + dt.timedelta(seconds=16))
     assert [name for name, _ in later.restarts] == ["dsv3-prefill-1"]
     assert later.records[0]["restarts"] == 3
@@ -105,7 +107,7 @@ def test_a_restart_loop_sets_the_condition_naming_the_first_failure() -> None:
     assert [name for name, _ in out.restarts] == ["dsv3-prefill-1"]
     ((name, message),) = out.looping
     assert name == "dsv3-prefill-1"
-    assert "restarted 5 times" in message
+    assert "restarted 5 times within 600 s" in message
     assert "pod dsv3-prefill-1-1 container sglang: Error exit code 1: out of NPU memory" in message
 
 
