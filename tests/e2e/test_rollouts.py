@@ -9,6 +9,7 @@ expectations come from the issue's rules, not from the operator's own code.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -20,6 +21,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from pdd_e2e import Operator, apply, example, pdd_doc
+
+from ascend_pd_dev.kubelet_sim import crash_pod
+from ascend_pd_dev.sim_annotations import READY_AFTER as READY_AFTER_ANNOTATION
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -42,11 +46,13 @@ class Sample:
     ready: dict[str, int]
     #: instances with Ready pods of two templates
     mixed: list[str]
-    #: KV-layout generations among the Ready routable pods (what the router can discover)
-    routable_generations: set[str]
-    #: role -> pods labelled routable that are not instance leaders
+    #: (role, generation) -> Ready routable pods: what a router selecting it discovers
+    discoverable: dict[tuple[str, str], int]
+    #: pods labelled routable that are not instance leaders
     routable_non_leaders: list[str]
     status: dict[str, Any] = field(default_factory=dict)
+    #: per running router pod: (Ready, the generations its prefill and decode selectors name)
+    routers: list[tuple[bool, tuple[str, ...]]] = field(default_factory=list)
 
 
 class Sampler:
@@ -85,10 +91,18 @@ class Sampler:
             self.namespace, label_selector=f"ascendpd.io/deployment={self.name}"
         ).items
         by_instance: dict[tuple[str, str], list[Any]] = defaultdict(list)
-        routable_generations, non_leaders = set(), []
+        discoverable: dict[tuple[str, str], int] = defaultdict(int)
+        non_leaders, routers = [], []
         for pod in pods:
             labels = pod.metadata.labels or {}
             role = labels.get(LABEL_ROLE)
+            if labels.get("app.kubernetes.io/component") == "router":
+                if pod.metadata.deletion_timestamp is None:
+                    args = pod.spec.containers[0].args or []
+                    named = tuple(a.split("=", 1)[1] for a in args
+                                  if a.startswith(LABEL_FINGERPRINT + "="))  # fmt: skip
+                    routers.append((_ready(pod), named))
+                continue
             if role not in ("prefill", "decode"):
                 continue
             by_instance[(role, labels[LABEL_INSTANCE])].append(pod)
@@ -96,7 +110,7 @@ class Sampler:
                 if not pod.metadata.name.endswith("-0"):
                     non_leaders.append(pod.metadata.name)
                 if _ready(pod):
-                    routable_generations.add(labels.get(LABEL_FINGERPRINT, "?"))
+                    discoverable[(role, labels.get(LABEL_FINGERPRINT, "?"))] += 1
         ready: dict[str, int] = {"prefill": 0, "decode": 0}
         mixed = []
         for (role, index), members in by_instance.items():
@@ -108,7 +122,8 @@ class Sampler:
         cr = self.custom.get_namespaced_custom_object(
             "ascendpd.io", "v1alpha1", self.namespace, "pddeployments", self.name
         )
-        return Sample(ready, mixed, routable_generations, non_leaders, cr.get("status") or {})
+        return Sample(ready, mixed, dict(discoverable), non_leaders, cr.get("status") or {},
+                      routers)  # fmt: skip
 
 
 def _patch(kubectl: Any, namespace: str, name: str, spec: dict[str, Any]) -> None:
@@ -130,12 +145,17 @@ def _rolled_out(kubectl: Any, namespace: str, name: str) -> Callable[[], Any]:
     return done
 
 
+#: kubelet-sim turns a pod Ready this long after its container started (a model loading).
+READY_AFTER = {READY_AFTER_ANNOTATION: "2"}
+
+
 def _three_prefill_instances_of_two_nodes(namespace: str) -> list[dict[str, Any]]:
     docs = example("deepseek-v3-pp2.yaml", namespace)
     spec = pdd_doc(docs)["spec"]
     # TP 4 × PP 2 on 4 NPUs per node: 2 nodes per prefill instance
-    spec["prefill"].update(replicas=3, devicesPerNode=4)
+    spec["prefill"].update(replicas=3, devicesPerNode=4, podAnnotations=READY_AFTER)
     spec["prefill"]["parallelism"]["tensor"] = 4
+    spec["decode"]["podAnnotations"] = READY_AFTER
     spec["rollout"] = {"maxUnavailable": 1}
     return docs
 
@@ -188,13 +208,22 @@ def test_a_layout_change_starts_a_new_generation_never_mixed_in_the_router(
     assert new != old and final["rollout"]["servingFingerprint"] == new
     samples = sampler.samples
     assert len(samples) >= 10 and not sampler.errors
-    assert all(len(s.routable_generations) <= 1 for s in samples), [
-        s.routable_generations for s in samples if len(s.routable_generations) > 1
-    ]
-    seen = [next(iter(s.routable_generations)) for s in samples if s.routable_generations]
-    assert seen[0] == old and seen[-1] == new
-    # the switch happened once: old, then (after a gap with nothing routable) new
-    assert seen == sorted(seen, key=lambda g: g == new)
+    # every router pod's two selectors name one generation: it never pairs two
+    named = [gens for s in samples for _, gens in s.routers]
+    assert named and all(len(g) == 2 and len(set(g)) == 1 for g in named), set(named)
+    # Ready routers: the old generation, then the new one, never back
+    serving = [g[0] for s in samples for ready, g in s.routers if ready]
+    assert serving[0] == old and serving[-1] == new
+    assert serving == sorted(serving, key=lambda g: g == new), "went back to the old generation"
+    # the router switched only once the new generation had a Ready prefill and decode leader
+    first = next(s for s in samples if any(g[0] == new for _, g in s.routers))
+    assert first.discoverable.get(("prefill", new)) and first.discoverable.get(("decode", new))
+    assert all(not s.routable_non_leaders for s in samples)
+    switch = samples.index(first) * sampler.period
+    print(
+        f"generation switch: {len(samples)} samples; the router moved to {new} after "
+        f"~{switch:.1f} s; worst Ready prefill {min(s.ready['prefill'] for s in samples)}/3"
+    )
     pods = (
         client.CoreV1Api(api_client)
         .list_namespaced_pod(
@@ -203,6 +232,12 @@ def test_a_layout_change_starts_a_new_generation_never_mixed_in_the_router(
         .items
     )
     assert {(p.metadata.labels or {}).get(LABEL_FINGERPRINT) for p in pods} == {new}
+    routers = (
+        client.CoreV1Api(api_client)
+        .list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=router")
+        .items
+    )
+    assert all((p.metadata.labels or {}).get(LABEL_FINGERPRINT) == new for p in routers)
 
 
 def _uids(api_client: Any, namespace: str) -> dict[str, str]:
@@ -246,3 +281,62 @@ def test_a_deleted_worker_restarts_its_whole_instance_and_only_it(
     assert any(e["reason"] == "InstanceRestarted" and "dsv3-prefill-1" in e["message"]
                for e in events)  # fmt: skip
     print(f"group recovery: every pod of the instance replaced {took:.1f} s after the delete")
+
+
+def test_repeated_crashes_back_off_and_end_in_a_restart_loop_condition(
+    cluster: Any, crd: None, kubectl: Any, namespace: str, api_client: Any, tmp_path: Any,
+    wait_until: Any,
+) -> None:  # fmt: skip
+    """A worker's container crashes again and again: each crash restarts the whole instance,
+    restarts wait out a doubling backoff, and the third one within the window sets
+    InstancesHealthy=False naming the instance and the first crash's termination message."""
+    op = Operator(cluster.kubeconfig, namespace, tmp_path / "operator.log",
+                  "--restart-backoff-seconds", "2", "--restart-loop-limit", "3")  # fmt: skip
+    try:
+        apply(kubectl, _three_prefill_instances_of_two_nodes(namespace))
+        wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready")
+        restarts_at: list[float] = []
+        for n in range(1, 4):
+            before = _uids(api_client, namespace)
+            crash_pod(api_client, namespace, "dsv3-prefill-2-1", exit_code=137,
+                      message=f"HCCL timeout on rank 1 (crash {n})")  # fmt: skip
+
+            def replaced(b: dict[str, str] = before) -> bool:
+                now = _uids(api_client, namespace)
+                sick = ("dsv3-prefill-2-0", "dsv3-prefill-2-1")
+                return all(p in now and now[p] != b[p] for p in sick)
+
+            wait_until(replaced, f"instance restarted after crash {n}", timeout=120)
+            restarts_at.append(time.monotonic())
+            others = {p: u for p, u in _uids(api_client, namespace).items()
+                      if not p.startswith("dsv3-prefill-2-")}  # fmt: skip
+            assert others == {p: u for p, u in before.items()
+                              if not p.startswith("dsv3-prefill-2-")}  # fmt: skip
+            wait_until(lambda: _ready_pods(api_client, namespace, "dsv3-prefill-2") == 2,
+                       "the restarted instance Ready")  # fmt: skip
+        # restart n waits 2 * 2**(n-2) s after restart n-1 (the crash itself comes later)
+        gaps = [b - a for a, b in itertools.pairwise(restarts_at)]
+        assert gaps[1] >= 4.0 - 1.0, gaps  # 1 s slack: the API server's whole-second times
+
+        def looping() -> Any:
+            st = json.loads(kubectl("get", "pdd", "dsv3", "-n", namespace, "-o", "json").stdout)
+            cond = next((c for c in (st.get("status") or {}).get("conditions", [])
+                         if c["type"] == "InstancesHealthy"), {})  # fmt: skip
+            return cond.get("status") == "False" and cond
+
+        cond = wait_until(looping, "the RestartLoop condition")
+        assert cond["reason"] == "RestartLoop"
+        assert "dsv3-prefill-2" in cond["message"]
+        assert "HCCL timeout on rank 1 (crash 1)" in cond["message"]
+        assert "exit code 137" in cond["message"]
+        st = json.loads(kubectl("get", "pdd", "dsv3", "-n", namespace, "-o", "json").stdout)
+        (record,) = st["status"]["recovery"]
+        assert record["instance"] == "dsv3-prefill-2" and record["restarts"] == 3
+        print(f"crash loop: restarts at +{[round(t - restarts_at[0], 1) for t in restarts_at]} s")
+    finally:
+        op.stop()
+
+
+def _ready_pods(api_client: Any, namespace: str, instance: str) -> int:
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace).items
+    return sum(1 for p in pods if p.metadata.name.startswith(instance + "-") and _ready(p))
