@@ -146,9 +146,20 @@ class Recorder:
 
         core, apps = client.CoreV1Api(self.api_client), client.AppsV1Api(self.api_client)
         custom = client.CustomObjectsApi(self.api_client)
+        rbac = client.RbacAuthorizationV1Api(self.api_client)
+
+        def pdbs(namespace: str, **kw: Any) -> Any:  # policy/v1beta1: the local 1.20 server
+            return custom.list_namespaced_custom_object(
+                "policy", "v1beta1", namespace, "poddisruptionbudgets", **kw
+            )
+
         lists: dict[str, Callable[..., Any]] = {
             "ConfigMap": core.list_namespaced_config_map,
             "Service": core.list_namespaced_service,
+            "ServiceAccount": core.list_namespaced_service_account,
+            "Role": rbac.list_namespaced_role,
+            "RoleBinding": rbac.list_namespaced_role_binding,
+            "PodDisruptionBudget": pdbs,
             "StatefulSet": apps.list_namespaced_stateful_set,
             "Deployment": apps.list_namespaced_deployment,
         }

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bad_inputs, crash, deletion, drift, faults, ha, outage, security
+from . import bad_inputs, crash, deletion, drift, faults, ha, outage, rollout_crash, security
 from .env import Env, Release, scenario_cluster
 from .result import ScenarioResult, full_report, table, write_json
 
@@ -34,6 +34,7 @@ def scenarios(kills: int, seed: int, outage_seconds: float) -> dict[str, Scenari
     # control-plane-outage stops the API server: it runs last, so no other scenario sees it
     return {
         "crash": lambda e, r, ns: crash.run(e, r, ns, kills=kills, seed=seed),
+        "rollout-crash": rollout_crash.run,
         "drift": drift.run,
         "bad-inputs": bad_inputs.run,
         "faults": faults.run,

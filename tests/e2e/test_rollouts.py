@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -24,106 +21,9 @@ from pdd_e2e import Operator, apply, example, pdd_doc
 
 from ascend_pd_dev.kubelet_sim import crash_pod
 from ascend_pd_dev.sim_annotations import READY_AFTER as READY_AFTER_ANNOTATION
+from reliability.rollout_watch import LABEL_FINGERPRINT, Sampler, pod_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
-
-LABEL_REVISION = "controller-revision-hash"
-LABEL_ROLE = "ascendpd.io/role"
-LABEL_INSTANCE = "ascendpd.io/instance"
-LABEL_FINGERPRINT = "ascendpd.io/kv-fingerprint"
-LABEL_ROUTABLE = "ascendpd.io/routable"
-
-
-def _ready(pod: Any) -> bool:
-    if pod.metadata.deletion_timestamp is not None:
-        return False  # on its way out: it serves nothing new
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-
-
-@dataclass
-class Sample:
-    #: role -> instances whose every pod is Ready
-    ready: dict[str, int]
-    #: instances with Ready pods of two templates
-    mixed: list[str]
-    #: (role, generation) -> Ready routable pods: what a router selecting it discovers
-    discoverable: dict[tuple[str, str], int]
-    #: pods labelled routable that are not instance leaders
-    routable_non_leaders: list[str]
-    status: dict[str, Any] = field(default_factory=dict)
-    #: per running router pod: (Ready, the generations its prefill and decode selectors name)
-    routers: list[tuple[bool, tuple[str, ...]]] = field(default_factory=list)
-
-
-class Sampler:
-    """Samples the namespace every ``period`` seconds in a thread until ``stop``."""
-
-    def __init__(
-        self, api_client: Any, namespace: str, name: str, nodes: dict[str, int],
-        period: float = 0.2,
-    ) -> None:  # fmt: skip
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
-        self.namespace, self.name, self.nodes, self.period = namespace, name, nodes, period
-        self.samples: list[Sample] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.samples.append(self.sample())
-            except Exception as exc:  # an API hiccup: noted, never a false pass
-                self.errors.append(repr(exc))
-            self._stop.wait(self.period)
-
-    def sample(self) -> Sample:
-        pods = self.core.list_namespaced_pod(
-            self.namespace, label_selector=f"ascendpd.io/deployment={self.name}"
-        ).items
-        by_instance: dict[tuple[str, str], list[Any]] = defaultdict(list)
-        discoverable: dict[tuple[str, str], int] = defaultdict(int)
-        non_leaders, routers = [], []
-        for pod in pods:
-            labels = pod.metadata.labels or {}
-            role = labels.get(LABEL_ROLE)
-            if labels.get("app.kubernetes.io/component") == "router":
-                if pod.metadata.deletion_timestamp is None:
-                    args = pod.spec.containers[0].args or []
-                    named = tuple(a.split("=", 1)[1] for a in args
-                                  if a.startswith(LABEL_FINGERPRINT + "="))  # fmt: skip
-                    routers.append((_ready(pod), named))
-                continue
-            if role not in ("prefill", "decode"):
-                continue
-            by_instance[(role, labels[LABEL_INSTANCE])].append(pod)
-            if labels.get(LABEL_ROUTABLE) == "true":
-                if not pod.metadata.name.endswith("-0"):
-                    non_leaders.append(pod.metadata.name)
-                if _ready(pod):
-                    discoverable[(role, labels.get(LABEL_FINGERPRINT, "?"))] += 1
-        ready: dict[str, int] = {"prefill": 0, "decode": 0}
-        mixed = []
-        for (role, index), members in by_instance.items():
-            live = [p for p in members if _ready(p)]
-            if len(live) == self.nodes[role] and len(live) == len(members):
-                ready[role] += 1
-            if len({(p.metadata.labels or {}).get(LABEL_REVISION) for p in live}) > 1:
-                mixed.append(f"{role}-{index}")
-        cr = self.custom.get_namespaced_custom_object(
-            "ascendpd.io", "v1alpha1", self.namespace, "pddeployments", self.name
-        )
-        return Sample(ready, mixed, dict(discoverable), non_leaders, cr.get("status") or {},
-                      routers)  # fmt: skip
 
 
 def _patch(kubectl: Any, namespace: str, name: str, spec: dict[str, Any]) -> None:
@@ -339,4 +239,34 @@ def test_repeated_crashes_back_off_and_end_in_a_restart_loop_condition(
 
 def _ready_pods(api_client: Any, namespace: str, instance: str) -> int:
     pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace).items
-    return sum(1 for p in pods if p.metadata.name.startswith(instance + "-") and _ready(p))
+    return sum(1 for p in pods if p.metadata.name.startswith(instance + "-") and pod_ready(p))
+
+
+def test_an_operator_killed_mid_rollout_resumes_within_its_bounds(
+    cluster: Any, crd: None, kubectl: Any, namespace: str, api_client: Any, tmp_path: Any,
+    wait_until: Any,
+) -> None:  # fmt: skip
+    first = Operator(cluster.kubeconfig, namespace, tmp_path / "first.log")
+    second = None
+    try:
+        apply(kubectl, _three_prefill_instances_of_two_nodes(namespace))
+        wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready before the change")
+        image = "registry.example.com/ascend-pd-runtime:0.3.0"
+        with Sampler(api_client, namespace, "dsv3", {"prefill": 2, "decode": 2}) as sampler:
+            _patch(kubectl, namespace, "dsv3", {"runtime": {"image": image}})
+            # SIGKILL once the first instance is down for its update
+            wait_until(lambda: any(s.ready["prefill"] < 3 for s in sampler.samples[-3:]),
+                       "the rollout under way")  # fmt: skip
+            first.kill()
+            second = Operator(cluster.kubeconfig, namespace, tmp_path / "second.log")
+            wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
+        samples = sampler.samples
+        assert not sampler.errors
+        worst = min(s.ready["prefill"] for s in samples)
+        assert worst >= 2, f"prefill Ready instances fell to {worst} across the restart"
+        assert [s.mixed for s in samples if s.mixed] == []
+        print(f"operator killed mid-rollout: {len(samples)} samples, worst Ready prefill {worst}/3")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()

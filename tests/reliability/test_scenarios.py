@@ -12,7 +12,17 @@ from typing import Any
 
 import pytest
 
-from reliability import bad_inputs, crash, deletion, drift, faults, ha, outage, security
+from reliability import (
+    bad_inputs,
+    crash,
+    deletion,
+    drift,
+    faults,
+    ha,
+    outage,
+    rollout_crash,
+    security,
+)
 from reliability.env import Env, Release, scenario_cluster
 from reliability.result import ScenarioResult
 
@@ -35,6 +45,15 @@ def test_crash_convergence(reliability_env: Env, chart: Release, scenario_namesp
     result = crash.run(reliability_env, chart, scenario_namespace, kills=20, seed=7)
     assert_clean(result)
     assert result.details["kills"] == 20
+    assert result.details["tracebacks_in_log"] == 0
+
+
+def test_a_rollout_survives_operator_crashes_within_its_bounds(
+    reliability_env: Env, chart: Release, scenario_namespace: str
+) -> None:
+    result = rollout_crash.run(reliability_env, chart, scenario_namespace, kills=2)
+    assert_clean(result)
+    assert result.details["worst_ready_prefill"] >= 2 and result.details["mixed"] == []
     assert result.details["tracebacks_in_log"] == 0
 
 
