@@ -46,7 +46,6 @@ REFUSED = (
     ("get", "secrets"),
     ("list", "secrets"),
     ("create", "pods"),
-    ("delete", "pods"),
     ("delete", "pddeployments.ascendpd.io"),
     # it writes the router's Role and RoleBinding, granting only what it holds itself
     ("bind", "roles.rbac.authorization.k8s.io"),
@@ -61,6 +60,8 @@ GRANTED = (
     ("patch", "statefulsets.apps"),
     ("patch", "pddeployments.ascendpd.io/status"),
     ("list", "pods"),
+    # an instance is updated or restarted by deleting all its pods together
+    ("delete", "pods"),
     ("create", "events"),
 )
 

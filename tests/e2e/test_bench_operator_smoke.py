@@ -32,10 +32,12 @@ def test_operator_bench_smoke(cluster: Any, tmp_path: Path) -> None:
     names = [r["name"] for r in rows]
     assert len(rows) == 10, names
     assert all(isinstance(r["value"], int | float) for r in rows), rows
-    assert "2 CRs applied at once: until all 14 children exist" in names
+    # 12 children each: layout ConfigMap, 2 headless Services, 2 StatefulSets, 2 budgets,
+    # the router's ServiceAccount, Role, RoleBinding, Service and Deployment
+    assert "2 CRs applied at once: until all 24 children exist" in names
     assert [r["name"] for r in rows if r["goal"]] == [
         "one CR, apply request to every child created: p95 of 2",
-        "2 CRs applied at once: until all 14 children exist",
+        "2 CRs applied at once: until all 24 children exist",
         "operator API writes in 2 s idle, 2 Ready CRs, resync every 1 s "
         f"(fault proxy; {_writes(rows)})",
         "operator RSS at 2 CRs",
