@@ -48,7 +48,8 @@ def router_specs() -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
     return out
 
 
-def intent(resource: dict[str, Any]) -> dict[str, Any]:
+def intent(resource: dict[str, Any], fingerprint: str) -> dict[str, Any]:
+    """What the router must parse: leaders of this deployment's role, of one generation."""
     name, ns = resource["metadata"]["name"], resource["metadata"]["namespace"]
     router = resource["spec"].get("router") or {}
 
@@ -57,6 +58,7 @@ def intent(resource: dict[str, Any]) -> dict[str, Any]:
             "ascendpd.io/deployment": name,
             "ascendpd.io/role": role,
             "ascendpd.io/routable": "true",
+            "ascendpd.io/kv-fingerprint": fingerprint,
         }
 
     return {
@@ -93,7 +95,9 @@ def test_router_args_parse_to_their_intent(version: str, tmp_path: Path) -> None
                 annotations = sts["spec"]["template"]["metadata"]["annotations"]
                 assert annotations[ANNOTATION_BOOTSTRAP_PORT] == str(8998 + index)
         cases.append({"id": case_id, "args": container["args"], "report": list(REPORTED)})
-        intents[case_id] = intent(resource)
+        # the generation: the layout's fingerprint, as the plan document states it
+        layout = next(m for m in manifests if m["metadata"]["name"].endswith("-kv-layout"))
+        intents[case_id] = intent(resource, json.loads(layout["data"]["plan.json"])["fingerprint"])
     request, out = tmp_path / "cases.json", tmp_path / "results.json"
     request.write_text(json.dumps({"cases": cases}))
     done = subprocess.run(
