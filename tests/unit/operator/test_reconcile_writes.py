@@ -16,6 +16,7 @@ from ascend_pd_operator import api
 from ascend_pd_operator.handlers import WATCHED_CHILDREN
 from ascend_pd_operator.live_cache import LiveCache, only_status_changed
 from ascend_pd_operator.reconciler import Reconciler
+from reliability.specs import merged
 
 Json = dict[str, Any]
 #: The kinds the operator's watches feed into the cache (pods too, slimmed).
@@ -84,7 +85,7 @@ class FakeKube:
     def patch_status(self, kind: str, namespace: str, name: str, status: Json) -> Json:
         self.calls.append(("PATCH_STATUS", kind))
         obj = self.objects[(kind, namespace, name)]
-        obj["status"] = _merged(obj.get("status") or {}, status)  # as the server merges
+        obj["status"] = merged(obj.get("status") or {}, status)  # as the server merges
         return self._store(obj, False)
 
     def create(self, kind: str, namespace: str, body: Json) -> Json:
@@ -93,19 +94,6 @@ class FakeKube:
 
     def writes(self) -> list[tuple[str, str]]:
         return [c for c in self.calls if c[0] not in ("GET", "LIST")]
-
-
-def _merged(doc: Json, patch: Json) -> Json:
-    """RFC 7386 applied by hand: null removes, objects merge, anything else replaces."""
-    out = dict(doc)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merged(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def run_workload_controllers(kube: FakeKube, ready: bool = True) -> None:
