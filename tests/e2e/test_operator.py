@@ -407,6 +407,32 @@ def test_scale_prefill_2_3_1_and_the_router_is_never_replaced(
             leader = get(kubectl, namespace, "pod", f"dsv3-prefill-{i}-0") or {}
             port = (leader.get("metadata") or {}).get("annotations", {})
             assert port.get("sglang.ai/bootstrap-port") == str(8998 + i), port
+        # what its selectors discover (Running, Ready, matching): exactly the Ready leaders
+        args = now["spec"]["template"]["spec"]["containers"][0]["args"]
+        for role, want in (("prefill", {f"dsv3-prefill-{i}-0" for i in range(replicas)}),
+                           ("decode", {"dsv3-decode-0-0"})):  # fmt: skip
+            at = args.index(f"--{role}-selector") + 1
+            labels = []
+            while at < len(args) and not args[at].startswith("--"):
+                labels.append(args[at])
+                at += 1
+            found = ",".join(labels)
+            wait_until(lambda s=found, w=want: discovered(kubectl, namespace, s) == w,
+                       f"the router's {role} selector finds exactly {sorted(want)}")  # fmt: skip
+
+
+def discovered(kubectl: Any, namespace: str, selector: str) -> set[str]:
+    """The pods sglang-router's discovery would take: matching, Running and Ready."""
+    items = (get(kubectl, namespace, "pods", "-l", selector) or {}).get("items", [])
+    return {
+        p["metadata"]["name"]
+        for p in items
+        if p["status"].get("phase") == "Running"
+        and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in p["status"].get("conditions", [])
+        )
+    }
 
 
 def test_a_new_runtime_image_rolls_every_workload(

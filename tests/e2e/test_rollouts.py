@@ -270,3 +270,30 @@ def test_an_operator_killed_mid_rollout_resumes_within_its_bounds(
         first.stop()
         if second is not None:
             second.stop()
+
+
+def test_a_change_mid_rollout_wins_and_the_bounds_hold(
+    kubectl: Any, namespace: str, operator: Operator, api_client: Any, wait_until: Any
+) -> None:
+    apply(kubectl, _three_prefill_instances_of_two_nodes(namespace))
+    wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready before the change")
+    first, newest = (f"registry.example.com/ascend-pd-runtime:0.{v}.0" for v in (4, 5))
+    with Sampler(api_client, namespace, "dsv3", {"prefill": 2, "decode": 2}) as sampler:
+        _patch(kubectl, namespace, "dsv3", {"runtime": {"image": first}})
+        wait_until(lambda: any(s.ready["prefill"] < 3 for s in sampler.samples[-3:]),
+                   "the first rollout under way")  # fmt: skip
+        _patch(kubectl, namespace, "dsv3", {"runtime": {"image": newest}})
+        wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
+    samples = sampler.samples
+    assert not sampler.errors
+    worst = min(s.ready["prefill"] for s in samples)
+    assert worst >= 2, f"prefill Ready instances fell to {worst} when the spec changed again"
+    assert [s.mixed for s in samples if s.mixed] == []
+    pods = (
+        client.CoreV1Api(api_client)
+        .list_namespaced_pod(
+            namespace, label_selector="ascendpd.io/deployment=dsv3,ascendpd.io/role"
+        )
+        .items
+    )
+    assert {c.image for p in pods for c in p.spec.containers} == {newest}
