@@ -118,7 +118,11 @@ class FaultProxy:
             return web.json_response(asdict(self.plan))
         self.stats.requests += 1
         # The same request again (query included): a LIST and a WATCH of one path are two.
-        key = f"{request.headers.get('Authorization', '')[-12:]} {request.method} {request.path_qs}"
+        # The same client (token and User-Agent) asking again: two parts of one process may
+        # send the same request independently, and only one of them was told to wait.
+        token, agent = request.headers.get("Authorization", ""), request.headers.get("User-Agent")
+        who = f"{token[-12:]} {agent}"
+        key = f"{who} {request.method} {request.path_qs}"
         throttled_at = self._throttled.pop(key, None)
         if throttled_at is not None:
             gap = time.monotonic() - throttled_at

@@ -115,8 +115,12 @@ def test_a_get_still_throttled_hands_retry_after_to_whoever_retries(
 def test_load_config_clients_leave_throttling_to_request(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kube_module.config, "load_incluster_config", lambda: None)
     api_client = kube_module.load_config()
-    for each in (api_client, kube_module.watch_client(api_client, 3)):
+    watches = kube_module.watch_client(api_client, 3)
+    for each in (api_client, watches):
         assert each.configuration.retries.respect_retry_after_header is False
+    # two parts of the operator that may send the same request say who they are
+    assert api_client.user_agent == "ascend-pd-operator (reconciler)"
+    assert watches.user_agent == "ascend-pd-operator (watches)"
 
 
 def test_no_write_leaves_a_replica_that_may_not_write() -> None:
