@@ -61,6 +61,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("Pod", "", "v1", "pods", ("get", "list", "watch", "delete", "patch")),
     Resource("Event", "", "v1", "events", ("create", "patch")),
     Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", _CHILD, optional=True),
+    # Group recovery restarts an instance whose pod's node is NotReady: read-only.
+    Resource("Node", "", "v1", "nodes", ("get", "list", "watch"), namespaced=False),
     # kopf checks the CRD exists and lists namespaces with --all-namespaces.
     Resource(
         "CustomResourceDefinition",

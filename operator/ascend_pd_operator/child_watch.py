@@ -58,8 +58,9 @@ WATCH_SILENCE_SECONDS = WATCH_TIMEOUT_RANGE[1] + 30.0
 
 
 def selector_for(kind: str) -> str:
-    """The label selector the API server applies for ``kind``: every child of ours."""
-    return LABEL_DEPLOYMENT
+    """The label selector the API server applies for ``kind``: every child of ours (every
+    node: none of them is ours)."""
+    return "" if kind == "Node" else LABEL_DEPLOYMENT
 
 
 def pod_with_news(pod: Json) -> bool:
@@ -112,10 +113,28 @@ def slim_pod(pod: Json) -> Json:
     }
 
 
+def node_ready(node: Json) -> Json:
+    """A node's Ready condition, as the cache keeps it ({} when it reports none)."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return {k: cond[k] for k in ("status", "reason", "message") if k in cond}
+    return {}
+
+
+def slim_node(node: Json) -> Json:
+    """A node is its readiness to the operator (group recovery): nothing else is kept."""
+    meta = node.get("metadata") or {}
+    return {
+        "metadata": {"name": meta.get("name", ""), "namespace": "",
+                     "resourceVersion": meta.get("resourceVersion", "")},
+        "status": {"conditions": [{"type": "Ready", **node_ready(node)}]},
+    }  # fmt: skip
+
+
 #: kind -> which of our objects of that kind the operator keeps (default: all)
 KEEP: dict[str, Callable[[Json], bool]] = {"Pod": pod_with_news}
 #: kind -> the part of a kept object the cache holds (default: all of it)
-SLIM: dict[str, Callable[[Json], Json]] = {"Pod": slim_pod}
+SLIM: dict[str, Callable[[Json], Json]] = {"Pod": slim_pod, "Node": slim_node}
 
 
 class Transport(Protocol):
@@ -350,6 +369,32 @@ class ChildWatch:
         self.known.pop(key, None)
 
 
+class NodeWatch(ChildWatch):
+    """Nodes, cluster-wide: when one's Ready condition changes, every PDDeployment with a
+    pod on it is reconciled (its group recovery reads the node's readiness). A heartbeat
+    that changes nothing else queues nothing."""
+
+    def __init__(self, transport: Transport, queue: Queue, cache: LiveCache) -> None:
+        super().__init__("Node", None, transport, queue, cache)
+        self.node_cache = cache
+
+    def _seen(self, obj: Json) -> None:
+        name = str(obj["metadata"]["name"])
+        before = self.node_cache.listed_one("Node", "", name)
+        super()._seen(obj)
+        after = self.node_cache.listed_one("Node", "", name)
+        if before is None or after is None or node_ready(before) != node_ready(after):
+            self._queue_owners(name)
+
+    def _gone(self, key: Key) -> None:
+        super()._gone(key)
+        self._queue_owners(key[1])
+
+    def _queue_owners(self, node: str) -> None:
+        for namespace, owner in self.node_cache.owners_on_node(node):
+            self.queue.add((namespace, owner))
+
+
 def _key(obj: Json) -> Key:
     meta = obj["metadata"]
     return (str(meta.get("namespace", "")), str(meta["name"]))
@@ -381,5 +426,8 @@ def start_child_watches(
 
     kinds = list(kinds)
     count = len(kinds) * (len(list(namespaces)) if namespaces else 1)
-    transport = Kube(watch_client(api_client, count))
-    return child_watches(kinds, namespaces, transport, queue, cache)
+    transport = Kube(watch_client(api_client, count + 1))
+    watches = child_watches(kinds, namespaces, transport, queue, cache)
+    if cache is not None:
+        watches.append(NodeWatch(transport, queue, cache))
+    return watches

@@ -25,6 +25,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .naming import LABEL_DEPLOYMENT
+
 Json = dict[str, Any]
 Key = tuple[str, str, str]  # (kind, namespace, name)
 #: Kinds whose deleted objects are remembered a while (a pod deleted by someone else
@@ -172,6 +174,23 @@ class LiveCache:
                 and ns == namespace
                 and _contains(obj["metadata"].get("labels"), labels)
             ]
+
+    def listed_one(self, kind: str, namespace: str, name: str) -> Json | None:
+        """The watched object ``kind``/``namespace``/``name``, if the watch reported it."""
+        with self._lock:
+            return self._objects.get((kind, namespace, name))
+
+    def owners_on_node(self, node: str) -> set[tuple[str, str]]:
+        """(namespace, PDDeployment) of every watched pod of ours bound to ``node``."""
+        with self._lock:
+            pods = [
+                (ns, obj) for (k, ns, _), obj in self._objects.items()
+                if k == "Pod" and (obj.get("spec") or {}).get("nodeName") == node
+            ]  # fmt: skip
+        owners = {
+            (ns, (obj["metadata"].get("labels") or {}).get(LABEL_DEPLOYMENT)) for ns, obj in pods
+        }
+        return {(ns, str(owner)) for ns, owner in owners if owner}
 
     def records(self) -> int:
         """How many objects and apply records the cache holds."""

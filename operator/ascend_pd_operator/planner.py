@@ -117,6 +117,8 @@ class Observation:
     gone_pods: list[Json] = field(default_factory=list)
     #: uids of the pods this operator deleted lately (the watch may not show it yet).
     our_deletions: frozenset[str] = frozenset()
+    #: Nodes of our pods that are not Ready: name -> their Ready condition (status, reason).
+    unready_nodes: Mapping[str, Json] = field(default_factory=dict)
     #: How group recovery backs off (the operator's flags).
     recovery_policy: RecoveryPolicy = DEFAULT_POLICY
     #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
@@ -299,6 +301,7 @@ def plan(obs: Observation, now: str) -> Plan:
             recovery = recover(
                 by_role, gone, obs.our_deletions, obs.previous.get("recovery") or [],
                 parse_time(now) or dt.datetime.now(dt.UTC), obs.recovery_policy,
+                obs.unready_nodes,
             )  # fmt: skip
             rolling = any(decision.surge.values()) or decision.serving != decision.target
             if rolling and facts.facts is not None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import api
+from .child_watch import node_ready
 from .kube import Kube, KubeError, NotFound, is_transient
 from .live_cache import LiveCache
 from .naming import (
@@ -117,9 +118,15 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
     children = {kind: _children(kube, cache, namespace, name, kind) for kind in PRUNED_KINDS}
     # The runtime pods: their templates and generations drive rollouts and routing.
     gone: list[Json] = []
+    unready: dict[str, Json] = {}
     if cache is not None:  # the pod watch keeps our pods, slimmed (child_watch.slim_pod)
         pods = cache.listed("Pod", namespace, {LABEL_DEPLOYMENT: name})
         gone = cache.tombstones("Pod", namespace, {LABEL_DEPLOYMENT: name})
+        for node in {(p.get("spec") or {}).get("nodeName") for p in pods} - {None, ""}:
+            watched = cache.listed_one("Node", "", str(node))  # the node watch's
+            ready = node_ready(watched) if watched is not None else {}
+            if ready and ready.get("status") != "True":
+                unready[str(node)] = ready
     else:
         pods = kube.list("Pod", namespace, f"{LABEL_DEPLOYMENT}={name}")
     return Observation(
@@ -131,6 +138,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
         children=children,
         pods=pods,
         gone_pods=gone,
+        unready_nodes=unready,
         server_minor=kube.server_minor,
     )
 

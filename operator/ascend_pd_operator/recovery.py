@@ -9,6 +9,9 @@ What counts as a failure of instance X, judged from the API server's own records
 
 - a container of one of its pods restarted (``restartCount`` > 0; a restarted group starts
   at 0), or a pod's phase is Failed;
+- the node of one of its pods is not Ready (the node's own Ready condition, from the node
+  watch): the rank on it is lost, and the replacement lands elsewhere (a NotReady node is
+  tainted NoSchedule);
 - one of its pods was deleted by someone else than the operator while another pod of X that
   existed before that deletion still runs (the deletion request time is the pod's
   ``deletionTimestamp - deletionGracePeriodSeconds``, both server time, so clocks never
@@ -98,10 +101,25 @@ def _container_failure(pod: Json) -> Json | None:
     return None
 
 
-def failure(inst: Instance, gone: Iterable[Json], ours: frozenset[str]) -> Json | None:
+def failure(
+    inst: Instance,
+    gone: Iterable[Json],
+    ours: frozenset[str],
+    unready_nodes: Mapping[str, Json] | None = None,
+) -> Json | None:
     """The first failure of ``inst`` (a record for the status), or None: it is healthy.
-    ``gone``: its pods deleted or being deleted; ``ours``: uids the operator deleted."""
+    ``gone``: its pods deleted or being deleted; ``ours``: uids the operator deleted;
+    ``unready_nodes``: node -> its Ready condition, for nodes that are not Ready."""
     live = inst.live_pods
+    for pod in sorted(live, key=lambda p: p["metadata"]["name"]):
+        node = (pod.get("spec") or {}).get("nodeName", "")
+        ready = (unready_nodes or {}).get(node)
+        if ready is not None:
+            why = ": ".join(str(ready[k]) for k in ("reason", "message") if ready.get(k))
+            return {"pod": pod["metadata"]["name"], "container": "", "exitCode": None,
+                    "reason": "NodeNotReady",
+                    "message": f"node {node} is Ready={ready.get('status', 'Unknown')}"
+                    + (f" ({why})" if why else "")}  # fmt: skip
     for pod in gone:
         if str(pod["metadata"].get("uid", "")) in ours:
             continue
@@ -152,6 +170,7 @@ def recover(
     previous: Iterable[Json],
     now: dt.datetime,
     policy: RecoveryPolicy = DEFAULT_POLICY,
+    unready_nodes: Mapping[str, Json] | None = None,
 ) -> Recovery:
     """Which failed instances to restart now, and the records and events that go with it."""
     known = {r["instance"]: dict(r) for r in previous if r.get("instance")}
@@ -164,7 +183,7 @@ def recover(
     waits: list[float] = []
     for name, inst in sorted(all_instances.items()):
         record = known.get(name)
-        found = failure(inst, gone_of.get(name, []), ours)
+        found = failure(inst, gone_of.get(name, []), ours, unready_nodes)
         if found is None:
             continue
         record = record or {"instance": name, "restarts": 0}

@@ -24,7 +24,8 @@ from ascend_pd_operator.planner import PRUNED_KINDS
 
 FULLNAME = f"{RELEASE}-ascend-pd-operator"
 #: cluster-scoped reads kopf makes in every mode (its discovery)
-CLUSTER_READS = {"namespaces", "customresourcedefinitions"}
+#: Cluster-scoped reads in every mode: kopf's discovery, and the nodes group recovery reads.
+CLUSTER_READS = {"namespaces", "customresourcedefinitions", "nodes"}
 LEADER_ELECTION_ONLY = {"leases"}
 
 

@@ -184,12 +184,12 @@ def test_namespaced_watch_has_no_cluster_rights(render: Render) -> None:
     values = CHART / "ci" / "namespaced-values.yaml"
     watched = yaml.safe_load(values.read_text())["watch"]["namespaces"]
     manifests = render([values])
-    # cluster-wide: only kopf's read-only discovery rules
+    # cluster-wide: only read-only rules (kopf's discovery; node readiness)
     (cluster_role,) = by_kind(manifests, "ClusterRole")
     assert cluster_role["metadata"]["name"] == "apd-ascend-pd-operator-discovery"
     for rule in cluster_role["rules"]:
         assert rule["verbs"] == ["get", "list", "watch"], rule
-        assert set(rule["resources"]) <= {"namespaces", "customresourcedefinitions"}, rule
+        assert set(rule["resources"]) <= {"namespaces", "customresourcedefinitions", "nodes"}, rule
     operator_roles = [
         r for r in by_kind(manifests, "Role") if not r["metadata"]["name"].endswith("-test")
     ]

@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 from pdd_e2e import Operator, apply, example, pdd_doc
 
-from ascend_pd_dev.kubelet_sim import crash_pod
+from ascend_pd_dev.kubelet_sim import crash_pod, set_node_ready
 from ascend_pd_dev.sim_annotations import READY_AFTER as READY_AFTER_ANNOTATION
 from reliability.rollout_watch import LABEL_FINGERPRINT, Sampler, pod_ready
 
@@ -297,3 +297,37 @@ def test_a_change_mid_rollout_wins_and_the_bounds_hold(
         .items
     )
     assert {c.image for p in pods for c in p.spec.containers} == {newest}
+
+
+def test_a_node_turning_not_ready_restarts_the_instances_on_it_and_only_them(
+    kubectl: Any, namespace: str, operator: Operator, api_client: Any, wait_until: Any
+) -> None:
+    apply(kubectl, _three_prefill_instances_of_two_nodes(namespace))
+    wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready")
+    core = client.CoreV1Api(api_client)
+    pods = core.list_namespaced_pod(namespace, label_selector="ascendpd.io/role").items
+    node = next(p.spec.node_name for p in pods if p.metadata.name == "dsv3-prefill-1-1")
+    hit = {p.metadata.labels["ascendpd.io/instance"] + p.metadata.labels["ascendpd.io/role"]
+           for p in pods if p.spec.node_name == node}  # fmt: skip
+    sick = {p.metadata.name for p in pods
+            if p.metadata.labels["ascendpd.io/instance"] + p.metadata.labels["ascendpd.io/role"]
+            in hit}  # fmt: skip
+    before = _uids(api_client, namespace)
+    set_node_ready(api_client, node, ready=False)
+    try:
+
+        def restarted() -> bool:
+            now = _uids(api_client, namespace)
+            return all(p in now and now[p] != before[p] for p in sick)
+
+        wait_until(restarted, f"the instances on {node} restarted", timeout=120)
+        now = _uids(api_client, namespace)
+        assert {p: u for p, u in now.items() if p not in sick} == {
+            p: u for p, u in before.items() if p not in sick
+        }, "an instance with no pod on the node was touched"
+        st = json.loads(kubectl("get", "pdd", "dsv3", "-n", namespace, "-o", "json").stdout)
+        records = {r["instance"]: r for r in st["status"]["recovery"]}
+        first = records["dsv3-prefill-1"]["firstFailure"]
+        assert first["reason"] == "NodeNotReady" and node in first["message"]
+    finally:
+        set_node_ready(api_client, node, ready=True)

@@ -22,10 +22,12 @@ from ascend_pd_operator.child_watch import (
     Backoff,
     ChildWatch,
     Expired,
+    NodeWatch,
     WatchError,
     child_watches,
     pod_with_news,
     selector_for,
+    slim_pod,
 )
 from ascend_pd_operator.kube import Kube, KubeError, iter_lines
 from ascend_pd_operator.live_cache import LiveCache
@@ -414,3 +416,31 @@ def test_kube_watch_answered_410_relists_through_child_watch(
     watch.resource_version = "1"
     with pytest.raises(Expired):
         watch.watch_once(threading.Event())
+
+
+def _node(name: str, rv: str, ready: str = "True") -> Json:
+    return {"metadata": {"name": name, "resourceVersion": rv},
+            "status": {"conditions": [{"type": "MemoryPressure", "status": "False"},
+                                      {"type": "Ready", "status": ready,
+                                       "lastHeartbeatTime": f"t{rv}"}]}}  # fmt: skip
+
+
+def test_a_node_turning_not_ready_queues_the_deployments_with_pods_on_it_and_nothing_else() -> None:
+    stop = Stop()
+    queue, cache = Queue(), LiveCache()
+    pod = _pod("dsv3-prefill-0-1", "1")
+    pod["spec"] = {"nodeName": "npu-3"}
+    cache.seen({**slim_pod(pod), "kind": "Pod"})
+    watch = NodeWatch(FakeTransport([], [], stop), queue, cache)
+    watch.handle(event("ADDED", _node("npu-3", "5")))
+    watch.handle(event("ADDED", _node("npu-4", "6")))
+    assert queue.keys == [("ns", "dsv3")]  # first sight of npu-3; nothing runs on npu-4
+    watch.handle(event("MODIFIED", _node("npu-3", "7")))  # a heartbeat: nothing new
+    assert queue.keys == [("ns", "dsv3")]
+    watch.handle(event("MODIFIED", _node("npu-3", "8", ready="Unknown")))
+    assert queue.keys == [("ns", "dsv3")] * 2
+    kept = cache.listed_one("Node", "", "npu-3")
+    assert kept is not None and kept["status"]["conditions"] == [
+        {"type": "Ready", "status": "Unknown"}
+    ]
+    assert watch.selector == ""  # every node, cluster-wide

@@ -117,3 +117,22 @@ def test_a_healthy_instance_keeps_its_record_and_a_removed_one_loses_it() -> Non
                 {"instance": "dsv3-prefill-9", "restarts": 4}]  # fmt: skip
     out = recover(world(well), [], frozenset(), previous, NOW)
     assert out.restarts == () and [r["instance"] for r in out.records] == ["dsv3-prefill-0"]
+
+
+def test_a_pod_on_a_node_that_is_not_ready_restarts_its_instance() -> None:
+    on_bad = pod("dsv3-prefill-0-1")
+    on_bad["spec"] = {"nodeName": "npu-3"}
+    inst = instance("dsv3-prefill-0", pod("dsv3-prefill-0-0"), on_bad)
+    unready = {"npu-3": {"status": "Unknown", "reason": "NodeStatusUnknown",
+                         "message": "Kubelet stopped posting node status."}}  # fmt: skip
+    out = recover(world(inst), [], frozenset(), [], NOW, unready_nodes=unready)
+    assert [name for name, _ in out.restarts] == ["dsv3-prefill-0"]
+    first = out.records[0]["firstFailure"]
+    assert first["reason"] == "NodeNotReady" and first["pod"] == "dsv3-prefill-0-1"
+    assert first["message"] == (
+        "node npu-3 is Ready=Unknown (NodeStatusUnknown: Kubelet stopped posting node status.)"
+    )
+    # other nodes' trouble is not this instance's
+    assert (
+        recover(world(inst), [], frozenset(), [], NOW, unready_nodes={"npu-9": {}}).restarts == ()
+    )
