@@ -331,3 +331,37 @@ def test_a_node_turning_not_ready_restarts_the_instances_on_it_and_only_them(
         assert first["reason"] == "NodeNotReady" and node in first["message"]
     finally:
         set_node_ready(api_client, node, ready=True)
+
+
+def test_with_surge_the_old_generation_serves_at_full_size_until_the_switch(
+    kubectl: Any, namespace: str, operator: Operator, api_client: Any, wait_until: Any
+) -> None:
+    docs = _three_prefill_instances_of_two_nodes(namespace)
+    spec = pdd_doc(docs)["spec"]
+    spec["prefill"]["replicas"] = 2
+    spec["rollout"] = {"maxUnavailable": 0, "maxSurge": 1}
+    apply(kubectl, docs)
+    before = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready before the change")
+    old = before["kvLayout"]["fingerprint"]
+    with Sampler(api_client, namespace, "dsv3", {"prefill": 2, "decode": 2}) as sampler:
+        _patch(kubectl, namespace, "dsv3", {"prefill": {"layerPartition": [31, 30]}})
+        final = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
+    new = final["kvLayout"]["fingerprint"]
+    samples = sampler.samples
+    assert not sampler.errors
+    switch = next(i for i, s in enumerate(samples) if any(g[0] == new for _, g in s.routers))
+    # until the router moved, the old generation kept every instance Ready and discoverable
+    short = [(i, s.discoverable) for i, s in enumerate(samples[:switch])
+             if s.discoverable.get(("prefill", old), 0) < 2
+             or s.discoverable.get(("decode", old), 0) < 1]  # fmt: skip
+    assert short == [], short[:3]
+    assert any(s.status.get("prefill", {}).get("surgeReplicas") for s in samples)
+    # the surge is gone at the end: the role's own instances, all of the new generation
+    assert final["prefill"]["replicas"] == 2 and final["prefill"]["surgeReplicas"] == 0
+    sts = client.AppsV1Api(api_client).list_namespaced_stateful_set(namespace).items
+    assert sorted(s.metadata.name for s in sts) == [
+        "dsv3-decode-0", "dsv3-prefill-0", "dsv3-prefill-1"]  # fmt: skip
+    print(
+        f"surge generation switch: {len(samples)} samples, switch at ~{switch * 0.2:.1f} s, "
+        f"old generation at full size until then"
+    )
