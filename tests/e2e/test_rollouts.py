@@ -85,14 +85,7 @@ def test_an_image_change_rolls_whole_instances_within_max_unavailable(
     assert any(st["prefill"].get("updatedReplicas", 0) in (1, 2) for st in progressing)
     assert all(st["phase"] != "Ready" for st in progressing)
     assert final["prefill"]["updatedReplicas"] == 3 and final["decode"]["updatedReplicas"] == 1
-    pods = (
-        client.CoreV1Api(api_client)
-        .list_namespaced_pod(
-            namespace, label_selector="ascendpd.io/deployment=dsv3,ascendpd.io/role"
-        )
-        .items
-    )
-    assert {c.image for p in pods for c in p.spec.containers} == {image}
+    assert _runtime_images(api_client, namespace) == {image}
 
 
 def test_a_layout_change_starts_a_new_generation_never_mixed_in_the_router(
@@ -124,13 +117,7 @@ def test_a_layout_change_starts_a_new_generation_never_mixed_in_the_router(
         f"generation switch: {len(samples)} samples; the router moved to {new} after "
         f"~{switch:.1f} s; worst Ready prefill {min(s.ready['prefill'] for s in samples)}/3"
     )
-    pods = (
-        client.CoreV1Api(api_client)
-        .list_namespaced_pod(
-            namespace, label_selector="ascendpd.io/deployment=dsv3,ascendpd.io/role"
-        )
-        .items
-    )
+    pods = _runtime_pods(api_client, namespace)
     assert {(p.metadata.labels or {}).get(LABEL_FINGERPRINT) for p in pods} == {new}
     routers = (
         client.CoreV1Api(api_client)
@@ -140,15 +127,26 @@ def test_a_layout_change_starts_a_new_generation_never_mixed_in_the_router(
     assert all((p.metadata.labels or {}).get(LABEL_FINGERPRINT) == new for p in routers)
 
 
-def _uids(api_client: Any, namespace: str) -> dict[str, str]:
-    pods = (
+def _runtime_pods(api_client: Any, namespace: str) -> list[Any]:
+    return list(
         client.CoreV1Api(api_client)
         .list_namespaced_pod(
             namespace, label_selector="ascendpd.io/deployment=dsv3,ascendpd.io/role"
         )
         .items
     )
-    return {p.metadata.name: p.metadata.uid for p in pods if p.metadata.deletion_timestamp is None}
+
+
+def _runtime_images(api_client: Any, namespace: str) -> set[str]:
+    return {c.image for p in _runtime_pods(api_client, namespace) for c in p.spec.containers}
+
+
+def _uids(api_client: Any, namespace: str) -> dict[str, str]:
+    return {
+        p.metadata.name: p.metadata.uid
+        for p in _runtime_pods(api_client, namespace)
+        if p.metadata.deletion_timestamp is None
+    }
 
 
 def test_a_deleted_worker_restarts_its_whole_instance_and_only_it(
@@ -289,14 +287,7 @@ def test_a_change_mid_rollout_wins_and_the_bounds_hold(
     worst = min(s.ready["prefill"] for s in samples)
     assert worst >= 2, f"prefill Ready instances fell to {worst} when the spec changed again"
     assert [s.mixed for s in samples if s.mixed] == []
-    pods = (
-        client.CoreV1Api(api_client)
-        .list_namespaced_pod(
-            namespace, label_selector="ascendpd.io/deployment=dsv3,ascendpd.io/role"
-        )
-        .items
-    )
-    assert {c.image for p in pods for c in p.spec.containers} == {newest}
+    assert _runtime_images(api_client, namespace) == {newest}
 
 
 def test_a_node_turning_not_ready_restarts_the_instances_on_it_and_only_them(
