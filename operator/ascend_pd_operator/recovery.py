@@ -53,6 +53,9 @@ class RecoveryPolicy:
         return min(self.max_backoff_seconds, self.backoff_seconds * 2.0 ** max(restarts - 1, 0))
 
 
+#: Status timestamps (and the reconciler's clock) have whole seconds.
+TIME_RESOLUTION_SECONDS = 1.0
+
 #: The defaults, as ``ascend-pd run`` documents them.
 DEFAULT_POLICY = RecoveryPolicy()
 
@@ -188,7 +191,9 @@ def recover(
             continue
         record = record or {"instance": name, "restarts": 0}
         last = parse_time(record.get("lastRestartTime"))
-        due = last + dt.timedelta(seconds=policy.backoff(int(record["restarts"]))) if last else now
+        # Status times have whole seconds: one more keeps the wait at least the backoff.
+        wait = policy.backoff(int(record["restarts"])) + TIME_RESOLUTION_SECONDS
+        due = last + dt.timedelta(seconds=wait) if last else now
         if due > now:
             waits.append((due - now).total_seconds())
             continue

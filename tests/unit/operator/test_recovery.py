@@ -60,8 +60,11 @@ def test_the_next_restart_waits_for_its_backoff() -> None:
     previous = [{"instance": "dsv3-prefill-1", "restarts": 2, "lastRestartTime": stamp(5),
                  "windowStart": stamp(60), "windowRestarts": 2}]  # fmt: skip
     out = recover(world(sick), [], frozenset(), previous, NOW)
-    assert out.restarts == () and out.requeue_after == RecoveryPolicy().backoff(2) - 5 == 15.0
-    later = recover(world(sick), [], frozenset(), previous, NOW + dt.timedelta(seconds=16))
+    # 20 s after the second restart, plus a second: the stamps have whole seconds
+    assert out.restarts == () and out.requeue_after == RecoveryPolicy().backoff(2) + 1 - 5 == 16.0
+    sooner = recover(world(sick), [], frozenset(), previous, NOW + dt.timedelta(seconds=15))
+    assert sooner.restarts == ()  # 20 s after a restart stamped 12:00:55 might be 19.1 s
+    later = recover(world(sick), [], frozenset(), previous, NOW + dt.timedelta(seconds=17))
     assert [name for name, _ in later.restarts] == ["dsv3-prefill-1"]
     assert later.records[0]["restarts"] == 3
 
