@@ -29,9 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-import numpy as np
-import numpy.typing as npt
-
 from .errors import BadInput, LayoutMismatch
 from .model_facts import ModelFacts
 from .partition import format_partition, layer_partition
@@ -133,9 +130,15 @@ def role_layout(
     return RoleLayout(role=role, pp=pp, draft_layers=draft_layers, stages=stages)
 
 
-def stage_transfers(src: StageLayout, dst: StageLayout) -> npt.NDArray[np.int64]:
-    """``(k, 2)`` array of ``[src_index, dst_index]`` pairs, in source-index order.
+#: ``[src_index, dst_index]`` pairs of one prefill stage, in source-index order.
+Transfers = tuple[tuple[int, int], ...]
 
+
+def stage_transfers(src: StageLayout, dst: StageLayout) -> Transfers:
+    """Every ``(src_index, dst_index)`` pair, in source-index order.
+
+    Plain tuples, not an array: the operator imports this module, and numpy would cost
+    it 20 MiB of memory for at most a few hundred pairs (the connector converts once).
     Raises ``LayoutMismatch`` when ``dst`` cannot receive everything ``src`` sends.
     """
     if src.kv_buf_groups != dst.kv_buf_groups:
@@ -152,18 +155,17 @@ def stage_transfers(src: StageLayout, dst: StageLayout) -> npt.NDArray[np.int64]
             f"prefill {src.describe()} sends {src.draft_layers} draft layers but decode "
             f"{dst.describe()} holds {dst.draft_layers}"
         )
-    groups = np.arange(src.kv_buf_groups, dtype=np.int64)[:, None]
-    offsets = np.arange(src.num_layers, dtype=np.int64)[None, :]
-    src_target = groups * src.num_layers + offsets
-    dst_target = groups * dst.num_layers + (src.start_layer - dst.start_layer) + offsets
-    pairs = [np.stack([src_target.ravel(), dst_target.ravel()], axis=1)]
-    if src.draft_layers:
-        drafts = np.arange(src.draft_layers, dtype=np.int64)[None, :]
-        within = (groups * src.draft_layers + drafts).ravel()
-        src_base = src.kv_buf_groups * src.num_layers
-        dst_base = dst.kv_buf_groups * dst.num_layers
-        pairs.append(np.stack([src_base + within, dst_base + within], axis=1))
-    return np.concatenate(pairs, axis=0)
+    shift = src.start_layer - dst.start_layer
+    pairs = [
+        (g * src.num_layers + i, g * dst.num_layers + shift + i)
+        for g in range(src.kv_buf_groups)
+        for i in range(src.num_layers)
+    ]
+    src_base = src.kv_buf_groups * src.num_layers
+    dst_base = dst.kv_buf_groups * dst.num_layers
+    within = range(src.kv_buf_groups * src.draft_layers)  # (g, d) at g·D + d on both sides
+    pairs += [(src_base + w, dst_base + w) for w in within]
+    return tuple(pairs)
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,7 @@ class KVLayout:
             return self.decode.stages[0]
         return self.decode.stages[prefill_stage.pp_rank]
 
-    def transfers(self, prefill_stage: StageLayout) -> npt.NDArray[np.int64]:
+    def transfers(self, prefill_stage: StageLayout) -> Transfers:
         return stage_transfers(prefill_stage, self.decode_stage_for(prefill_stage))
 
 
@@ -363,6 +365,7 @@ __all__ = [
     "LayoutRequest",
     "RoleLayout",
     "StageLayout",
+    "Transfers",
     "check_decode_pointer_count",
     "compatibility_problems",
     "compute_layout",

@@ -24,7 +24,9 @@ def plan_document(layout: KVLayout, include_transfers: bool = True) -> PlanDict:
     for stage in layout.prefill.stages:
         entry: dict[str, Any] = _stage_dict(stage)
         if include_transfers:
-            entry["transfers"] = layout.transfers(stage).tolist() if layout.compatible else []
+            entry["transfers"] = (
+                [list(p) for p in layout.transfers(stage)] if layout.compatible else []
+            )
         prefill_stages.append(entry)
     doc: PlanDict = {
         "model": {

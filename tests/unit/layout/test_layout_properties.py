@@ -74,7 +74,7 @@ def test_every_target_slot_lands_exactly_once(case):
         d_stage = layout.decode_stage_for(p_stage)
         pairs = layout.transfers(p_stage)
         assert len(pairs) == p_stage.kv_pointer_count  # every prefill entry is sent
-        for src, dst in pairs.tolist():
+        for src, dst in pairs:
             assert 0 <= src < p_stage.kv_pointer_count
             assert 0 <= dst < d_stage.kv_pointer_count
             key = (d_stage.pp_rank, dst)
