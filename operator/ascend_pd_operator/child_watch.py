@@ -76,6 +76,8 @@ def pod_with_news(pod: Json) -> bool:
     )
 
 
+#: What recovery and rollouts read of a pod's metadata (deletionGracePeriodSeconds dates a
+#: deletion request: ``recovery.deletion_requested``).
 POD_METADATA = (
     "name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp",
     "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -88,19 +90,7 @@ def slim_pod(pod: Json) -> Json:
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     return {
-        "metadata": {
-            k: meta[k]
-            for k in (
-                "name",
-                "namespace",
-                "uid",
-                "resourceVersion",
-                "labels",
-                "creationTimestamp",
-                "deletionTimestamp",
-            )
-            if k in meta
-        },
+        "metadata": {k: meta[k] for k in POD_METADATA if k in meta},
         "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName", "")},
         "status": {
             **{k: status[k] for k in ("phase", "reason", "message") if k in status},

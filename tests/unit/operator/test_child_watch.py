@@ -444,3 +444,20 @@ def test_a_node_turning_not_ready_queues_the_deployments_with_pods_on_it_and_not
         {"type": "Ready", "status": "Unknown"}
     ]
     assert watch.selector == ""  # every node, cluster-wide
+
+
+def test_a_slim_pod_keeps_when_its_deletion_was_requested():
+    """Group recovery dates a deletion by deletionTimestamp minus the grace period; the
+    cached (slim) pod dropped the grace period, which moved the request 30 s later."""
+    from ascend_pd_operator.recovery import deletion_requested
+
+    pod = {
+        "metadata": {
+            "name": "dsv3-prefill-0-1", "namespace": "llm", "uid": "u1",
+            "labels": {"ascendpd.io/role": "prefill"},
+            "deletionTimestamp": "2026-12-01T08:00:30Z", "deletionGracePeriodSeconds": 30,
+        },
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Running"},
+    }  # fmt: skip
+    assert str(deletion_requested(slim_pod(pod))) == "2026-12-01 08:00:00+00:00"
