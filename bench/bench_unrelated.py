@@ -21,7 +21,6 @@ Ready, so neither a scheduler nor a kubelet spends the measurement on them.
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -42,6 +41,7 @@ from ascend_pd_operator import api
 from ascend_pd_operator.api_access import resource_for
 from ascend_pd_operator.kube import Kube, KubeError, path
 from bench.bench_operator import config_map, pddeployment
+from bench.rows import median_row, row, summary
 
 
 def _env(name: str, default: float) -> float:
@@ -267,10 +267,6 @@ def _until(check: Callable[[], bool], what: str, timeout: float, every: float = 
         time.sleep(every)
 
 
-def _summary(values: list[float]) -> tuple[float, float, float]:
-    return statistics.median(values), min(values), max(values)
-
-
 def rows_from(without: list[tuple[float, float, float]],
               with_: list[tuple[float, float, float]],
               sizes: Sizes = FULL) -> list[dict[str, Any]]:  # fmt: skip
@@ -283,20 +279,16 @@ def rows_from(without: list[tuple[float, float, float]],
          (f"operator CPU seconds in the {sizes.window_seconds:g} s window", "CPU s", 2),
          ("operator RSS at the end", "MiB", 1)]
     ):  # fmt: skip
-        base = _summary([run[index] for run in without])
-        loaded = _summary([run[index] for run in with_])
-        ratio = loaded[0] / base[0] if base[0] else float("inf")
-        for tag, (med, lo, hi) in (("without unrelated objects", base), (setting, loaded)):
-            rows.append({"name": f"{figure}, {tag}: median of {len(without)} "
-                                 f"(min {lo:.{digits}f}, max {hi:.{digits}f})",
-                         "value": round(med, digits), "unit": unit, "goal": "", "met": None,
-                         "min": round(lo, digits), "max": round(hi, digits)})  # fmt: skip
+        base = [run[index] for run in without]
+        loaded = [run[index] for run in with_]
+        for tag, values in (("without unrelated objects", base), (setting, loaded)):
+            rows.append(median_row(f"{figure}, {tag}", values, unit, digits))
+        ratio = summary(loaded)[0] / summary(base)[0] if summary(base)[0] else float("inf")
         # the window alone carries no goal: a few tenths of a second make any ratio there
-        goal = index != 1
-        rows.append({"name": f"{figure}: with / without unrelated objects (medians)",
-                     "value": round(ratio, 3), "unit": "x",
-                     "goal": f"<= {GOAL_RATIO:.2f}" if goal else "",
-                     "met": ratio <= GOAL_RATIO if goal else None})  # fmt: skip
+        goal = f"<= {GOAL_RATIO:.2f}" if index != 1 else ""
+        met = ratio <= GOAL_RATIO if goal else None
+        name = f"{figure}: with / without unrelated objects (medians)"
+        rows.append(row(name, round(ratio, 3), "x", goal, met))
     return rows
 
 

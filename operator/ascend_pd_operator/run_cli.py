@@ -1,7 +1,7 @@
 """``ascend-pd run [--namespace NS ...| --all-namespaces]``: run the operator.
 
-kopf watches PDDeployments and their children; a worker thread reconciles. The
-worker, the resync, leader election and a check of kopf's watches run under one
+kopf watches PDDeployments and their children; ``--workers`` threads reconcile. The
+workers, the resync, leader election and a check of kopf's watches run under one
 supervisor, and ``/healthz`` on ``--health-port`` fails once one of them has made no
 progress for its period plus ``--unhealthy-after-seconds``; Prometheus metrics are
 served at ``/metrics`` on ``--metrics-port`` (``metrics.py``). Credentials come from the
@@ -24,6 +24,17 @@ from .supervisor import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from .leader import LeaderElector
+
+#: Reconcile threads. Applying 100 new deployments' children one deployment at a time
+#: left the API server idle between requests (bench/operator.md); 4 keep it busy.
+DEFAULT_WORKERS = 4
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--resync-seconds", type=float, default=60.0, help="periodic resync interval (60)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=DEFAULT_WORKERS,
+        help="deployments reconciled at once; one deployment is never reconciled by two "
+        f"workers at once ({DEFAULT_WORKERS})",
     )
     parser.add_argument(
         "--restart-backoff-seconds",
@@ -140,11 +158,14 @@ def run(args: argparse.Namespace) -> int:
         window_seconds=args.restart_loop_window_seconds,
     )
     reconciler = Reconciler(kube, cache=cache, recovery=policy)
-    supervisor.start(
-        "worker",
-        lambda unit: worker(queue, reconciler, stop, unit, ready=leading or (lambda: True)),
-        period=1.0,
-    )
+    # Reconciles wait on the API server most of the time: several workers let the children
+    # of different deployments be written at once (the queue keeps each key on one worker).
+    for index in range(args.workers):
+        supervisor.start(
+            f"worker-{index}",
+            lambda unit: worker(queue, reconciler, stop, unit, ready=leading or (lambda: True)),
+            period=1.0,
+        )
     if args.health_port:
         health.serve(supervisor, args.health_port)
     if args.metrics_port:

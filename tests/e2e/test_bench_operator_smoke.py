@@ -34,18 +34,14 @@ def test_operator_bench_smoke(cluster: Any, tmp_path: Path) -> None:
     assert all(isinstance(r["value"], int | float) for r in rows), rows
     # 12 children each: layout ConfigMap, 2 headless Services, 2 StatefulSets, 2 budgets,
     # the router's ServiceAccount, Role, RoleBinding, Service and Deployment
-    assert "2 CRs applied at once: until all 24 children exist" in names
-    assert [r["name"] for r in rows if r["goal"]] == [
-        "one CR, apply request to every child created: p95 of 2",
+    assert any(n.startswith("2 CRs applied at once: until all 24 children exist: median of 1")
+               for n in names), names  # fmt: skip
+    assert [r["name"].split(": median of")[0].split(", worst of")[0]
+            for r in rows if r["goal"]] == [
+        "one CR, apply request to every child created, p95 of 2",
         "2 CRs applied at once: until all 24 children exist",
-        "operator API writes in 2 s idle, 2 Ready CRs, resync every 1 s "
-        f"(fault proxy; {_writes(rows)})",
-        "operator RSS at 2 CRs",
-    ]
+        "operator API writes in 2 s idle, 2 Ready CRs, resync every 1 s",
+        "operator RSS at 2 Ready CRs",
+    ]  # fmt: skip
     log = (tmp_path / "operator.log").read_text()
     assert "Traceback" not in log, log[-4000:]
-
-
-def _writes(rows: list[dict[str, Any]]) -> str:
-    (row,) = [r for r in rows if r["name"].startswith("operator API writes")]
-    return str(row["name"]).rsplit("(fault proxy; ", 1)[1].rstrip(")")
