@@ -35,6 +35,30 @@ TOMBSTONE_KINDS = frozenset({"Pod"})
 TOMBSTONE_SECONDS = 600.0
 
 
+#: Of these kinds the cache keeps only these spec fields (replicas for readiness, the
+#: selector for the immutable-selector check): a workload's pod template is most of it.
+SPEC_KEPT: dict[str, tuple[str, ...]] = {
+    "StatefulSet": ("replicas", "selector"),
+    "Deployment": ("replicas", "selector"),
+}
+#: Top-level fields the cache drops: the operator reads ConfigMaps it needs by GET.
+DROPPED: dict[str, tuple[str, ...]] = {"ConfigMap": ("data", "binaryData")}
+
+
+def trimmed(obj: Json) -> Json:
+    """What the controller reads of a watched child (the planner, the status, rollouts):
+    with 100 deployments the whole objects, managed fields included, were most of the
+    operator's memory (bench/operator.md)."""
+    kind = obj.get("kind", "")
+    dropped = DROPPED.get(kind, ())
+    out = {k: v for k, v in obj.items() if k not in dropped}
+    out["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+    kept = SPEC_KEPT.get(kind)
+    if kept is not None and "spec" in obj:
+        out["spec"] = {k: obj["spec"][k] for k in kept if k in obj["spec"]}
+    return out
+
+
 def digest(manifest: Json) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
@@ -82,8 +106,9 @@ class LiveCache:
     # --- fed by the watch handlers ----------------------------------------------------
     def seen(self, obj: Json) -> None:
         meta = obj["metadata"]
+        kept = trimmed(obj)
         with self._lock:
-            self._objects[(obj["kind"], meta["namespace"], meta["name"])] = obj
+            self._objects[(obj["kind"], meta["namespace"], meta["name"])] = kept
 
     def refresh(self, kind: str, namespace: str | None, items: Iterable[Json]) -> int:
         """Replace what the watch reported of ``kind`` in ``namespace`` (None: every one) by
@@ -96,7 +121,9 @@ class LiveCache:
         A LIST older than a watch event costs at most one extra apply.
         """
         fresh = {
-            (kind, obj["metadata"]["namespace"], obj["metadata"]["name"]): {**obj, "kind": kind}
+            (kind, obj["metadata"]["namespace"], obj["metadata"]["name"]): trimmed(
+                {**obj, "kind": kind}
+            )
             for obj in items
         }
         changed = 0

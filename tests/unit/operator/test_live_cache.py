@@ -62,3 +62,59 @@ def test_deleted_children_are_forgotten_entirely() -> None:
     for i in range(50):
         cache.gone("StatefulSet", "llm", f"child-{i}")
     assert cache.records() == 0
+
+
+def _managed() -> list[dict[str, Any]]:
+    return [{"manager": "ascend-pd-operator", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
+
+
+def test_the_cache_keeps_what_the_controller_reads_and_no_more() -> None:
+    """Whole children (managed fields, pod templates, layout documents) were most of the
+    operator's memory at 100 deployments; readiness, rollouts and the selector check read
+    only replicas, selector, metadata and status."""
+    from ascend_pd_operator.rollout import Instance, router_settled
+    from ascend_pd_operator.status import instance_ready
+
+    template = {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "x"}]}}
+    sts = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "dsv3-prefill-0", "namespace": "llm", "generation": 3,
+                     "resourceVersion": "9", "labels": {"ascendpd.io/deployment": "dsv3"},
+                     "ownerReferences": [{"uid": "u1"}], "managedFields": _managed()},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"a": "b"}}, "template": template,
+                 "updateStrategy": {"type": "OnDelete"}},
+        "status": {"observedGeneration": 3, "readyReplicas": 2, "updatedReplicas": 2,
+                   "replicas": 2, "updateRevision": "dsv3-prefill-0-abc"},
+    }  # fmt: skip
+    router = {**sts, "kind": "Deployment", "metadata": {**sts["metadata"], "name": "dsv3-router"}}
+    layout = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "dsv3-kv-layout", "namespace": "llm", "resourceVersion": "4",
+                     "labels": {"ascendpd.io/deployment": "dsv3"}, "managedFields": _managed()},
+        "data": {"kv-layout.json": "x" * 4096},
+    }  # fmt: skip
+    cache = LiveCache()
+    for obj in (sts, router, layout):
+        cache.seen(obj)
+    wanted = {"ascendpd.io/deployment": "dsv3"}
+    (kept_sts,) = cache.listed("StatefulSet", "llm", wanted)
+    (kept_router,) = cache.listed("Deployment", "llm", wanted)
+    (kept_cm,) = cache.listed("ConfigMap", "llm", wanted)
+    assert kept_sts["spec"] == {"replicas": 2, "selector": {"matchLabels": {"a": "b"}}}
+    assert "managedFields" not in kept_sts["metadata"] | kept_cm["metadata"]
+    assert "data" not in kept_cm
+    assert kept_sts["status"] == sts["status"]
+    assert {k: v for k, v in sts["metadata"].items() if k != "managedFields"} == kept_sts[
+        "metadata"
+    ]
+    # the readers agree on the kept part and the whole object
+    assert instance_ready(kept_sts) and instance_ready(sts)
+    kept = Instance("prefill", 0, "dsv3-prefill-0", 2, kept_sts)
+    assert kept.update_revision == "dsv3-prefill-0-abc"
+    assert router_settled(kept_router) and router_settled(router)
+    # what we applied is still recognised as unchanged (same resourceVersion)
+    cache.applied(layout, {"metadata": {"resourceVersion": "4"}})
+    assert cache.unchanged(layout) is kept_cm
+    # a LIST (the resync) is trimmed the same way
+    cache.refresh("StatefulSet", "llm", [{k: v for k, v in sts.items() if k != "kind"}])
+    assert cache.listed("StatefulSet", "llm", wanted) == [kept_sts]
