@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .rollout import Instance, _names_uids
+from .rollout import Instance
 
 Json = dict[str, Any]
 
@@ -205,7 +205,7 @@ def recover(
         record["lastRestartTime"] = _stamp(now)
         record["lastFailure"] = found
         known[name] = record
-        pods = _names_uids(inst.live_pods)
+        pods = inst.members
         if pods:
             restarts.append((name, pods))
         events.append((name, f"restarting instance {name} (restart {record['restarts']}): "

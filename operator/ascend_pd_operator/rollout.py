@@ -85,6 +85,14 @@ class Instance:
         return [p for p in self.pods if not _terminating(p)]
 
     @property
+    def members(self) -> tuple[tuple[str, str], ...]:
+        """(name, uid) of each live pod: what restarting the instance deletes."""
+        pods = self.live_pods
+        return tuple(
+            sorted((p["metadata"]["name"], str(p["metadata"].get("uid", ""))) for p in pods)
+        )
+
+    @property
     def update_revision(self) -> str | None:
         """The StatefulSet's current template revision, once its controller has seen it."""
         sts = self.statefulset
@@ -213,10 +221,6 @@ class Decision:
         }
 
 
-def _names_uids(pods: Iterable[Json]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((p["metadata"]["name"], str(p["metadata"].get("uid", ""))) for p in pods))
-
-
 def _has_pair(by_role: Mapping[str, list[Instance]], fingerprint: str) -> bool:
     return all(
         any(i.ready and i.updated and i.fingerprint == fingerprint for i in by_role[role])
@@ -305,7 +309,7 @@ def decide(
         if may_start:
             # Broken groups first, then what serves nothing, then the highest index first.
             for inst in sorted(outdated, key=lambda i: (not i.mixed, available(i), -i.index)):
-                pods = _names_uids(inst.live_pods)
+                pods = inst.members
                 if inst.update_revision is None or not pods:
                     continue  # the StatefulSet has not seen its template yet, or no pods
                 if available(inst):
@@ -328,7 +332,7 @@ def decide(
     for each in ROLES:
         for inst in by_role[each]:
             if inst.mixed and inst.name not in chosen and inst.update_revision is not None:
-                restarts.append((inst.name, _names_uids(inst.live_pods)))
+                restarts.append((inst.name, inst.members))
     return Decision(
         restarts=tuple(restarts),
         routing=_routing(by_role),
