@@ -96,6 +96,9 @@ class LiveCache:
     def __init__(self, listed_kinds: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
         self._objects: dict[Key, Json] = {}
+        #: (kind, namespace, value of our deployment label) -> the keys of those objects: a
+        #: reconcile lists its own children without scanning everyone's under the lock.
+        self._by_owner: dict[tuple[str, str, str], set[Key]] = {}
         self._applied: dict[Key, tuple[str, str]] = {}
         self._generations: dict[Key, int] = {}
         #: Deleted pods, their last state, kept ``TOMBSTONE_SECONDS`` (group recovery).
@@ -108,7 +111,32 @@ class LiveCache:
         meta = obj["metadata"]
         kept = trimmed(obj)
         with self._lock:
-            self._objects[(obj["kind"], meta["namespace"], meta["name"])] = kept
+            self._put((obj["kind"], meta["namespace"], meta["name"]), kept)
+
+    def _put(self, key: Key, obj: Json) -> None:
+        """Store ``obj`` and index it by owner (the lock is held)."""
+        old = self._objects.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        self._objects[key] = obj
+        self._by_owner.setdefault(_owner_key(key, obj), set()).add(key)
+
+    def _pop(self, key: Key) -> Json | None:
+        """Forget ``key``: its object, index entry and apply records (the lock is held)."""
+        old = self._objects.pop(key, None)
+        if old is not None:
+            self._unindex(key, old)
+        self._applied.pop(key, None)
+        self._generations.pop(key, None)
+        return old
+
+    def _unindex(self, key: Key, obj: Json) -> None:
+        owner = _owner_key(key, obj)
+        keys = self._by_owner.get(owner)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_owner[owner]
 
     def refresh(self, kind: str, namespace: str | None, items: Iterable[Json]) -> int:
         """Replace what the watch reported of ``kind`` in ``namespace`` (None: every one) by
@@ -134,14 +162,12 @@ class LiveCache:
                 if key[0] == kind and namespace in (None, key[1]) and key not in fresh
             ]
             for key in stale:
-                self._objects.pop(key, None)
-                self._applied.pop(key, None)
-                self._generations.pop(key, None)
+                self._pop(key)
             for key, obj in fresh.items():
                 old = self._objects.get(key)
                 version = obj["metadata"].get("resourceVersion")
                 if old is None or old["metadata"].get("resourceVersion") != version:
-                    self._objects[key] = obj
+                    self._put(key, obj)
                     changed += 1
         return changed + len(stale)
 
@@ -150,9 +176,7 @@ class LiveCache:
         # from growing with every PDDeployment ever deleted.
         key = (kind, namespace, name)
         with self._lock:
-            last = self._objects.pop(key, None)
-            self._applied.pop(key, None)
-            self._generations.pop(key, None)
+            last = self._pop(key)
             if kind in TOMBSTONE_KINDS and last is not None:
                 now = time.monotonic()
                 self._tombstones[key] = (now, last)
@@ -175,32 +199,35 @@ class LiveCache:
     def unchanged(self, manifest: Json) -> Json | None:
         """The watched child when applying ``manifest`` again would change nothing."""
         key = _key(manifest)
+        manifest_digest = digest(manifest)  # outside the lock: the watches wait for it
         with self._lock:
             obj = self._objects.get(key)
-            version = obj["metadata"].get("resourceVersion") if obj else None
-            manifest_digest = digest(manifest)
             applied = self._applied.get(key)
-            if not needs_apply(manifest_digest, applied, version):
-                return obj
-            if (
-                obj is not None
-                and applied is not None
-                and applied[0] == manifest_digest
-                and only_status_changed(manifest, self._generations.get(key), obj)
-            ):
-                return obj
-            return None
+            generation = self._generations.get(key)
+        version = obj["metadata"].get("resourceVersion") if obj else None
+        if not needs_apply(manifest_digest, applied, version):
+            return obj
+        if (
+            obj is not None
+            and applied is not None
+            and applied[0] == manifest_digest
+            and only_status_changed(manifest, generation, obj)
+        ):
+            return obj
+        return None
 
     def listed(self, kind: str, namespace: str, labels: Mapping[str, str]) -> list[Json]:
         """The watched objects of ``kind`` in ``namespace`` that carry all of ``labels``."""
+        owner = labels.get(LABEL_DEPLOYMENT)
         with self._lock:
-            return [
-                obj
-                for (k, ns, _), obj in self._objects.items()
-                if k == kind
-                and ns == namespace
-                and _contains(obj["metadata"].get("labels"), labels)
-            ]
+            if owner is not None:
+                keys = self._by_owner.get((kind, namespace, owner), set())
+                candidates = [self._objects[key] for key in keys]
+            else:
+                candidates = [
+                    obj for (k, ns, _), obj in self._objects.items() if (k, ns) == (kind, namespace)
+                ]
+        return [obj for obj in candidates if _contains(obj["metadata"].get("labels"), labels)]
 
     def listed_one(self, kind: str, namespace: str, name: str) -> Json | None:
         """The watched object ``kind``/``namespace``/``name``, if the watch reported it."""
@@ -225,16 +252,23 @@ class LiveCache:
             return len(self._objects) + len(self._applied) + len(self._generations)
 
     def applied(self, manifest: Json, response: Json) -> None:
+        key, record = (
+            _key(manifest),
+            (digest(manifest), str(response["metadata"].get("resourceVersion", ""))),
+        )
+        generation = response["metadata"].get("generation")
         with self._lock:
-            self._applied[_key(manifest)] = (
-                digest(manifest),
-                str(response["metadata"].get("resourceVersion", "")),
-            )
-            generation = response["metadata"].get("generation")
+            self._applied[key] = record
             if generation is None:
-                self._generations.pop(_key(manifest), None)
+                self._generations.pop(key, None)
             else:
-                self._generations[_key(manifest)] = int(generation)
+                self._generations[key] = int(generation)
+
+
+def _owner_key(key: Key, obj: Json) -> tuple[str, str, str]:
+    """The index entry of ``obj``: its kind, namespace and deployment label ("" if none)."""
+    labels = obj["metadata"].get("labels") or {}
+    return key[0], key[1], str(labels.get(LABEL_DEPLOYMENT, ""))
 
 
 def _key(manifest: Json) -> Key:

@@ -118,3 +118,49 @@ def test_the_cache_keeps_what_the_controller_reads_and_no_more() -> None:
     # a LIST (the resync) is trimmed the same way
     cache.refresh("StatefulSet", "llm", [{k: v for k, v in sts.items() if k != "kind"}])
     assert cache.listed("StatefulSet", "llm", wanted) == [kept_sts]
+
+
+def test_listing_by_owner_agrees_with_a_scan_through_any_sequence_of_events() -> None:
+    """The owner index (a reconcile lists its own children without scanning everyone's)
+    against a plain dict of the last state of each object, over random events: labels
+    changing owner, deletions, resync LISTs."""
+    import random
+
+    from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+
+    rng = random.Random(7)
+    cache, model = LiveCache(), {}
+    owners = ["a", "b", None]
+
+    def obj(kind: str, ns: str, name: str, owner: str | None, version: int) -> dict[str, Any]:
+        labels = {LABEL_DEPLOYMENT: owner} if owner else {}
+        meta = {"name": name, "namespace": ns, "resourceVersion": str(version), "labels": labels}
+        return {"kind": kind, "metadata": meta}
+
+    for step in range(2000):
+        kind, ns, name = rng.choice(["Service", "Pod"]), rng.choice(["x", "y"]), rng.choice("pqrs")
+        action = rng.random()
+        if action < 0.6:
+            o = obj(kind, ns, name, rng.choice(owners), step)
+            cache.seen(o)
+            model[(kind, ns, name)] = o
+        elif action < 0.8:
+            cache.gone(kind, ns, name)
+            model.pop((kind, ns, name), None)
+        else:
+            listed = [
+                obj(kind, ns, n, rng.choice(owners), step) for n in "pqrs" if rng.random() < 0.5
+            ]
+            cache.refresh(kind, ns, [{k: v for k, v in o.items() if k != "kind"} for o in listed])
+            for key in [k for k in model if k[:2] == (kind, ns)]:
+                del model[key]
+            model.update({(kind, ns, o["metadata"]["name"]): o for o in listed})
+        for owner in ("a", "b"):
+            got = cache.listed(kind, ns, {LABEL_DEPLOYMENT: owner})
+            want = [o for k, o in model.items() if k[:2] == (kind, ns)
+                    and o["metadata"]["labels"].get(LABEL_DEPLOYMENT) == owner]  # fmt: skip
+            assert sorted(o["metadata"]["name"] for o in got) == sorted(
+                o["metadata"]["name"] for o in want
+            ), (step, owner)
+        every = cache.listed(kind, ns, {})
+        assert len(every) == sum(1 for k in model if k[:2] == (kind, ns)), step
