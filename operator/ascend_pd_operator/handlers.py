@@ -26,6 +26,7 @@ from . import api, metrics
 from .child_watch import WATCH_SILENCE_SECONDS, start_child_watches
 from .kube import Kube, KubeError, is_transient, wait_at_least
 from .live_cache import LiveCache
+from .memory import release_free_memory
 from .naming import LABEL_DEPLOYMENT, PREFIX
 from .reconciler import Reconciler
 from .supervisor import Supervisor, Unit
@@ -116,7 +117,7 @@ def resync_once(
     for ns in list(namespaces) if namespaces else [None]:
         if cache is not None:
             for kind in sorted(cache.listed_kinds):
-                cache.refresh(kind, ns, kube.list(kind, ns, LABEL_DEPLOYMENT))
+                cache.refresh(kind, ns, kube.list_paged(kind, ns, LABEL_DEPLOYMENT))
         for item in kube.list(api.KIND, ns):
             queue.add((item["metadata"]["namespace"], item["metadata"]["name"]))
 
@@ -139,6 +140,7 @@ def resync_loop(
         return  # kopf's initial listing has just enqueued everything
     while not stop.is_set():
         resync_once(queue, kube, namespaces, cache)
+        release_free_memory()  # what the last pass's reconciles freed
         unit.beat()
         if stop.wait(every):
             return

@@ -106,6 +106,9 @@ WATCH_READ_SLACK_SECONDS = 30.0
 #: (connect, read) seconds: a request to an API server that vanished mid-call fails
 #: instead of blocking its worker forever.
 REQUEST_TIMEOUT = (10.0, 60.0)
+#: Objects per LIST request where the caller streams them (the resync): a page of
+#: workloads is a few hundred KiB of JSON, where all of them at once would pin megabytes.
+LIST_PAGE_SIZE = 100
 USER_AGENT = "ascend-pd-operator"
 #: urllib3's default retries, except that a 429 or 503 with Retry-After comes back to us:
 #: urllib3 would retry a GET on its own and, after its last try, raise a MaxRetryError that
@@ -295,6 +298,24 @@ class Kube:
             return []  # e.g. PodGroups on a cluster without Volcano
         items: list[Json] = doc.get("items") or []
         return items
+
+    def list_paged(
+        self, kind: str, namespace: str | None, selector: str = "", limit: int = LIST_PAGE_SIZE
+    ) -> Iterator[Json]:
+        """The objects of ``kind``, ``limit`` per request (the API server's chunking): a
+        caller that keeps only part of each object never holds the whole list at once."""
+        query = [("labelSelector", selector)] if selector else []
+        token = ""
+        while True:
+            page = [*query, ("limit", str(limit))] + ([("continue", token)] if token else [])
+            try:
+                doc = self.request("GET", path(self.resource(kind), namespace), query=page)
+            except NotFound:
+                return
+            yield from doc.get("items") or []
+            token = str((doc.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return
 
     def list_versioned(self, kind: str, namespace: str | None, selector: str) -> tuple[Items, str]:
         """The objects of ``kind`` matching ``selector`` and the list's resourceVersion, from

@@ -90,6 +90,25 @@ def only_status_changed(manifest: Json, applied_generation: int | None, watched:
     )
 
 
+def covers(live: Any, wanted: Any) -> bool:
+    """Every field of ``wanted`` is in ``live`` with the same value (maps may hold more)."""
+    if isinstance(wanted, dict):
+        return isinstance(live, dict) and all(
+            k in live and covers(live[k], v) for k, v in wanted.items()
+        )
+    return bool(live == wanted)
+
+
+def others_added(manifest: Json, watched: Json) -> bool:
+    """The watched child still holds all of our manifest; another controller only added
+    to it (on 1.20 the token controller adds ``secrets`` to a new ServiceAccount, which
+    cost one more apply per deployment). Kinds the cache trims never pass."""
+    if manifest["kind"] in SPEC_KEPT or manifest["kind"] in DROPPED:
+        return False
+    wanted = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
+    return covers(watched, wanted)
+
+
 class LiveCache:
     """Children as the watches last reported them, and what we last applied to each."""
 
@@ -211,7 +230,7 @@ class LiveCache:
             obj is not None
             and applied is not None
             and applied[0] == manifest_digest
-            and only_status_changed(manifest, generation, obj)
+            and (only_status_changed(manifest, generation, obj) or others_added(manifest, obj))
         ):
             return obj
         return None

@@ -220,6 +220,7 @@ class Reconciler:
         owner = todo.observation.owner
         live: dict[tuple[str, str], Json] = {}
         applied = deleted = 0
+        written: list[str] = []  # for the log line: which children a reconcile applied
         failure: Failure | None = None
         steps = (
             (1, todo.inspector), (2, todo.applies), (3, todo.deletes),
@@ -240,6 +241,8 @@ class Reconciler:
                     break
                 if step == 2:
                     applied += wrote
+                    if wrote:
+                        written.append(f"{write.kind} {write.name}")
                     live[(write.kind, write.name)] = obj
                 elif step == 3:
                     deleted += 1
@@ -253,7 +256,8 @@ class Reconciler:
         for event in done.events:  # step 7
             self.event(todo.observation.resource, event)
         if applied or deleted:
-            log.info("%s/%s: applied %d, deleted %d", owner.namespace, owner.name, applied, deleted)
+            log.info("%s/%s: applied %d (%s), deleted %d", owner.namespace, owner.name,
+                     applied, ", ".join(written) or "-", deleted)  # fmt: skip
         return Result(done.status, applied, deleted, done, failure)
 
     def _write(self, namespace: str, write: Write, cached: bool) -> tuple[Json, int]:

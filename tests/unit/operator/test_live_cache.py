@@ -164,3 +164,30 @@ def test_listing_by_owner_agrees_with_a_scan_through_any_sequence_of_events() ->
             ), (step, owner)
         every = cache.listed(kind, ns, {})
         assert len(every) == sum(1 for k in model if k[:2] == (kind, ns)), step
+
+
+def test_a_child_another_controller_only_added_to_is_not_applied_again() -> None:
+    """1.20's token controller adds ``secrets`` to each new ServiceAccount: one more apply
+    per deployment (100 in the 100-deployment burst) until this check."""
+    sa = {
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "dsv3-router", "namespace": "llm",
+                     "labels": {"ascendpd.io/deployment": "dsv3"},
+                     "ownerReferences": [{"uid": "u1", "kind": "PDDeployment"}]},
+    }  # fmt: skip
+    cache = LiveCache()
+    response = {**sa, "metadata": {**sa["metadata"], "resourceVersion": "5", "uid": "s1"}}
+    cache.applied(sa, response)
+    cache.seen(response)
+    assert cache.unchanged(sa) is not None
+    added = {**response, "metadata": {**response["metadata"], "resourceVersion": "6"},
+             "secrets": [{"name": "dsv3-router-token-x"}]}  # fmt: skip
+    cache.seen(added)
+    assert cache.unchanged(sa) is not None  # only added to: nothing to apply
+    edited = {**added, "metadata": {**added["metadata"], "resourceVersion": "7",
+                                    "labels": {"ascendpd.io/deployment": "other"}}}  # fmt: skip
+    cache.seen(edited)
+    assert cache.unchanged(sa) is None  # our label changed: apply again
+    # a manifest that differs from the one applied is always applied
+    cache.seen(added)
+    assert cache.unchanged({**sa, "automountServiceAccountToken": False}) is None

@@ -8,6 +8,7 @@ reconciler's cache with what a watch would report.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -56,6 +57,9 @@ class FakeKube:
             and ns == namespace
             and all(o["metadata"].get("labels", {}).get(a) == b for a, b in wanted.items())
         ]
+
+    def list_paged(self, kind: str, namespace: str | None, selector: str = "") -> Iterator[Json]:
+        yield from self.list(kind, namespace, selector)  # one page: paging is Kube's own
 
     def apply(self, manifest: Json) -> Json:
         self.calls.append(("APPLY", manifest["kind"]))

@@ -1,0 +1,45 @@
+"""``Kube.list_paged`` walks the API server's chunked LIST (limit + continue) and yields
+every object once, in order, one page held at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from ascend_pd_operator import kube as kube_module
+from ascend_pd_operator.kube import Kube
+from tests.unit.operator.local_api import serving
+
+
+def _kube(url: str) -> Kube:
+    config = client.Configuration()
+    config.host = url
+    return Kube(kube_module.new_client(config))
+
+
+def test_every_page_is_fetched_with_its_continue_token() -> None:
+    objects = [{"metadata": {"name": f"s{i}"}} for i in range(7)]
+    asked: list[dict[str, str]] = []
+
+    def answer(method: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        asked.append(query)
+        assert (method, path) == ("GET", "/apis/apps/v1/namespaces/llm/statefulsets")
+        start, limit = int(query.get("continue") or 0), int(query["limit"])
+        rest = str(start + limit) if start + limit < len(objects) else ""
+        return 200, {}, {"metadata": {"continue": rest}, "items": objects[start : start + limit]}
+
+    with serving(answer) as url:
+        kube = _kube(url)
+        got = kube.list_paged("StatefulSet", "llm", "ascendpd.io/deployment", limit=3)
+        assert [o["metadata"]["name"] for o in got] == [f"s{i}" for i in range(7)]
+    assert [q.get("continue") for q in asked] == [None, "3", "6"]
+    assert {(q["limit"], q["labelSelector"]) for q in asked} == {("3", "ascendpd.io/deployment")}
+
+
+def test_a_kind_the_server_does_not_serve_lists_nothing() -> None:
+    def answer(method: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        return 404, {}, {"kind": "Status", "code": 404, "reason": "NotFound"}
+
+    with serving(answer) as url:
+        assert list(_kube(url).list_paged("PodGroup", "llm")) == []
