@@ -11,6 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from kubernetes import client
+
+from ascend_pd_operator import kube as kube_module
+from ascend_pd_operator.kube import Kube
+
 Answer = Callable[[str, str, dict[str, str]], tuple[int, dict[str, str], Any]]
 
 
@@ -43,3 +48,10 @@ def serving(answer: Answer) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def local_kube(url: str) -> Kube:
+    """The operator's API client, as ``load_config`` builds it, talking to ``url``."""
+    config = client.Configuration()
+    config.host = url
+    return Kube(kube_module.new_client(config))

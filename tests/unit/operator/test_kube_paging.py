@@ -5,17 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes import client
-
-from ascend_pd_operator import kube as kube_module
-from ascend_pd_operator.kube import Kube
+from tests.unit.operator.local_api import local_kube as _kube
 from tests.unit.operator.local_api import serving
-
-
-def _kube(url: str) -> Kube:
-    config = client.Configuration()
-    config.host = url
-    return Kube(kube_module.new_client(config))
 
 
 def test_every_page_is_fetched_with_its_continue_token() -> None:

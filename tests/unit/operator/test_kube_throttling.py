@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
-from kubernetes import client
 
 from ascend_pd_operator import kube as kube_module
-from ascend_pd_operator.kube import Kube, KubeError, retry_after
+from ascend_pd_operator.kube import KubeError, retry_after
+from tests.unit.operator.local_api import local_kube as _kube
+from tests.unit.operator.local_api import serving
 
 
 def test_retry_after_rule() -> None:
@@ -30,40 +29,16 @@ def throttling_server() -> Iterator[tuple[str, list[str], list[int]]]:
     seen: list[str] = []
     plan = [1]
 
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            seen.append(self.command)
-            length = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(length)
-            if len(seen) <= plan[0]:
-                body = {"kind": "Status", "code": 429, "reason": "TooManyRequests",
-                        "message": "slow down"}  # fmt: skip
-                self.send_response(429)
-                self.send_header("Retry-After", "1")
-            else:
-                body = {"kind": "ConfigMap", "metadata": {"name": "x"}}
-                self.send_response(200)
-            data = json.dumps(body).encode()
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(method: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        seen.append(method)
+        if len(seen) <= plan[0]:
+            body = {"kind": "Status", "code": 429, "reason": "TooManyRequests",
+                    "message": "slow down"}  # fmt: skip
+            return 429, {"Retry-After": "1"}, body
+        return 200, {}, {"kind": "ConfigMap", "metadata": {"name": "x"}}
 
-        do_GET = do_PATCH = _answer
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen, plan
-    server.shutdown()
-
-
-def _kube(url: str) -> Kube:
-    config = client.Configuration()
-    config.host = url
-    return Kube(kube_module.new_client(config))
+    with serving(answer) as url:
+        yield url, seen, plan
 
 
 def test_throttled_apply_waits_retry_after_then_succeeds(
