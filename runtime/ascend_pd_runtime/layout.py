@@ -138,7 +138,8 @@ def stage_transfers(src: StageLayout, dst: StageLayout) -> Transfers:
     """Every ``(src_index, dst_index)`` pair, in source-index order.
 
     Plain tuples, not an array: the operator imports this module, and numpy would cost
-    it 20 MiB of memory for at most a few hundred pairs (the connector converts once).
+    it 20 MiB of memory for at most a few hundred pairs (the connector turns them into an
+    array per request, microseconds beside the descriptors).
     Raises ``LayoutMismatch`` when ``dst`` cannot receive everything ``src`` sends.
     """
     if src.kv_buf_groups != dst.kv_buf_groups:
