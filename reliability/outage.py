@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 from ascend_pd_dev import cluster as dev_cluster
 from ascend_pd_operator.api_access import HEALTH_PATH
 from ascend_pd_operator.naming import LABEL_DEPLOYMENT
-from ascend_pd_operator.supervisor import Backoff
+from ascend_pd_operator.supervisor import RESTART_BACKOFF
 
 from .audit import audit_namespace
 from .env import Env, Operator, Release, ScenarioError, wait_for
@@ -134,7 +134,7 @@ def _unreported_drift(
 def _recovery_allowance(resync_seconds: float) -> float:
     """After a component is back: the supervisor's longest restart backoff, one resync
     period until the resync beats again, and slack for a busy machine."""
-    return Backoff().cap + resync_seconds + 15.0
+    return RESTART_BACKOFF.cap + resync_seconds + 15.0
 
 
 def _outage(
