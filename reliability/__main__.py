@@ -21,7 +21,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import bad_inputs, crash, deletion, drift, faults, ha, outage, rollout_crash, security
+from . import (
+    bad_inputs,
+    crash,
+    deletion,
+    drift,
+    faults,
+    ha,
+    outage,
+    rbac_loss,
+    rollout_crash,
+    security,
+)
 from .env import Env, Release, scenario_cluster
 from .result import ScenarioResult, full_report, table, write_json
 
@@ -31,7 +42,8 @@ Scenario = Callable[[Env, Release, str], ScenarioResult]
 
 
 def scenarios(kills: int, seed: int, outage_seconds: float) -> dict[str, Scenario]:
-    # control-plane-outage stops the API server: it runs last, so no other scenario sees it
+    # the control-plane faults stop the API server or etcd: they run last, so no other
+    # scenario sees them
     return {
         "crash": lambda e, r, ns: crash.run(e, r, ns, kills=kills, seed=seed),
         "rollout-crash": rollout_crash.run,
@@ -41,9 +53,12 @@ def scenarios(kills: int, seed: int, outage_seconds: float) -> dict[str, Scenari
         "ha": ha.run,
         "deletion": deletion.run,
         "security": security.run,
+        "rbac-loss": rbac_loss.run,
         "control-plane-outage": lambda e, r, ns: outage.run(
             e, r, ns, outage_seconds=outage_seconds
         ),
+        "apiserver-restarts": outage.run_restarts,
+        "etcd-outage": outage.run_etcd,
     }
 
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ("scenario", "runs", "converged", "worst_seconds", "lost", "duplicated")
+COLUMNS = ("scenario", "verdict", "runs", "converged", "worst_seconds", "lost", "duplicated")
 
 
 @dataclass
@@ -41,6 +41,12 @@ class ScenarioResult:
             and self.duplicated == 0
             and not self.problems
         )
+
+    @property
+    def verdict(self) -> str:
+        """What the row says first: a scenario with any problem (the operator exited, a
+        probe failed while the control plane was up) reads FAILED, whatever converged."""
+        return "ok" if self.ok else "FAILED"
 
     def row(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in COLUMNS}

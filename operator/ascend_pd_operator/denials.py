@@ -129,11 +129,6 @@ class Denials:
         if streak is not None and streak.fault:
             log.info("granted again: %s (refused for %.0fs)", access, self._clock() - streak.first)
 
-    def is_fault(self, access: Access) -> bool:
-        with self._lock:
-            streak = self._streaks.get(access)
-            return bool(streak and streak.fault and self._clock() - streak.last <= self.stale)
-
     def faults(self) -> list[str]:
         """Each lasting denial, named as an RBAC rule would name it (for /healthz)."""
         now = self._clock()

@@ -146,8 +146,9 @@ def run(args: argparse.Namespace) -> int:
         stop,
         grace=args.unhealthy_after_seconds,
         expected=is_transient,
-        # a unit stalled by a lasting denial is named, not failed: a restart cannot grant it
-        blocked=lambda exc: isinstance(exc, Denied) and DENIALS.is_fault(exc.access),
+        # a unit stalled by a denial is named (once it lasts), never failed: a restart
+        # cannot grant a permission, it would only make a crash loop
+        blocked=lambda exc: isinstance(exc, Denied),
         faults=DENIALS.faults,
     )
     queue = WorkQueue()

@@ -74,11 +74,10 @@ def test_a_denial_is_transient_for_the_warm_up_then_a_named_fault() -> None:
     assert denials.faults() == []
     clock.now += 2
     assert denials.denied(need, 403, "forbidden") is True
-    assert denials.is_fault(need)
     [fault] = denials.faults()
     assert "RBAC denies patch statefulsets.apps in namespace llm (403 for 31s" in fault
     denials.allowed(need)
-    assert denials.faults() == [] and not denials.is_fault(need) and not denials.any()
+    assert denials.faults() == [] and not denials.any()
     # a new streak after success starts its warm-up again
     assert denials.denied(need, 403, "forbidden") is False
 
@@ -93,7 +92,7 @@ def test_a_denial_nobody_reports_again_is_forgotten() -> None:
     clock.now += 74
     assert denials.faults()
     clock.now += 2
-    assert denials.faults() == [] and not denials.is_fault(need)
+    assert denials.faults() == []
     # reported again after being forgotten: a new streak, warming up
     assert denials.denied(need, 403) is False
 
@@ -144,7 +143,7 @@ def test_a_unit_stalled_by_a_lasting_denial_does_not_fail_the_probe() -> None:
     supervisor = Supervisor(
         stop,
         grace=0.0,
-        blocked=lambda exc: isinstance(exc, Denied) and denials.is_fault(exc.access),
+        blocked=lambda exc: isinstance(exc, Denied),
         faults=denials.faults,
         clock=clock,
     )
