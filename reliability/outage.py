@@ -302,24 +302,16 @@ def survive(
         final_ok, _ = wait_for(lambda: sampler.probe()[0] == 200, bound_seconds, 0.5)
         if not final_ok:
             result.problems.append(f"/healthz failing at the end: {sampler.probe()[1]}")
-        found = audit_namespace(env.kube, namespace)
-        result.lost += len(found.missing)
-        result.duplicated += len(found.extra)
-        result.record(found.ok, 0.0, f"final audit: {found}")
+        result.final_audit(audit_namespace(env.kube, namespace))
     finally:
         sampler.stop()
         _judge_health(result, sampler, windows)
         text = operator.log_text()
-        result.details["threads_died_in_log"] = text.count("Exception in thread")
+        result.judge_process(text, operator.alive())
         result.details["orchestrator_restarts"] = text.count("kopf's orchestrator ended")
-        if "Exception in thread" in text:
-            result.problems.append("a thread died (see 'Exception in thread' in the log)")
         last = sampler.samples[-1][2] if sampler.samples else {}
         result.details["units_at_end"] = last.get("units")
         result.details["faults_at_end"] = last.get("faults")
-        result.details["operator_alive"] = operator.alive()
-        if not operator.alive():
-            result.problems.append("the operator process exited")
         operator.kill()
         # kube-controller-manager and kubelet-sim must have ridden out the fault too;
         # bring back whatever did not, so later scenarios find the cluster whole

@@ -115,10 +115,7 @@ def run(env: Env, release: Release, namespace: str, bound_seconds: float = 240.0
         )
         result.record(bool(cleared), seconds, f"faults still named after the Role was restored: "
                       f"{sampler.probe()[1].get('faults')}")  # fmt: skip
-        found = audit_namespace(env.kube, namespace)
-        result.lost += len(found.missing)
-        result.duplicated += len(found.extra)
-        result.record(found.ok, 0.0, f"final audit: {found}")
+        result.final_audit(audit_namespace(env.kube, namespace))
     finally:
         sampler.stop()
         failing = sampler.failing_times()
@@ -128,11 +125,7 @@ def run(env: Env, release: Release, namespace: str, bound_seconds: float = 240.0
             first = next(body for _, code, body in sampler.samples if code != 200)
             result.problems.append(f"/healthz failed {len(failing)} times; a lost permission "
                                    f"must be named, not fail the probe: {first}")  # fmt: skip
-        text = operator.log_text()
-        result.details["threads_died_in_log"] = text.count("Exception in thread")
-        result.details["operator_alive"] = operator.alive()
-        if not operator.alive():
-            result.problems.append("the operator process exited")
+        result.judge_process(operator.log_text(), operator.alive())
         operator.kill()
         if role is not None:  # whatever happened, the Role is whole again
             env.kubectl("replace", "-f", "-", input=json.dumps(_replaceable(copy.deepcopy(role))))
