@@ -4,7 +4,10 @@ The real ``ascend-pd run`` serves one Ready PDDeployment on the local control pl
 one fault happens (each its own scenario and row):
 
 - ``control-plane-outage``: kube-apiserver stopped for ``outage_seconds`` (its process
-  ends: connections to its port are refused, no HTTP answer at all), then started again;
+  ends: connections to its port are refused, no HTTP answer at all), then started again,
+  and slow to let the operator in: it may not list or watch PDDeployments from before
+  the stop until ``SLOW_RBAC_WARMUP_SECONDS`` after the restart (kopf's watch used to
+  end the operator when the last of its retries met a 403);
 - ``apiserver-restarts``: kube-apiserver restarted twice in a row, ``RESTART_GAP_SECONDS``
   apart (a managed upgrade rolling its replicas), each time answering 403 for a moment
   while its RBAC caches fill;
@@ -37,10 +40,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 from urllib.parse import urlsplit
 
 from ascend_pd_dev import cluster as dev_cluster
+from ascend_pd_operator import api
 from ascend_pd_operator.api_access import HEALTH_PATH
 from ascend_pd_operator.naming import LABEL_DEPLOYMENT
 from ascend_pd_operator.supervisor import RESTART_BACKOFF
@@ -48,6 +53,7 @@ from ascend_pd_operator.supervisor import RESTART_BACKOFF
 from .audit import audit_namespace
 from .env import Env, Operator, Release, ScenarioError, wait_for
 from .result import ScenarioResult
+from .roles import revoked
 from .specs import pdd
 
 #: The issue's outage; ``make reliability`` runs it.
@@ -60,6 +66,10 @@ OUTAGE_SECONDS = 120.0
 #: than a resync period plus ``--unhealthy-after-seconds`` (the probe must fail and heal).
 #: ``tests/reliability/test_outage_thresholds.py`` holds it to that.
 CI_OUTAGE_SECONDS = 75.0
+#: After the outage the API server keeps refusing the operator's PDDeployment list and
+#: watch this long, as an RBAC warm-up on a slow control plane would: longer than kopf's
+#: default retry budget (54 s), which ended the operator when its last try met a 403.
+SLOW_RBAC_WARMUP_SECONDS = 60.0
 #: Two kube-apiserver restarts this far apart (the second while the first's warm-up runs).
 RESTART_GAP_SECONDS = 10.0
 #: etcd stopped under a running API server; longer than kopf's default retry budget too.
@@ -174,15 +184,24 @@ def _outage(
 Fault = Callable[[Operator, dev_cluster.Layout, ScenarioResult], list[tuple[float, float]]]
 
 
-def apiserver_outage(seconds: float) -> Fault:
+def apiserver_outage(seconds: float, refusing: Callable[[], ContextManager[None]]) -> Fault:
+    """The API server stopped for ``seconds``; from before the stop until
+    ``SLOW_RBAC_WARMUP_SECONDS`` after it is back, ``refusing`` holds (the operator may not
+    list or watch PDDeployments), so kopf's watch reconnects into a lasting 403."""
+
     def fault(
         operator: Operator, layout: dev_cluster.Layout, result: ScenarioResult
     ) -> list[tuple[float, float]]:
-        down, up, refused = _outage(operator, layout, "kube-apiserver", seconds)
+        assert operator.process is not None
+        health = HealthSampler(operator.process.health_port)
+        with refusing():
+            down, _, refused = _outage(operator, layout, "kube-apiserver", seconds)
+            wait_for(lambda: not operator.alive(), SLOW_RBAC_WARMUP_SECONDS, 1.0)
+            result.details["faults_in_slow_warmup"] = health.probe()[1].get("faults")
         result.details["apiserver_refused_connections"] = refused
         if not refused:
             result.problems.append("the stopped API server's port did not refuse connections")
-        return [(down, up)]
+        return [(down, time.monotonic())]
 
     return fault
 
@@ -219,9 +238,15 @@ def run(
     resync_seconds: float = RESYNC_SECONDS,
     unhealthy_after: float = UNHEALTHY_AFTER_SECONDS,
 ) -> ScenarioResult:
-    """``control-plane-outage``: kube-apiserver stopped for ``outage_seconds``."""
-    result = survive(env, release, namespace, "control-plane-outage",
-                     apiserver_outage(outage_seconds), resync_seconds, unhealthy_after)  # fmt: skip
+    """``control-plane-outage``: kube-apiserver stopped for ``outage_seconds``, then slow to
+    let the operator in."""
+
+    def refusing() -> ContextManager[None]:
+        return revoked(env, release, namespace, api.GROUP, api.PLURAL, ("list", "watch"))
+
+    fault = apiserver_outage(outage_seconds, refusing)
+    result = survive(env, release, namespace, "control-plane-outage", fault,
+                     resync_seconds, unhealthy_after)  # fmt: skip
     result.details["outage_seconds"] = outage_seconds
     return result
 
@@ -302,6 +327,9 @@ def survive(
         final_ok, _ = wait_for(lambda: sampler.probe()[0] == 200, bound_seconds, 0.5)
         if not final_ok:
             result.problems.append(f"/healthz failing at the end: {sampler.probe()[1]}")
+        cleared, _ = wait_for(lambda: not sampler.probe()[1].get("faults"), bound_seconds, 1.0)
+        if not cleared:
+            result.problems.append(f"faults named at the end: {sampler.probe()[1]['faults']}")
         result.final_audit(audit_namespace(env.kube, namespace))
     finally:
         sampler.stop()

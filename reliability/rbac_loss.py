@@ -12,8 +12,6 @@ restored, the scale completes, the faults clear, and nothing is lost or duplicat
 
 from __future__ import annotations
 
-import copy
-import json
 import time
 from typing import Any
 
@@ -21,33 +19,11 @@ from .audit import audit_namespace
 from .env import Env, Release, wait_for
 from .outage import RESYNC_SECONDS, UNHEALTHY_AFTER_SECONDS, HealthSampler
 from .result import ScenarioResult
+from .roles import revoked
 from .specs import pdd
 
 #: What the edited Role no longer grants on StatefulSets.
 REVOKED = ("list", "watch", "patch")
-
-
-def _without(role: dict[str, Any]) -> dict[str, Any]:
-    """The Role with ``REVOKED`` taken from its StatefulSet rule (kept for the others)."""
-    edited = copy.deepcopy(role)
-    rules = []
-    for rule in edited["rules"]:
-        if "statefulsets" in rule.get("resources", []) and "apps" in rule.get("apiGroups", []):
-            others = [r for r in rule["resources"] if r != "statefulsets"]
-            if others:
-                rules.append({**rule, "resources": others})
-            verbs = [v for v in rule["verbs"] if v not in REVOKED]
-            rules.append({**rule, "resources": ["statefulsets"], "verbs": verbs})
-        else:
-            rules.append(rule)
-    edited["rules"] = rules
-    return _replaceable(edited)
-
-
-def _replaceable(role: dict[str, Any]) -> dict[str, Any]:
-    meta = role["metadata"]
-    role["metadata"] = {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}
-    return role
 
 
 def run(env: Env, release: Release, namespace: str, bound_seconds: float = 240.0) -> ScenarioResult:
@@ -60,7 +36,6 @@ def run(env: Env, release: Release, namespace: str, bound_seconds: float = 240.0
     operator.start()
     assert operator.process is not None
     sampler = HealthSampler(operator.process.health_port).start()
-    role = env.get_json("-n", namespace, "role", release.fullname)
     expected = [f"RBAC denies {verb} statefulsets.apps in namespace {namespace}"
                 for verb in ("patch", "list")]  # fmt: skip
 
@@ -75,39 +50,34 @@ def run(env: Env, release: Release, namespace: str, bound_seconds: float = 240.0
         log = operator.log_text()
         return all(t in faults and t in log for t in texts)
 
+    def resync() -> dict[str, Any]:
+        return dict((sampler.probe()[1].get("units") or {}).get("resync") or {})
+
     try:
-        if role is None:
-            result.problems.append(f"the chart's Role {namespace}/{release.fullname} is missing")
-            return result
         env.apply([pdd(name, namespace)])
         if not converged("initial", time.monotonic()):
             return result
-        revoked = time.monotonic()
-        env.kubectl("replace", "-f", "-", input=json.dumps(_without(role)))
-        env.apply([pdd(name, namespace, decode=2)])
-        ok, seconds = wait_for(lambda: named(expected), bound_seconds, 1.0)
-        result.record(bool(ok), seconds, f"the missing permissions were not named: "
-                      f"{sampler.probe()[1].get('faults')}")  # fmt: skip
-        result.details["named_after_seconds"] = round(seconds, 1)
-
-        # the resync (it lists StatefulSets) stalls past its period + the probe's grace,
-        # where any other stall would fail the probe
-        def resync() -> dict[str, Any]:
-            return dict((sampler.probe()[1].get("units") or {}).get("resync") or {})
-
-        limit = RESYNC_SECONDS + UNHEALTHY_AFTER_SECONDS + 5
-        stalled, _ = wait_for(lambda: resync().get("secondsSinceProgress", 0) > limit,
-                              bound_seconds, 1.0)  # fmt: skip
-        result.record(bool(stalled), time.monotonic() - revoked,
-                      f"the resync never stalled without permission: {resync()}")  # fmt: skip
-        result.details["resync_during_loss"] = resync()
-        status = env.get_json("-n", namespace, "pddeployment", name) or {}
-        conditions = (status.get("status") or {}).get("conditions") or []
-        result.details["ready_condition_during_loss"] = next(
-            (c for c in conditions if c.get("type") == "Ready"), None
-        )
+        with revoked(env, release, namespace, "apps", "statefulsets", REVOKED):
+            started = time.monotonic()
+            env.apply([pdd(name, namespace, decode=2)])
+            ok, seconds = wait_for(lambda: named(expected), bound_seconds, 1.0)
+            result.record(bool(ok), seconds, f"the missing permissions were not named: "
+                          f"{sampler.probe()[1].get('faults')}")  # fmt: skip
+            result.details["named_after_seconds"] = round(seconds, 1)
+            # the resync (it lists StatefulSets) stalls past its period + the probe's
+            # grace, where any other stall would fail the probe
+            limit = RESYNC_SECONDS + UNHEALTHY_AFTER_SECONDS + 5
+            stalled, _ = wait_for(lambda: resync().get("secondsSinceProgress", 0) > limit,
+                                  bound_seconds, 1.0)  # fmt: skip
+            result.record(bool(stalled), time.monotonic() - started,
+                          f"the resync never stalled without permission: {resync()}")  # fmt: skip
+            result.details["resync_during_loss"] = resync()
+            status = env.get_json("-n", namespace, "pddeployment", name) or {}
+            conditions = (status.get("status") or {}).get("conditions") or []
+            result.details["ready_condition_during_loss"] = next(
+                (c for c in conditions if c.get("type") == "Ready"), None
+            )
         restored = time.monotonic()
-        env.kubectl("replace", "-f", "-", input=json.dumps(_replaceable(copy.deepcopy(role))))
         converged("after the Role was restored", restored)
         result.details["converged_after_restore_seconds"] = round(time.monotonic() - restored, 1)
         cleared, seconds = wait_for(
@@ -127,6 +97,4 @@ def run(env: Env, release: Release, namespace: str, bound_seconds: float = 240.0
                                    f"must be named, not fail the probe: {first}")  # fmt: skip
         result.judge_process(operator.log_text(), operator.alive())
         operator.kill()
-        if role is not None:  # whatever happened, the Role is whole again
-            env.kubectl("replace", "-f", "-", input=json.dumps(_replaceable(copy.deepcopy(role))))
     return result

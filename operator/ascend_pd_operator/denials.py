@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 #: fault within a minute.
 WARMUP_SECONDS = 30.0
 #: A denial not seen again for this long is forgotten: kopf retries a failed request at
-#: least every 30 s (``handlers.KOPF_RETRY_BACKOFF``), and reports nothing when it succeeds.
-STALE_SECONDS = 75.0
+#: least every 33 s (``handlers.KOPF_RETRY_BACKOFF``: 30 s + 10 % jitter) and reports
+#: nothing when it succeeds, so its fault clears this long after the permission is back.
+STALE_SECONDS = 45.0
 
 
 @dataclass(frozen=True)
