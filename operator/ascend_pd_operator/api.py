@@ -477,9 +477,7 @@ class RecoveryRecord(_Model):
         None, description="The first failure of the current window."
     )
     last_failure: FailureRecord | None = Field(None, description="The latest failure.")
-    force_deletions: int = Field(
-        0, description="Times its pods on a lost node were force-deleted."
-    )
+    force_deletions: int = Field(0, description="Times its pods on a lost node were force-deleted.")
     last_force_deletion: ForceDeletion | None = Field(
         None, description="The latest force-deletion: the node and how long it was gone."
     )

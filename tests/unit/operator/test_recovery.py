@@ -31,6 +31,26 @@ def pod(name: str, created_ago: float = 600, restarts: int = 0, **status: Any) -
     }  # fmt: skip
 
 
+def node(ready: str, changed_ago: float, taint_ago: float | None = None, **why: str) -> Json:
+    """A node as the node watch keeps it: Ready ``ready`` since ``changed_ago`` seconds, and
+    an out-of-service taint added ``taint_ago`` seconds ago (None: none)."""
+    taints = (
+        [
+            {
+                "key": "node.kubernetes.io/out-of-service",
+                "value": "nodeshutdown",
+                "effect": "NoExecute",
+                "timeAdded": stamp(taint_ago),
+            }
+        ]
+        if taint_ago
+        else []
+    )
+    return {"metadata": {"name": "n"}, "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": ready,
+                                       "lastTransitionTime": stamp(changed_ago), **why}]}}  # fmt: skip
+
+
 def instance(name: str, *pods: Json) -> Instance:
     return Instance("prefill", int(name[-1]), name, 2, None, tuple(pods))
 
@@ -126,9 +146,9 @@ def test_a_pod_on_a_node_that_is_not_ready_restarts_its_instance() -> None:
     on_bad = pod("dsv3-prefill-0-1")
     on_bad["spec"] = {"nodeName": "npu-3"}
     inst = instance("dsv3-prefill-0", pod("dsv3-prefill-0-0"), on_bad)
-    unready = {"npu-3": {"status": "Unknown", "reason": "NodeStatusUnknown",
-                         "message": "Kubelet stopped posting node status."}}  # fmt: skip
-    out = recover(world(inst), [], frozenset(), [], NOW, unready_nodes=unready)
+    unready = {"npu-3": node("Unknown", 30, reason="NodeStatusUnknown",
+                             message="Kubelet stopped posting node status.")}  # fmt: skip
+    out = recover(world(inst), [], frozenset(), [], NOW, nodes=unready)
     assert [name for name, _ in out.restarts] == ["dsv3-prefill-0"]
     first = out.records[0]["firstFailure"]
     assert first["reason"] == "NodeNotReady" and first["pod"] == "dsv3-prefill-0-1"
@@ -137,5 +157,6 @@ def test_a_pod_on_a_node_that_is_not_ready_restarts_its_instance() -> None:
     )
     # other nodes' trouble is not this instance's
     assert (
-        recover(world(inst), [], frozenset(), [], NOW, unready_nodes={"npu-9": {}}).restarts == ()
+        recover(world(inst), [], frozenset(), [], NOW, nodes={"npu-9": node("False", 30)}).restarts
+        == ()
     )
