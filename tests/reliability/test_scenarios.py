@@ -19,6 +19,7 @@ from reliability import (
     drift,
     faults,
     ha,
+    node_loss,
     outage,
     rollout_crash,
     security,
@@ -138,3 +139,36 @@ def test_control_plane_outage(cluster: Any, tmp_path: Path) -> None:
     assert units["resync"]["restarts"] >= 1 and units["resync"]["failing"] == 0
     assert all(unit["alive"] for unit in units.values())
     assert details["drift_repair_after_seconds"] <= details["resync_seconds"] + 10
+
+
+def test_node_loss(cluster: Any, tmp_path: Path) -> None:
+    """Nodes made unreachable, with and without ``forceDeleteAfterSeconds`` (the CI timer,
+    ``node_loss.CI_FORCE_DELETE_AFTER_SECONDS``, still expires), then one taken out of
+    service. On a control plane of its own: a lost node would take down whatever else of
+    the suite's shared cluster runs on it."""
+    if cluster.layout is None:
+        pytest.skip("makes the local control plane's simulated nodes unreachable")
+    with scenario_cluster(state="reliability-node-loss") as kubeconfig:
+        env = Env(kubeconfig, tmp_path)
+        env.install_crd()
+        namespace = env.new_namespace("node-loss")
+        release = env.install_chart([namespace])
+        try:
+            result = node_loss.run(
+                env, release, namespace, force_after=node_loss.CI_FORCE_DELETE_AFTER_SECONDS
+            )
+        finally:
+            env.uninstall(release)
+    assert_clean(result)
+    details = result.details
+    print(f"node-loss: {details}")
+    forced = details["forced_record"]
+    assert forced["node"] == details["forced_node"] and forced["reason"] == "NodeUnreachable"
+    assert forced["goneSeconds"] >= node_loss.CI_FORCE_DELETE_AFTER_SECONDS
+    # kept (no field) stayed down past the timer; the taint was honoured well within it
+    assert details["kept_down_while_lost_seconds"] >= (
+        node_loss.CI_FORCE_DELETE_AFTER_SECONDS + node_loss.HOLD_SECONDS
+    )
+    assert details["out_of_service_force_deleted_seconds"] < node_loss.CI_FORCE_DELETE_AFTER_SECONDS
+    assert details["out_of_service_record"]["reason"] == "NodeOutOfService"
+    assert details["tracebacks_in_log"] == 0
