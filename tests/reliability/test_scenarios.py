@@ -7,6 +7,8 @@ same scenario functions and prints the table.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,23 +114,34 @@ def test_security(reliability_env: Env, chart: Release, scenario_namespace: str)
     assert result.details["pods_checked"] >= 3
 
 
+@contextlib.contextmanager
+def own_cluster(
+    cluster: Any, tmp_path: Path, name: str, why: str
+) -> Iterator[tuple[Env, Release, str]]:
+    """A local control plane of the test's own, with the CRD and the chart watching one
+    namespace: (env, release, namespace). Skipped on a cluster the suite did not start."""
+    if cluster.layout is None:
+        pytest.skip(why)
+    with scenario_cluster(state=f"reliability-{name}") as kubeconfig:
+        env = Env(kubeconfig, tmp_path)
+        env.install_crd()
+        namespace = env.new_namespace(name)
+        release = env.install_chart([namespace])
+        try:
+            yield env, release, namespace
+        finally:
+            env.uninstall(release)
+
+
 def test_control_plane_outage(cluster: Any, tmp_path: Path) -> None:
     """kube-apiserver stopped for the CI size of the outage (``outage.CI_OUTAGE_SECONDS``;
     ``make reliability`` runs the issue's 120 s), then etcd restarted.
 
     On a control plane of its own: stopping the API server of the suite's shared cluster
     would break every other test (and any other pytest session) using it meanwhile."""
-    if cluster.layout is None:
-        pytest.skip("stops the local control plane's own processes (ascend-pd-dev cluster up)")
-    with scenario_cluster(state="reliability-outage") as kubeconfig:
-        env = Env(kubeconfig, tmp_path)
-        env.install_crd()
-        namespace = env.new_namespace("outage")
-        release = env.install_chart([namespace])
-        try:
-            result = outage.run(env, release, namespace, outage_seconds=outage.CI_OUTAGE_SECONDS)
-        finally:
-            env.uninstall(release)
+    why = "stops the local control plane's own processes (ascend-pd-dev cluster up)"
+    with own_cluster(cluster, tmp_path, "outage", why) as (env, release, namespace):
+        result = outage.run(env, release, namespace, outage_seconds=outage.CI_OUTAGE_SECONDS)
     assert_clean(result)
     details = result.details
     assert details["apiserver_refused_connections"]
@@ -146,19 +159,10 @@ def test_node_loss(cluster: Any, tmp_path: Path) -> None:
     ``node_loss.CI_FORCE_DELETE_AFTER_SECONDS``, still expires), then one taken out of
     service. On a control plane of its own: a lost node would take down whatever else of
     the suite's shared cluster runs on it."""
-    if cluster.layout is None:
-        pytest.skip("makes the local control plane's simulated nodes unreachable")
-    with scenario_cluster(state="reliability-node-loss") as kubeconfig:
-        env = Env(kubeconfig, tmp_path)
-        env.install_crd()
-        namespace = env.new_namespace("node-loss")
-        release = env.install_chart([namespace])
-        try:
-            result = node_loss.run(
-                env, release, namespace, force_after=node_loss.CI_FORCE_DELETE_AFTER_SECONDS
-            )
-        finally:
-            env.uninstall(release)
+    why = "makes the local control plane's simulated nodes unreachable"
+    with own_cluster(cluster, tmp_path, "node-loss", why) as (env, release, namespace):
+        timer = node_loss.CI_FORCE_DELETE_AFTER_SECONDS
+        result = node_loss.run(env, release, namespace, force_after=timer)
     assert_clean(result)
     details = result.details
     print(f"node-loss: {details}")

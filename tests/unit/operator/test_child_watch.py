@@ -425,13 +425,17 @@ def _node(name: str, rv: str, ready: str = "True") -> Json:
                                        "lastHeartbeatTime": f"t{rv}"}]}}  # fmt: skip
 
 
-def test_a_node_turning_not_ready_queues_the_deployments_with_pods_on_it_and_nothing_else() -> None:
-    stop = Stop()
+def _node_watch() -> tuple[NodeWatch, Queue, LiveCache]:
+    """A node watch whose cache holds one pod of ns/dsv3, on npu-3."""
     queue, cache = Queue(), LiveCache()
     pod = _pod("dsv3-prefill-0-1", "1")
     pod["spec"] = {"nodeName": "npu-3"}
     cache.seen({**slim_pod(pod), "kind": "Pod"})
-    watch = NodeWatch(FakeTransport([], [], stop), queue, cache)
+    return NodeWatch(FakeTransport([], [], Stop()), queue, cache), queue, cache
+
+
+def test_a_node_turning_not_ready_queues_the_deployments_with_pods_on_it_and_nothing_else() -> None:
+    watch, queue, cache = _node_watch()
     watch.handle(event("ADDED", _node("npu-3", "5")))
     watch.handle(event("ADDED", _node("npu-4", "6")))
     assert queue.keys == [("ns", "dsv3")]  # first sight of npu-3; nothing runs on npu-4
@@ -447,12 +451,7 @@ def test_a_node_turning_not_ready_queues_the_deployments_with_pods_on_it_and_not
 
 
 def test_an_out_of_service_taint_queues_the_deployments_on_the_node_and_is_kept() -> None:
-    stop = Stop()
-    queue, cache = Queue(), LiveCache()
-    pod = _pod("dsv3-prefill-0-1", "1")
-    pod["spec"] = {"nodeName": "npu-3"}
-    cache.seen({**slim_pod(pod), "kind": "Pod"})
-    watch = NodeWatch(FakeTransport([], [], stop), queue, cache)
+    watch, queue, cache = _node_watch()
     lost = _node("npu-3", "5", ready="Unknown")
     lost["status"]["conditions"][1]["lastTransitionTime"] = "2026-12-01T08:00:00Z"
     watch.handle(event("ADDED", lost))
