@@ -51,8 +51,8 @@ Json = dict[str, Any]
 FORCE_DELETE_AFTER_SECONDS = 60
 CI_FORCE_DELETE_AFTER_SECONDS = 20
 RESYNC_SECONDS = 5.0
-#: How long past the timer ``kept`` must still be down: a resync, and the time ``forced``
-#: took to be acted on after its own timer, twice over.
+#: ``kept`` is watched this long past the timer: two resync intervals, by which a
+#: force-deletion would long have happened (``forced``'s comes within a second or so).
 HOLD_SECONDS = 2 * RESYNC_SECONDS
 #: Time for anything to converge on a busy 2-core machine.
 BOUND_SECONDS = 240.0
@@ -300,14 +300,16 @@ def _both_lost(
     back_at: list[float] = []
 
     def watch() -> bool:
-        now = time.time()
         if not back_at:
-            if _pod_by_uid(env, namespace, x_uid) is None and now < since["forced"] + force_after:
+            gone = _pod_by_uid(env, namespace, x_uid) is None
+            now = time.time()  # after the read: the pod went no later than this
+            if gone and now < since["forced"] + force_after:
                 early.append(f"gone {now - since['forced']:.1f} s after {x} turned unreachable")
             if _back(env, namespace, "forced", x, x_uid):
-                back_at.append(now)
+                back_at.append(time.time())
         terminating = _terminating(_pod_by_uid(env, namespace, y_uid))
         ready = _prefill_ready(env, namespace, "kept")
+        now = time.time()
         if not terminating or ready:
             kept_up.append(f"at {now - since['kept']:.1f} s: pod Terminating {terminating}, "
                            f"{ready} prefill instances Ready")  # fmt: skip
