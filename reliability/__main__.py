@@ -30,6 +30,7 @@ from . import (
     ha,
     node_loss,
     outage,
+    rbac_loss,
     rollout_crash,
     security,
 )
@@ -44,8 +45,8 @@ Scenario = Callable[[Env, Release, str], ScenarioResult]
 def scenarios(
     kills: int, seed: int, outage_seconds: float, force_delete_after_seconds: int
 ) -> dict[str, Scenario]:
-    # node-loss makes nodes unreachable and control-plane-outage stops the API server: they
-    # run last, each leaving the cluster whole, so no other scenario sees them
+    # node-loss makes nodes unreachable (and makes them whole again) and the control-plane
+    # faults stop the API server or etcd: they run last, so no other scenario sees them
     return {
         "crash": lambda e, r, ns: crash.run(e, r, ns, kills=kills, seed=seed),
         "rollout-crash": rollout_crash.run,
@@ -55,12 +56,15 @@ def scenarios(
         "ha": ha.run,
         "deletion": deletion.run,
         "security": security.run,
+        "rbac-loss": rbac_loss.run,
         "node-loss": lambda e, r, ns: node_loss.run(
             e, r, ns, force_after=force_delete_after_seconds
         ),
         "control-plane-outage": lambda e, r, ns: outage.run(
             e, r, ns, outage_seconds=outage_seconds
         ),
+        "apiserver-restarts": outage.run_restarts,
+        "etcd-outage": outage.run_etcd,
     }
 
 

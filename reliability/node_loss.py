@@ -261,18 +261,16 @@ def run(
         tainted.discard(z)
         set_node_ready(env.kubeconfig, z, True)
         unreachable.discard(z)
-        started = time.monotonic()
-        ok, _ = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
-        found = audit_namespace(env.kube, namespace)
-        result.lost += len(found.missing)
-        result.duplicated += len(found.extra)
-        result.record(bool(ok), time.monotonic() - started, f"final audit: {found}")
+        _, seconds = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
+        result.details["converged_after_last_node_returned_seconds"] = round(seconds, 1)
+        result.final_audit(audit_namespace(env.kube, namespace))
         result.details["tracebacks_in_log"] = operator.log_text().count("Traceback")
     finally:
         for node in tainted:  # the cluster is whole again for the next scenario
             _set_taints(env, node, _without_out_of_service)
         for node in unreachable:
             set_node_ready(env.kubeconfig, node, True)
+        result.judge_process(operator.log_text(), operator.alive())
         operator.kill()
     return result
 

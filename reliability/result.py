@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ("scenario", "runs", "converged", "worst_seconds", "lost", "duplicated")
+COLUMNS = ("scenario", "verdict", "runs", "converged", "worst_seconds", "lost", "duplicated")
 
 
 @dataclass
@@ -41,6 +41,28 @@ class ScenarioResult:
             and self.duplicated == 0
             and not self.problems
         )
+
+    def final_audit(self, found: Any) -> None:
+        """The last check of a scenario: an ``audit.Audit`` of its namespace, its missing
+        and extra children counted as lost and duplicated."""
+        self.lost += len(found.missing)
+        self.duplicated += len(found.extra)
+        self.record(found.ok, 0.0, f"final audit: {found}")
+
+    def judge_process(self, log_text: str, alive: bool) -> None:
+        """An operator that had to live through the scenario: alive, no thread died."""
+        self.details["threads_died_in_log"] = log_text.count("Exception in thread")
+        self.details["operator_alive"] = alive
+        if "Exception in thread" in log_text:
+            self.problems.append("a thread died (see 'Exception in thread' in the log)")
+        if not alive:
+            self.problems.append("the operator process exited")
+
+    @property
+    def verdict(self) -> str:
+        """What the row says first: a scenario with any problem (the operator exited, a
+        probe failed while the control plane was up) reads FAILED, whatever converged."""
+        return "ok" if self.ok else "FAILED"
 
     def row(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in COLUMNS}

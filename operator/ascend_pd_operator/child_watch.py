@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from . import metrics
+from .backoff import Streak
 from .kube import KubeError, wait_at_least
 from .live_cache import LiveCache
 from .naming import (
@@ -49,8 +50,6 @@ log = logging.getLogger(__name__)
 #: The server ends each watch after a random time in this range (client-go: 5 to 10 minutes),
 #: so the watches of one operator do not all reconnect at once.
 WATCH_TIMEOUT_RANGE = (300, 600)
-BACKOFF_INITIAL_SECONDS = 0.5
-BACKOFF_MAX_SECONDS = 30.0
 #: A watch that ends sooner than this without an event counts as a failure (backoff).
 MIN_WATCH_SECONDS = 1.0
 #: A working watch hears something (an event, a bookmark, or the server ending it and a new
@@ -132,9 +131,11 @@ class Queue(Protocol):
 
 
 class Heartbeat(Protocol):
-    """A supervised unit as a watch sees it: it reports progress."""
+    """A supervised unit as a watch sees it: it reports progress, and why it has none."""
 
     def beat(self) -> None: ...
+
+    def failed(self, exc: BaseException) -> None: ...
 
 
 class Expired(Exception):
@@ -143,30 +144,6 @@ class Expired(Exception):
 
 class WatchError(Exception):
     """The watch stream reported an error other than 410 (an ERROR event)."""
-
-
-class Backoff:
-    """Capped exponential delays with jitter: 0.5, 1, 2, ... 30 s, back to 0.5 on success."""
-
-    def __init__(
-        self,
-        initial: float = BACKOFF_INITIAL_SECONDS,
-        cap: float = BACKOFF_MAX_SECONDS,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.initial = initial
-        self.cap = cap
-        self.failures = 0
-        self.rng = rng or random.Random()
-
-    def next(self) -> float:
-        base = min(self.cap, self.initial * 2.0**self.failures)
-        self.failures += 1
-        # up to 10 % jitter, never above the cap: watches failing together spread out
-        return min(self.cap, base * (1 + 0.1 * self.rng.random()))
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 class ChildWatch:
@@ -179,7 +156,7 @@ class ChildWatch:
         transport: Transport,
         queue: Queue,
         cache: LiveCache | None = None,
-        backoff: Backoff | None = None,
+        backoff: Streak | None = None,
         timeout_range: tuple[int, int] = WATCH_TIMEOUT_RANGE,
     ) -> None:
         self.kind = kind
@@ -189,7 +166,7 @@ class ChildWatch:
         self.transport = transport
         self.queue = queue
         self.cache = cache
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or Streak()
         self.timeout_range = timeout_range
         #: The resourceVersion to continue from: the last list's, event's or bookmark's.
         self.resource_version = ""
@@ -241,6 +218,8 @@ class ChildWatch:
                 log.warning("%s: expired again; listing in %.1f s", self.name, delay)
             except Exception as exc:  # any failure: back off, then list again
                 must_list = True
+                if self.heartbeat is not None:
+                    self.heartbeat.failed(exc)
                 delay = max(self.backoff.next(), wait_at_least(exc))
                 log.warning("%s failed (%s: %s); listing again in %.1f s",
                             self.name, type(exc).__name__, exc, delay)  # fmt: skip

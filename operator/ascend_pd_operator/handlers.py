@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -23,7 +24,9 @@ from typing import Any
 import kopf
 
 from . import api, metrics
+from .backoff import Backoff, Streak
 from .child_watch import WATCH_SILENCE_SECONDS, start_child_watches
+from .denials import Denials, access_of
 from .kube import Kube, KubeError, is_transient, wait_at_least
 from .live_cache import LiveCache
 from .memory import release_free_memory
@@ -50,7 +53,20 @@ WATCH_CHECK_SECONDS = 10.0
 KOPF_WATCHER_PREFIX = "watcher for "
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
+#: kopf's own requests retry by this schedule for ever (1 s doubling to 30 s, jittered):
+#: kopf's default gives up after 8 tries (54 s of waits) and ends the whole orchestrator.
+KOPF_RETRY_BACKOFF = Backoff(base=1.0, cap=30.0)
+#: Restarts of kopf's orchestrator after it ended with an error (a LoginError after 401s,
+#: an ERROR in a watch stream): 1 s doubling to 60 s; a run that lasted
+#: ``ORCHESTRATOR_STABLE_SECONDS`` starts the count afresh.
+ORCHESTRATOR_BACKOFF = Backoff(base=1.0, cap=60.0)
+ORCHESTRATOR_STABLE_SECONDS = 300.0
+
+
+def operator_settings() -> kopf.OperatorSettings:
+    """kopf's settings, new for every run of its orchestrator."""
+    settings = kopf.OperatorSettings()
+    settings.networking.error_backoffs = KOPF_RETRY_BACKOFF.endless()
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -60,6 +76,62 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.peering.standalone = True
+    return settings
+
+
+def run_orchestrator(
+    registry: kopf.OperatorRegistry, namespaces: Iterable[str] | None, stop: threading.Event
+) -> None:
+    """Run kopf until a signal stops it; start it again after any error, with backoff.
+
+    kopf ends its whole orchestrator when one of its tasks fails (a LoginError after the
+    API server refused our still valid token while it restarted, an ERROR event in a watch
+    stream). The process, its threads and the cache stay; only kopf starts again, re-lists
+    the PDDeployments and re-enqueues them all (the reconcile is level-based).
+    """
+    streak = Streak(ORCHESTRATOR_BACKOFF)
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            # kopf returns only when SIGTERM or SIGINT stopped it (its signal handlers).
+            kopf.run(
+                registry=registry,
+                settings=operator_settings(),
+                standalone=True,
+                clusterwide=namespaces is None,
+                namespaces=list(namespaces or ()),
+            )
+            return
+        except Exception:
+            if time.monotonic() - started > ORCHESTRATOR_STABLE_SECONDS:
+                streak.reset()
+            delay = streak.next()
+            log.exception("kopf's orchestrator ended; starting it again in %.1fs", delay)
+            if stop.wait(delay):
+                return
+
+
+class KopfDenials(logging.Handler):
+    """Hands kopf's failed requests that were answered 401 or 403 to ``denials``, so that
+    a permission kopf alone uses (watching PDDeployments) is named when it is missing.
+    kopf reports a request only in its log: ``Request attempt #N failed; will retry:
+    GET <url> -> APIForbiddenError(...)``."""
+
+    PATTERN = re.compile(
+        r"Request attempt \S+ failed; [^:]+: (?P<method>[A-Z]+) (?P<url>\S+) -> "
+        r"API(?P<what>Forbidden|Unauthorized)Error\((?P<quote>['\"])(?P<message>.*?)(?P=quote)"
+    )
+
+    def __init__(self, denials: Denials) -> None:
+        super().__init__(logging.DEBUG)
+        self.denials = denials
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = self.PATTERN.search(record.getMessage())
+        if found:
+            status = 403 if found["what"] == "Forbidden" else 401
+            access = access_of(found["method"], found["url"])
+            self.denials.denied(access, status, found["message"])
 
 
 def build_registry(
@@ -79,11 +151,14 @@ def build_registry(
         info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
         return info
 
+    stop = supervisor.stop
+    watches = WatchCheck()
+
     @kopf.on.startup(registry=registry)
-    async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure(settings)
-        stop = supervisor.stop
-        watches = WatchCheck(asyncio.get_running_loop())
+    async def _startup(**_: Any) -> None:
+        watches.attach(asyncio.get_running_loop())
+        if any(unit.name == "resync" for unit in supervisor.units()):
+            return  # kopf's orchestrator started again; our threads never stopped
         supervisor.start(
             "resync",
             lambda unit: resync_loop(unit, queue, kube, namespaces, resync_seconds, stop, cache),
@@ -210,9 +285,13 @@ class WatchCheck:
     fails; so it does when the loop does not answer within the period.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Check the tasks of this run of kopf's orchestrator (a restart has a new loop)."""
+        self.loop, self._tasks = loop, {}
 
     async def dead_watchers(self) -> list[str]:
         for task in asyncio.all_tasks():
@@ -224,7 +303,12 @@ class WatchCheck:
     def run(self, unit: Unit, stop: threading.Event) -> None:
         reported: list[str] = []
         while not stop.is_set():
-            dead = asyncio.run_coroutine_threadsafe(self.dead_watchers(), self.loop).result(
+            loop = self.loop
+            if loop is None or loop.is_closed():  # kopf is starting (again): no progress
+                if stop.wait(1.0):
+                    return
+                continue
+            dead = asyncio.run_coroutine_threadsafe(self.dead_watchers(), loop).result(
                 timeout=unit.period
             )
             if not dead:

@@ -26,6 +26,7 @@ from kubernetes.client import rest
 
 from . import metrics
 from .api_access import LEGACY_VERSIONS, Resource, resource_for, served_api_version
+from .denials import DENIALS, Access, Denials, access_of
 from .naming import FIELD_MANAGER
 
 Json = dict[str, Any]
@@ -53,6 +54,16 @@ def wait_at_least(exc: BaseException) -> float:
 
 class NotFound(KubeError):
     pass
+
+
+class Denied(KubeError):
+    """401 or 403 for ``access``; ``lasting``: past the API server's warm-up (``denials``),
+    so an RBAC fault rather than a restarted API server filling its caches."""
+
+    def __init__(self, error: KubeError, access: Access, lasting: bool) -> None:
+        super().__init__(error.status, error.reason, error.message, error.retry_after)
+        self.access = access
+        self.lasting = lasting
 
 
 def load_config() -> client.ApiClient:
@@ -126,6 +137,8 @@ def is_transient(exc: BaseException) -> bool:
     """
     from kubernetes.client.exceptions import ApiException
 
+    if isinstance(exc, Denied):
+        return not exc.lasting
     if isinstance(exc, KubeError):
         return exc.status in TRANSIENT_STATUSES or exc.status >= 500 or exc.reason == "NotLeader"
     if isinstance(exc, ApiException):  # the generated clients (leader election)
@@ -180,9 +193,14 @@ class Kube:
     """Requests through the kubernetes client's auth and TLS settings."""
 
     def __init__(
-        self, api_client: client.ApiClient, may_write: Callable[[], bool] | None = None
+        self,
+        api_client: client.ApiClient,
+        may_write: Callable[[], bool] | None = None,
+        denials: Denials = DENIALS,
     ) -> None:
         self.api = api_client
+        #: Where 401/403 answers are judged: warm-up or an RBAC fault (``denials``).
+        self.denials = denials
         #: With leader election: False once this replica may no longer write (fencing).
         self.may_write = may_write
         self._server_minor: int | None = None
@@ -228,7 +246,25 @@ class Kube:
             log.debug("%s %s: %d, retrying after %.0fs", method, url, response.status, wait)
             time.sleep(wait)
         # Still throttled after the last attempt: whoever retries the work waits ``wait``.
+        self._judge(method, url, query, response.status, response.data or b"")
         return _answer(response.status, response.data, wait)
+
+    def _judge(
+        self, method: str, url: str, query: list[tuple[str, str]] | None, status: int, data: bytes
+    ) -> None:
+        """Tell ``denials`` how a request fared; a 401 or 403 raises ``Denied``."""
+        if status < 400:
+            if self.denials.any():
+                self.denials.allowed(access_of(method, url, query))
+            return
+        if status not in (401, 403):
+            return
+        access = access_of(method, url, query)
+        try:
+            _answer(status, data)
+        except KubeError as plain:
+            lasting = self.denials.denied(access, status, plain.message)
+            raise Denied(plain, access, lasting) from None
 
     def _send(
         self,
@@ -352,7 +388,10 @@ class Kube:
         try:
             if response.status >= 400:  # raises KubeError naming the status
                 wait = retry_after(response.status, response.getheader("Retry-After"))  # type: ignore[no-untyped-call]
-                _answer(response.status, raw.data, wait)
+                data = raw.data
+                self._judge("GET", url, query, response.status, data)
+                _answer(response.status, data, wait)
+            self._judge("GET", url, query, response.status, b"")
             for line in iter_lines(raw.stream(amt=None, decode_content=True)):
                 event: Json = json.loads(line)
                 yield event

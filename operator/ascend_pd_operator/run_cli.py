@@ -109,11 +109,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import kopf
-
     from . import health, metrics
-    from .handlers import WATCHED_CHILDREN, WorkQueue, build_registry, worker
-    from .kube import Kube, is_transient, load_config
+    from .denials import DENIALS
+    from .handlers import (
+        WATCHED_CHILDREN,
+        KopfDenials,
+        WorkQueue,
+        build_registry,
+        run_orchestrator,
+        worker,
+    )
+    from .kube import Denied, Kube, is_transient, load_config
     from .live_cache import LiveCache
     from .reconciler import Reconciler
     from .recovery import RecoveryPolicy
@@ -132,9 +138,19 @@ def run(args: argparse.Namespace) -> int:
     if not args.namespace and not args.all_namespaces:
         print("error: pass --namespace NS (repeatable) or --all-namespaces", file=sys.stderr)
         return 1
-    kube = Kube(load_config())
+    # kopf's requests are seen only in its log: a 401/403 there is judged like ours
+    logging.getLogger("kopf").addHandler(KopfDenials(DENIALS))
+    kube = Kube(load_config(), denials=DENIALS)
     stop = threading.Event()
-    supervisor = Supervisor(stop, grace=args.unhealthy_after_seconds, expected=is_transient)
+    supervisor = Supervisor(
+        stop,
+        grace=args.unhealthy_after_seconds,
+        expected=is_transient,
+        # a unit stalled by a denial is named (once it lasts), never failed: a restart
+        # cannot grant a permission, it would only make a crash loop
+        blocked=lambda exc: isinstance(exc, Denied),
+        faults=DENIALS.faults,
+    )
     queue = WorkQueue()
     namespaces = None if args.all_namespaces else list(args.namespace)
     # Pods are watched for the inspector's alone; the other children are watched whole.
@@ -171,14 +187,9 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         metrics.serve(args.metrics_port)
     try:
-        kopf.run(
-            registry=registry,
-            standalone=True,
-            clusterwide=bool(args.all_namespaces),
-            namespaces=namespaces or (),
-            # No stop_flag: kopf waits for a threading.Event in an executor thread that
-            # would keep the process alive after SIGTERM; kopf handles the signals itself.
-        )
+        # No stop_flag for kopf: it would wait for a threading.Event in an executor thread
+        # that keeps the process alive after SIGTERM; kopf handles the signals itself.
+        run_orchestrator(registry, namespaces, stop)
     finally:
         stop.set()
     return 0

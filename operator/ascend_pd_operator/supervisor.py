@@ -11,7 +11,10 @@ A body shows progress by calling ``unit.beat()`` at least every ``period`` secon
 while it works. A unit that has not beaten for ``period + grace`` seconds is unhealthy
 and ``/healthz`` fails, so the kubelet restarts the operator. That one rule covers a
 unit failing over and over (it never gets to beat), one stuck in a call that does not
-return, and a thread that is gone.
+return, and a thread that is gone. The one exception is a unit stalled by a fault a
+restart cannot cure (``blocked``: a permission the operator lacks): it keeps retrying,
+the report names the fault, and the probe stays green, because restarting would only
+turn a missing permission into a crash loop.
 """
 
 from __future__ import annotations
@@ -20,24 +23,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from .backoff import Backoff
 
 log = logging.getLogger(__name__)
 
 #: /healthz fails once a unit has shown no progress for its period plus this long.
 DEFAULT_GRACE_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Delay before the n-th restart in a row: ``base * 2**(n-1)``, at most ``cap``."""
-
-    base: float = 0.5
-    cap: float = 15.0
-
-    def delay(self, failures: int) -> float:
-        return min(self.cap, self.base * 2.0 ** max(0, failures - 1))
+#: Restarts of a failed unit: 0.5 s doubling to 15 s, jittered.
+RESTART_BACKOFF = Backoff(base=0.5, cap=15.0)
 
 
 class Unit:
@@ -53,14 +48,22 @@ class Unit:
         #: Failures since the last beat (0: healthy).
         self.failures = 0
         self.last_error = ""
+        #: The latest failure (None: none since the last beat).
+        self.last_exception: BaseException | None = None
         self.thread: threading.Thread | None = None
 
     def beat(self) -> None:
         """The body made progress; a failure streak ends here."""
         self.last_beat = self._clock()
+        self.last_exception = None
         if self.failures:
             log.info("%s: recovered after %d failure(s)", self.name, self.failures)
             self.failures = 0
+
+    def failed(self, exc: BaseException) -> None:
+        """The body failed and will try again itself (a watch): why it shows no progress."""
+        self.last_exception = exc
+        self.last_error = f"{type(exc).__name__}: {exc}"[:500]
 
     def silence(self) -> float:
         """Seconds since the last beat."""
@@ -82,8 +85,10 @@ class Supervisor:
         self,
         stop: threading.Event,
         grace: float = DEFAULT_GRACE_SECONDS,
-        backoff: Backoff = Backoff(),
+        backoff: Backoff = RESTART_BACKOFF,
         expected: Callable[[BaseException], bool] = lambda _: False,
+        blocked: Callable[[BaseException], bool] = lambda _: False,
+        faults: Callable[[], list[str]] = list,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stop = stop
@@ -91,6 +96,11 @@ class Supervisor:
         self.backoff = backoff
         #: Exceptions that are news but not bugs (a transient API error): one log line.
         self.expected = expected
+        #: Failures a restart of the process cannot cure (a permission the operator lacks):
+        #: a unit stalled by one is reported by ``faults``, and /healthz stays 200 for it,
+        #: so the kubelet does not restart the operator into a crash loop.
+        self.blocked = blocked
+        self.faults = faults
         self._clock = clock
         self._units: dict[str, Unit] = {}
         self._expected: set[str] = set()
@@ -122,7 +132,7 @@ class Supervisor:
             except Exception as exc:
                 unit.failures += 1
                 unit.restarts += 1
-                unit.last_error = f"{type(exc).__name__}: {exc}"[:500]
+                unit.failed(exc)
                 delay = self.backoff.delay(unit.failures)
                 if self.expected(exc):
                     log.warning("%s: %s; restarting in %.1fs", unit.name, unit.last_error, delay)
@@ -148,7 +158,9 @@ class Supervisor:
             alive = unit.thread is not None and unit.thread.is_alive()
             if not alive and not self.stop.is_set():
                 found.append(f"{unit.name}: its thread is gone")
-            elif unit.silence() > unit.period + self.grace:
+            elif unit.silence() > unit.period + self.grace and not (
+                unit.last_exception is not None and self.blocked(unit.last_exception)
+            ):
                 why = f" (last error: {unit.last_error})" if unit.last_error else ""
                 found.append(f"{unit.name}: no progress for {unit.silence():.0f}s, more than "
                              f"its period {unit.period:g}s + {self.grace:g}s{why}")  # fmt: skip
@@ -159,5 +171,6 @@ class Supervisor:
         return {
             "ok": not problems,
             "problems": problems,
+            "faults": self.faults(),
             "units": {unit.name: unit.report() for unit in self.units()},
         }

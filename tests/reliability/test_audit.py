@@ -33,10 +33,20 @@ def test_result_rows_and_table() -> None:
     result = ScenarioResult("drift")
     result.record(True, 1.234)
     result.record(False, 3.0, "StatefulSet/x missing")
-    assert result.row() == {"scenario": "drift", "runs": 2, "converged": 1,
-                            "worst_seconds": 3.0, "lost": 0, "duplicated": 0}  # fmt: skip
+    assert result.row() == {"scenario": "drift", "verdict": "FAILED", "runs": 2,
+                            "converged": 1, "worst_seconds": 3.0, "lost": 0,
+                            "duplicated": 0}  # fmt: skip
     assert not result.ok
     lines = table([result]).splitlines()
-    assert lines[0].split() == ["scenario", "runs", "converged", "worst_seconds", "lost",
-                                "duplicated"]  # fmt: skip
-    assert lines[1].split() == ["drift", "2", "1", "3.0", "0", "0"]
+    assert lines[0].split() == ["scenario", "verdict", "runs", "converged", "worst_seconds",
+                                "lost", "duplicated"]  # fmt: skip
+    assert lines[1].split() == ["drift", "FAILED", "2", "1", "3.0", "0", "0"]
+
+
+def test_a_row_never_reads_better_than_its_verdict() -> None:
+    """The outage run whose operator exited still read "2 runs, 2 converged, 0 lost"."""
+    result = ScenarioResult("control-plane-outage")
+    result.record(True, 10.0)
+    result.record(True, 12.0)
+    result.problems.append("the operator process exited")
+    assert table([result]).splitlines()[1].split()[:2] == ["control-plane-outage", "FAILED"]

@@ -14,6 +14,7 @@ from urllib.parse import parse_qsl, urlsplit
 from kubernetes import client
 
 from ascend_pd_operator import kube as kube_module
+from ascend_pd_operator.denials import Denials
 from ascend_pd_operator.kube import Kube
 
 Answer = Callable[[str, str, dict[str, str]], tuple[int, dict[str, str], Any]]
@@ -50,8 +51,9 @@ def serving(answer: Answer) -> Iterator[str]:
         server.server_close()
 
 
-def local_kube(url: str) -> Kube:
-    """The operator's API client, as ``load_config`` builds it, talking to ``url``."""
+def local_kube(url: str, denials: Denials | None = None) -> Kube:
+    """The operator's API client, as ``load_config`` builds it, talking to ``url`` (and
+    judging 401/403 in ``denials``, a registry of its own unless given)."""
     config = client.Configuration()
     config.host = url
-    return Kube(kube_module.new_client(config))
+    return Kube(kube_module.new_client(config), denials=denials or Denials())

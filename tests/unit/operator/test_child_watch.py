@@ -17,9 +17,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from kubernetes import client
 
+from ascend_pd_operator.backoff import Streak
 from ascend_pd_operator.child_watch import (
-    BACKOFF_MAX_SECONDS,
-    Backoff,
     ChildWatch,
     Expired,
     NodeWatch,
@@ -114,7 +113,7 @@ def make(lists: list[Any], watches: list[Any], kind: str = "Service") -> tuple[
     stop = Stop()
     transport = FakeTransport(lists, watches, stop)
     queue, cache = Queue(), LiveCache()
-    watch = ChildWatch(kind, "ns", transport, queue, cache, backoff=Backoff(rng=_NoJitter()))
+    watch = ChildWatch(kind, "ns", transport, queue, cache, backoff=Streak(rng=_NoJitter()))
     return watch, transport, queue, cache, stop
 
 
@@ -322,11 +321,11 @@ def test_run_returns_when_stopped_and_can_run_again() -> None:
 
 
 def test_backoff_is_capped_and_jittered_within_ten_percent() -> None:
-    b = Backoff()
+    b = Streak()
     delays = [b.next() for _ in range(12)]
-    assert all(d <= BACKOFF_MAX_SECONDS for d in delays)
+    assert all(d <= b.backoff.cap for d in delays)
     assert 0.5 <= delays[0] <= 0.55
-    assert delays[-1] == BACKOFF_MAX_SECONDS
+    assert delays[-1] == b.backoff.cap == 30.0
     b.reset()
     assert b.next() <= 0.55
 

@@ -19,10 +19,11 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from ascend_pd_operator import api, health
+from ascend_pd_operator.backoff import Backoff
 from ascend_pd_operator.handlers import WatchCheck, WorkQueue, resync_loop
 from ascend_pd_operator.leader import LeaderElector
 from ascend_pd_operator.live_cache import LiveCache
-from ascend_pd_operator.supervisor import Backoff, Supervisor, Unit
+from ascend_pd_operator.supervisor import Supervisor, Unit
 
 FAST = Backoff(base=0.01, cap=0.05)
 
@@ -258,7 +259,8 @@ def test_a_dead_kopf_watcher_is_found(stop: threading.Event) -> None:
 
     asyncio.run_coroutine_threadsafe(spawn(), loop).result(10)
     supervisor = Supervisor(stop, grace=0.3, backoff=FAST)
-    check = WatchCheck(loop)
+    check = WatchCheck()
+    check.attach(loop)
     unit = supervisor.start("watch", lambda u: check.run(u, stop), period=0.05)
     eventually(lambda: unit.failures == 0 and unit.silence() < 0.05)
     assert supervisor.problems() == []

@@ -1,0 +1,132 @@
+"""``rbac-loss``: the operator's ServiceAccount loses a permission, then gets it back.
+
+Someone edits the chart's Role in the watched namespace and drops ``list``, ``watch`` and
+``patch`` on StatefulSets, then the PDDeployment is scaled (a new decode instance needs a
+StatefulSet applied). The operator must stay up and keep retrying; once the denials have
+outlasted the API server's warm-up window (``denials.WARMUP_SECONDS``) its log and
+``/healthz`` name the verb, resource and namespace refused, and the probe stays 200 all
+along, although the resync (which lists StatefulSets) makes no progress: a restart cannot
+grant a permission, so failing the probe would only make a crash loop. When the Role is
+restored, the scale completes, the faults clear, and nothing is lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+from .audit import audit_namespace
+from .env import Env, Release, wait_for
+from .outage import RESYNC_SECONDS, UNHEALTHY_AFTER_SECONDS, HealthSampler
+from .result import ScenarioResult
+from .specs import pdd
+
+#: What the edited Role no longer grants on StatefulSets.
+REVOKED = ("list", "watch", "patch")
+
+
+def _without(role: dict[str, Any]) -> dict[str, Any]:
+    """The Role with ``REVOKED`` taken from its StatefulSet rule (kept for the others)."""
+    edited = copy.deepcopy(role)
+    rules = []
+    for rule in edited["rules"]:
+        if "statefulsets" in rule.get("resources", []) and "apps" in rule.get("apiGroups", []):
+            others = [r for r in rule["resources"] if r != "statefulsets"]
+            if others:
+                rules.append({**rule, "resources": others})
+            verbs = [v for v in rule["verbs"] if v not in REVOKED]
+            rules.append({**rule, "resources": ["statefulsets"], "verbs": verbs})
+        else:
+            rules.append(rule)
+    edited["rules"] = rules
+    return _replaceable(edited)
+
+
+def _replaceable(role: dict[str, Any]) -> dict[str, Any]:
+    meta = role["metadata"]
+    role["metadata"] = {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}
+    return role
+
+
+def run(env: Env, release: Release, namespace: str, bound_seconds: float = 240.0) -> ScenarioResult:
+    result = ScenarioResult("rbac-loss")
+    name = "rbac"
+    operator = release.operator(
+        [namespace], "rbac-loss", resync_seconds=RESYNC_SECONDS,
+        extra_args=("--unhealthy-after-seconds", str(UNHEALTHY_AFTER_SECONDS)),
+    )  # fmt: skip
+    operator.start()
+    assert operator.process is not None
+    sampler = HealthSampler(operator.process.health_port).start()
+    role = env.get_json("-n", namespace, "role", release.fullname)
+    expected = [f"RBAC denies {verb} statefulsets.apps in namespace {namespace}"
+                for verb in ("patch", "list")]  # fmt: skip
+
+    def converged(what: str, since: float) -> bool:
+        ok, _ = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
+        result.record(bool(ok), time.monotonic() - since,
+                      f"{what}: {audit_namespace(env.kube, namespace)}")  # fmt: skip
+        return bool(ok)
+
+    def named(texts: list[str]) -> bool:
+        faults = " ".join(sampler.probe()[1].get("faults") or [])
+        log = operator.log_text()
+        return all(t in faults and t in log for t in texts)
+
+    try:
+        if role is None:
+            result.problems.append(f"the chart's Role {namespace}/{release.fullname} is missing")
+            return result
+        env.apply([pdd(name, namespace)])
+        if not converged("initial", time.monotonic()):
+            return result
+        revoked = time.monotonic()
+        env.kubectl("replace", "-f", "-", input=json.dumps(_without(role)))
+        env.apply([pdd(name, namespace, decode=2)])
+        ok, seconds = wait_for(lambda: named(expected), bound_seconds, 1.0)
+        result.record(bool(ok), seconds, f"the missing permissions were not named: "
+                      f"{sampler.probe()[1].get('faults')}")  # fmt: skip
+        result.details["named_after_seconds"] = round(seconds, 1)
+
+        # the resync (it lists StatefulSets) stalls past its period + the probe's grace,
+        # where any other stall would fail the probe
+        def resync() -> dict[str, Any]:
+            return dict((sampler.probe()[1].get("units") or {}).get("resync") or {})
+
+        limit = RESYNC_SECONDS + UNHEALTHY_AFTER_SECONDS + 5
+        stalled, _ = wait_for(lambda: resync().get("secondsSinceProgress", 0) > limit,
+                              bound_seconds, 1.0)  # fmt: skip
+        result.record(bool(stalled), time.monotonic() - revoked,
+                      f"the resync never stalled without permission: {resync()}")  # fmt: skip
+        result.details["resync_during_loss"] = resync()
+        status = env.get_json("-n", namespace, "pddeployment", name) or {}
+        conditions = (status.get("status") or {}).get("conditions") or []
+        result.details["ready_condition_during_loss"] = next(
+            (c for c in conditions if c.get("type") == "Ready"), None
+        )
+        restored = time.monotonic()
+        env.kubectl("replace", "-f", "-", input=json.dumps(_replaceable(copy.deepcopy(role))))
+        converged("after the Role was restored", restored)
+        result.details["converged_after_restore_seconds"] = round(time.monotonic() - restored, 1)
+        cleared, seconds = wait_for(
+            lambda: not sampler.probe()[1].get("faults"), bound_seconds, 1.0
+        )
+        result.record(bool(cleared), seconds, f"faults still named after the Role was restored: "
+                      f"{sampler.probe()[1].get('faults')}")  # fmt: skip
+        result.final_audit(audit_namespace(env.kube, namespace))
+    finally:
+        sampler.stop()
+        failing = sampler.failing_times()
+        result.details["healthz_samples"] = len(sampler.samples)
+        result.details["healthz_failing_samples"] = len(failing)
+        if failing:
+            first = next(body for _, code, body in sampler.samples if code != 200)
+            result.problems.append(f"/healthz failed {len(failing)} times; a lost permission "
+                                   f"must be named, not fail the probe: {first}")  # fmt: skip
+        result.judge_process(operator.log_text(), operator.alive())
+        operator.kill()
+        if role is not None:  # whatever happened, the Role is whole again
+            env.kubectl("replace", "-f", "-", input=json.dumps(_replaceable(copy.deepcopy(role))))
+    return result
