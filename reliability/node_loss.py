@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ascend_pd_dev.kubelet_sim import set_node_ready
+from ascend_pd_dev.kubelet_sim import NODE_TAINTS, set_node_ready
 from ascend_pd_operator.api_access import resource_for
 from ascend_pd_operator.kube import KubeError, path
 from ascend_pd_operator.naming import (
@@ -143,7 +143,7 @@ def _unreachable_since(env: Env, node: str) -> float | None:
     ready = ready_condition(obj)
     taints = {t.get("key") for t in (obj.get("spec") or {}).get("taints") or []}
     when = parse_time(ready.get("lastTransitionTime"))
-    if ready.get("status") != "Unknown" or "node.kubernetes.io/unreachable" not in taints:
+    if ready.get("status") != "Unknown" or NODE_TAINTS["Unknown"] not in taints:
         return None
     return when.timestamp() if when else None
 
