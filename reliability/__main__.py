@@ -28,6 +28,7 @@ from . import (
     drift,
     faults,
     ha,
+    node_loss,
     outage,
     rbac_loss,
     rollout_crash,
@@ -41,9 +42,11 @@ RESULTS = Path(__file__).resolve().parent / "results.json"
 Scenario = Callable[[Env, Release, str], ScenarioResult]
 
 
-def scenarios(kills: int, seed: int, outage_seconds: float) -> dict[str, Scenario]:
-    # the control-plane faults stop the API server or etcd: they run last, so no other
-    # scenario sees them
+def scenarios(
+    kills: int, seed: int, outage_seconds: float, force_delete_after_seconds: int
+) -> dict[str, Scenario]:
+    # node-loss makes nodes unreachable (and makes them whole again) and the control-plane
+    # faults stop the API server or etcd: they run last, so no other scenario sees them
     return {
         "crash": lambda e, r, ns: crash.run(e, r, ns, kills=kills, seed=seed),
         "rollout-crash": rollout_crash.run,
@@ -54,6 +57,9 @@ def scenarios(kills: int, seed: int, outage_seconds: float) -> dict[str, Scenari
         "deletion": deletion.run,
         "security": security.run,
         "rbac-loss": rbac_loss.run,
+        "node-loss": lambda e, r, ns: node_loss.run(
+            e, r, ns, force_after=force_delete_after_seconds
+        ),
         "control-plane-outage": lambda e, r, ns: outage.run(
             e, r, ns, outage_seconds=outage_seconds
         ),
@@ -108,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         default=outage.OUTAGE_SECONDS,
         help="how long control-plane-outage keeps kube-apiserver stopped",
     )
+    parser.add_argument(
+        "--force-delete-after-seconds",
+        type=int,
+        default=node_loss.FORCE_DELETE_AFTER_SECONDS,
+        help="node-loss: the forced deployment's spec.recovery.forceDeleteAfterSeconds",
+    )
     parser.add_argument("--details", action="store_true", help="print each scenario's details")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -118,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(f"reliability: {text}", file=sys.stderr, flush=True)
 
-    chosen = {k: v for k, v in scenarios(args.kills, args.seed, args.outage_seconds).items()
-              if not args.only or k in args.only}  # fmt: skip
+    every = scenarios(args.kills, args.seed, args.outage_seconds, args.force_delete_after_seconds)
+    chosen = {k: v for k, v in every.items() if not args.only or k in args.only}
     with scenario_cluster(say) as kubeconfig:
         results, workdir = _run_all(chosen, kubeconfig, say)
     print(table(results))

@@ -332,6 +332,35 @@ class Rollout(_Model):
         return roles
 
 
+#: One day: a node gone longer than that is for an admin to declare out of service.
+MAX_FORCE_DELETE_AFTER_SECONDS = 86400
+
+
+class RecoverySpec(_Model):
+    """What group recovery may do when a node is lost."""
+
+    force_delete_after_seconds: int = Field(
+        0, ge=0, le=MAX_FORCE_DELETE_AFTER_SECONDS,
+        description="Seconds a node may stay unreachable (its Ready condition Unknown) "
+        "before the operator force-deletes (grace period 0) this deployment's runtime pods "
+        "on it, so that their instances start again whole on healthy nodes. 0 (the "
+        "default) or null: never; the pods then stay Terminating, and their instances "
+        "down, until the node returns or is removed (only a force-delete frees a "
+        "StatefulSet pod's name). The trade-off: the lost node may still run the old "
+        "server for a while, which costs that node's NPUs, never data (inference pods "
+        "hold none), and its kubelet stops it when it returns. A node an admin tainted "
+        "node.kubernetes.io/out-of-service has these pods force-deleted at once, whatever "
+        "this field says. At most 86400 (a day).",
+    )  # fmt: skip
+
+    @field_validator("force_delete_after_seconds", mode="before")
+    @classmethod
+    def _null_is_off(cls, value: Any) -> Any:
+        # The API server drops a null (the field is not nullable) and defaults it to 0;
+        # render reads it the same way.
+        return 0 if value is None else value
+
+
 class PDDeploymentSpec(_Model):
     """A prefill/decode disaggregated SGLang deployment of one model."""
 
@@ -344,6 +373,7 @@ class PDDeploymentSpec(_Model):
     ascend: Ascend = _sub(Ascend, "Ascend NPU settings.")
     scheduling: Scheduling = _sub(Scheduling, "Scheduling.")
     rollout: Rollout = _sub(Rollout, "Rollouts: instances updated whole and a few at a time.")
+    recovery: RecoverySpec = _sub(RecoverySpec, "Group recovery on lost nodes.")
 
     def role(self, role: str) -> RoleSpec:
         return self.prefill if role == "prefill" else self.decode
@@ -419,6 +449,22 @@ class FailureRecord(_Model):
     message: str = Field("", description="Its termination message.")
 
 
+class ForceDeletion(_Model):
+    """An instance's pods force-deleted because their node was lost."""
+
+    time: str = Field("", description="When the operator force-deleted them.")
+    node: str = Field("", description="The lost node.")
+    reason: str = Field(
+        "", description="NodeUnreachable (past forceDeleteAfterSeconds) or NodeOutOfService."
+    )
+    gone_seconds: int = Field(
+        0,
+        description="How long the node had been gone: since its Ready condition left True "
+        "(or, on a node still Ready, since the out-of-service taint was added).",
+    )
+    pods: list[str] = _list("The pods force-deleted.")
+
+
 class RecoveryRecord(_Model):
     """Group recovery of one instance: every failure restarts all its pods together."""
 
@@ -431,6 +477,10 @@ class RecoveryRecord(_Model):
         None, description="The first failure of the current window."
     )
     last_failure: FailureRecord | None = Field(None, description="The latest failure.")
+    force_deletions: int = Field(0, description="Times its pods on a lost node were force-deleted.")
+    last_force_deletion: ForceDeletion | None = Field(
+        None, description="The latest force-deletion: the node and how long it was gone."
+    )
 
 
 class RouterStatus(_Model):

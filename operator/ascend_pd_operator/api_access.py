@@ -57,11 +57,13 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", _CHILD),
     # The inspector's result is its pod's termination message; the router's Role grants
     # get/list/watch (so the operator must hold them); delete: an instance is updated and
-    # restarted by deleting its pods together; patch: the routable label on leaders.
+    # restarted by deleting its pods together, and its pods on a lost node force-deleted
+    # (grace period 0); patch: the routable label on leaders.
     Resource("Pod", "", "v1", "pods", ("get", "list", "watch", "delete", "patch")),
     Resource("Event", "", "v1", "events", ("create", "patch")),
     Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", _CHILD, optional=True),
-    # Group recovery restarts an instance whose pod's node is NotReady: read-only.
+    # Group recovery restarts an instance whose pod's node is NotReady or out of service
+    # (its taint), and times a node's loss by its Ready condition: read-only.
     Resource("Node", "", "v1", "nodes", ("get", "list", "watch"), namespaced=False),
     # kopf checks the CRD exists and lists namespaces with --all-namespaces.
     Resource(

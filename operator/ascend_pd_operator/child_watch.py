@@ -40,6 +40,7 @@ from .naming import (
     LABEL_ROLE,
     ROLES,
 )
+from .recovery import slim_node
 from .status import launch_refusal
 
 Json = dict[str, Any]
@@ -100,24 +101,6 @@ def slim_pod(pod: Json) -> Json:
             ],
         },
     }
-
-
-def node_ready(node: Json) -> Json:
-    """A node's Ready condition, as the cache keeps it ({} when it reports none)."""
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return {k: cond[k] for k in ("status", "reason", "message") if k in cond}
-    return {}
-
-
-def slim_node(node: Json) -> Json:
-    """A node is its readiness to the operator (group recovery): nothing else is kept."""
-    meta = node.get("metadata") or {}
-    return {
-        "metadata": {"name": meta.get("name", ""), "namespace": "",
-                     "resourceVersion": meta.get("resourceVersion", "")},
-        "status": {"conditions": [{"type": "Ready", **node_ready(node)}]},
-    }  # fmt: skip
 
 
 #: kind -> which of our objects of that kind the operator keeps (default: all)
@@ -339,9 +322,9 @@ class ChildWatch:
 
 
 class NodeWatch(ChildWatch):
-    """Nodes, cluster-wide: when one's Ready condition changes, every PDDeployment with a
-    pod on it is reconciled (its group recovery reads the node's readiness). A heartbeat
-    that changes nothing else queues nothing."""
+    """Nodes, cluster-wide: when one's Ready condition or out-of-service taint changes,
+    every PDDeployment with a pod on it is reconciled (its group recovery reads them). A
+    heartbeat that changes nothing else queues nothing."""
 
     def __init__(self, transport: Transport, queue: Queue, cache: LiveCache) -> None:
         super().__init__("Node", None, transport, queue, cache)
@@ -352,7 +335,7 @@ class NodeWatch(ChildWatch):
         before = self.node_cache.listed_one("Node", "", name)
         super()._seen(obj)
         after = self.node_cache.listed_one("Node", "", name)
-        if before is None or after is None or node_ready(before) != node_ready(after):
+        if before is None or after is None or _facts(before) != _facts(after):
             self._queue_owners(name)
 
     def _gone(self, key: Key) -> None:
@@ -362,6 +345,11 @@ class NodeWatch(ChildWatch):
     def _queue_owners(self, node: str) -> None:
         for namespace, owner in self.node_cache.owners_on_node(node):
             self.queue.add((namespace, owner))
+
+
+def _facts(node: Json) -> Json:
+    """What group recovery reads of a (slim) node: all of it but its resourceVersion."""
+    return {k: v for k, v in node.items() if k != "metadata"}
 
 
 def _key(obj: Json) -> Key:

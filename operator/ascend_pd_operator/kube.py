@@ -414,8 +414,16 @@ class Kube:
         metrics.observe_write("apply", res.kind)
         return answer
 
-    def delete(self, kind: str, namespace: str, name: str, uid: str = "") -> None:
-        """Delete ``name`` (only while its uid is ``uid``, if given: 409 otherwise)."""
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        uid: str = "",
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Delete ``name`` (only while its uid is ``uid``, if given: 409 otherwise), with
+        ``grace_period_seconds`` if given (0: a force-delete)."""
         body: Json = {
             "kind": "DeleteOptions",
             "apiVersion": "v1",
@@ -423,6 +431,8 @@ class Kube:
         }
         if uid:
             body["preconditions"] = {"uid": uid}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
         with contextlib.suppress(NotFound):
             self.request("DELETE", path(self.resource(kind), namespace, name), body=body)
             metrics.observe_write("delete", kind)

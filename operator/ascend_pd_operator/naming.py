@@ -42,6 +42,9 @@ ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
 #: The PDDeployment generation an inspector Job was started for: a failed inspection is
 #: retried after the next spec change (the user's fix), never in a tight loop.
 ANNOTATION_GENERATION = f"{PREFIX}/generation"
+#: The taint an admin puts on a node that is shut down or lost for good (Kubernetes'
+#: non-graceful node shutdown): its pods may be force-deleted.
+TAINT_OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 FIELD_MANAGER = "ascend-pd-operator"
 MANAGED_BY = "ascend-pd-operator"
 
@@ -109,6 +112,15 @@ REASON_HEALTHY = "Healthy"
 REASON_RESTART_LOOP = "RestartLoop"
 #: The Event of each group restart.
 REASON_INSTANCE_RESTARTED = "InstanceRestarted"
+#: Why group recovery restarted an instance: a pod's node is not Ready, or an admin took
+#: it out of service (``TAINT_OUT_OF_SERVICE``).
+REASON_NODE_NOT_READY = "NodeNotReady"
+REASON_NODE_OUT_OF_SERVICE = "NodeOutOfService"
+#: Why a node's pods were force-deleted: unreachable past ``forceDeleteAfterSeconds``
+#: (or out of service, above).
+REASON_NODE_UNREACHABLE = "NodeUnreachable"
+#: The Event of each force-deletion of an instance's pods on a lost node.
+REASON_PODS_FORCE_DELETED = "PodsForceDeleted"
 REASON_APPLY_FAILED = "ApplyFailed"
 REASON_PRUNE_FAILED = "PruneFailed"
 

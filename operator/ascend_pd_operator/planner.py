@@ -14,7 +14,8 @@ A plan says, in the order the executor performs them:
    Job and facts ConfigMap are kept across spec changes; and a workload whose label
    selector, which the API server never lets change, differs from the desired one: it is
    deleted here and created anew by the reconcile its deletion triggers),
-4. the instances to update: all pods of each deleted together (``rollout.decide``),
+4. the instances to update or restart: all pods of each deleted together (``rollout.decide``,
+   ``recovery.recover``), pods on a lost node with grace period 0,
 5. the routable label on instance leaders (the router's discovery),
 6. the status,
 7. the Warning Events.
@@ -63,6 +64,7 @@ from .naming import (
     REASON_INSTANCE_RESTARTED,
     REASON_LAUNCH_REFUSED,
     REASON_NOT_READY,
+    REASON_PODS_FORCE_DELETED,
     REASON_PRUNE_FAILED,
     ROLES,
     Owner,
@@ -117,8 +119,10 @@ class Observation:
     gone_pods: list[Json] = field(default_factory=list)
     #: uids of the pods this operator deleted lately (the watch may not show it yet).
     our_deletions: frozenset[str] = frozenset()
-    #: Nodes of our pods that are not Ready: name -> their Ready condition (status, reason).
-    unready_nodes: Mapping[str, Json] = field(default_factory=dict)
+    #: Those of them it force-deleted: gone from the API server, whatever the watch says.
+    our_force_deletions: frozenset[str] = frozenset()
+    #: The nodes of our pods as the node watch keeps them (``recovery.slim_node``).
+    nodes: Mapping[str, Json] = field(default_factory=dict)
     #: How group recovery backs off (the operator's flags).
     recovery_policy: RecoveryPolicy = DEFAULT_POLICY
     #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
@@ -157,9 +161,13 @@ class Write:
     kind: str
     name: str
     manifest: Json | None = None
+    #: A delete's grace period (None: the object's own; 0: a force-delete).
+    grace_period_seconds: int | None = None
 
     def describe(self) -> str:
         verb = {"apply": "applying", "delete": "deleting", "label": "labelling"}[self.verb]
+        if self.verb == "delete" and self.grace_period_seconds == 0:
+            verb = "force-deleting"
         return f"{verb} {self.kind} {self.name}"
 
 
@@ -301,7 +309,7 @@ def plan(obs: Observation, now: str) -> Plan:
             recovery = recover(
                 by_role, gone, obs.our_deletions, obs.previous.get("recovery") or [],
                 parse_time(now) or dt.datetime.now(dt.UTC), obs.recovery_policy,
-                obs.unready_nodes,
+                obs.nodes, spec.recovery.force_delete_after_seconds,
             )  # fmt: skip
             rolling = any(decision.surge.values()) or decision.serving != decision.target
             if rolling and facts.facts is not None:
@@ -314,11 +322,7 @@ def plan(obs: Observation, now: str) -> Plan:
             restarted = recovery.restarts + tuple(
                 r for r in decision.restarts if r[0] not in {n for n, _ in recovery.restarts}
             )
-            restarts = tuple(
-                Write("delete", "Pod", pod, {"metadata": {"uid": uid}})
-                for _, members in restarted
-                for pod, uid in members
-            )
+            restarts = _pod_deletes(restarted, recovery.force_deletes)
             routing = tuple(label("Pod", pod, {LABEL_ROUTABLE: v}) for pod, v in decision.routing)
     draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
                  restarts, routing, decision, recovery)  # fmt: skip
@@ -378,10 +382,11 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         recovery=draft.recovery,
     )
     status = compute_status(findings, now=draft.now)
+    recovery = draft.recovery or Recovery()
     restarted = tuple(
-        Event("Warning", REASON_INSTANCE_RESTARTED, message)
-        for _, message in (draft.recovery.events if draft.recovery else ())
-    )
+        Event("Warning", REASON_INSTANCE_RESTARTED, message) for _, message in recovery.events
+    ) + tuple(Event("Warning", REASON_PODS_FORCE_DELETED, message)
+              for _, message in recovery.force_events)  # fmt: skip
     return replace(draft, status=status, events=tuple(events(obs.previous, status)) + restarted)
 
 
@@ -391,12 +396,30 @@ def _failure_reason(failure: Failure | None) -> str:
     return REASON_PRUNE_FAILED if failure.write.verb == "delete" else REASON_APPLY_FAILED
 
 
+def _pod_deletes(
+    restarted: tuple[tuple[str, tuple[tuple[str, str], ...]], ...],
+    forced: tuple[tuple[str, str], ...],
+) -> tuple[Write, ...]:
+    """Step 4: every pod of the instances restarted now, and the pods on lost nodes; each
+    pod once, by uid, with grace period 0 where it is force-deleted."""
+    pods = [member for _, members in restarted for member in members]
+    pods += [pod for pod in forced if pod not in pods]
+    return tuple(
+        Write("delete", "Pod", name, {"metadata": {"uid": uid}},
+              0 if (name, uid) in forced else None)
+        for name, uid in pods
+    )  # fmt: skip
+
+
 def observed_pods(obs: Observation) -> list[Json]:
     """The runtime pods, those we deleted marked as going even if the watch has not said so
-    yet: a rollout must not count an instance it just took down as serving."""
+    yet (a rollout must not count an instance it just took down as serving), those we
+    force-deleted left out (they are gone)."""
     out = []
     for pod in runtime_pods(obs.pods):
         meta = pod["metadata"]
+        if meta.get("uid") in obs.our_force_deletions:
+            continue
         if meta.get("uid") in obs.our_deletions and not meta.get("deletionTimestamp"):
             pod = {**pod, "metadata": {**meta, "deletionTimestamp": "(deleted by us)"}}
         out.append(pod)

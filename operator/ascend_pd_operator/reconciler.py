@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import api
-from .child_watch import node_ready
 from .kube import Kube, KubeError, NotFound, is_transient
 from .live_cache import LiveCache
 from .naming import (
@@ -118,15 +117,14 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
     children = {kind: _children(kube, cache, namespace, name, kind) for kind in PRUNED_KINDS}
     # The runtime pods: their templates and generations drive rollouts and routing.
     gone: list[Json] = []
-    unready: dict[str, Json] = {}
+    nodes: dict[str, Json] = {}
     if cache is not None:  # the pod watch keeps our pods, slimmed (child_watch.slim_pod)
         pods = cache.listed("Pod", namespace, {LABEL_DEPLOYMENT: name})
         gone = cache.tombstones("Pod", namespace, {LABEL_DEPLOYMENT: name})
         for node in {(p.get("spec") or {}).get("nodeName") for p in pods} - {None, ""}:
-            watched = cache.listed_one("Node", "", str(node))  # the node watch's
-            ready = node_ready(watched) if watched is not None else {}
-            if ready and ready.get("status") != "True":
-                unready[str(node)] = ready
+            watched = cache.listed_one("Node", "", str(node))  # the node watch's, slimmed
+            if watched is not None:
+                nodes[str(node)] = watched
     else:
         pods = kube.list("Pod", namespace, f"{LABEL_DEPLOYMENT}={name}")
     return Observation(
@@ -138,7 +136,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
         children=children,
         pods=pods,
         gone_pods=gone,
-        unready_nodes=unready,
+        nodes=nodes,
         server_minor=kube.server_minor,
     )
 
@@ -160,25 +158,28 @@ class ExpectedGone:
     """uids of the pods this operator deleted, for ``TTL_SECONDS`` (client-go's
     "expectations"): a reconcile that runs before the watch delivered a deletion must not
     count that instance as serving (a rollout would take down one instance too many), and
-    group recovery must know which deletions were not ours."""
+    group recovery must know which deletions were not ours. A force-deleted pod is gone at
+    once: one reconcile too early would force-delete it (and post its Event) again."""
 
     TTL_SECONDS = 600.0
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._uids: dict[str, float] = {}
+        #: uid -> (until, force-deleted)
+        self._uids: dict[str, tuple[float, bool]] = {}
         self._guard = threading.Lock()
 
-    def add(self, uid: str) -> None:
+    def add(self, uid: str, forced: bool = False) -> None:
         with self._guard:
-            self._uids[uid] = self._clock() + self.TTL_SECONDS
+            self._uids[uid] = (self._clock() + self.TTL_SECONDS, forced)
 
-    def uids(self) -> frozenset[str]:
+    def uids(self, forced_only: bool = False) -> frozenset[str]:
         with self._guard:
             now = self._clock()
-            for uid in [u for u, until in self._uids.items() if until < now]:
+            for uid in [u for u, (until, _) in self._uids.items() if until < now]:
                 del self._uids[uid]
-            return frozenset(self._uids)
+            return frozenset(u for u, (_, forced) in self._uids.items()
+                             if forced or not forced_only)  # fmt: skip
 
 
 class Reconciler:
@@ -211,6 +212,7 @@ class Reconciler:
             observation = replace(
                 observation,
                 our_deletions=self.expected_gone.uids(),
+                our_force_deletions=self.expected_gone.uids(forced_only=True),
                 recovery_policy=self.recovery,
             )
             return self.execute(plan(observation, self.clock()))
@@ -265,13 +267,14 @@ class Reconciler:
         skip an apply the watches' cache says would change nothing (the children's)."""
         if write.verb == "delete" and write.manifest is not None:  # a pod, by uid
             uid = str(write.manifest["metadata"]["uid"])
-            log.info("deleting %s %s/%s (uid %s)", write.kind, namespace, write.name, uid)
+            log.info("%s %s/%s (uid %s)", write.describe(), namespace, write.name, uid)
             try:
-                self.kube.delete(write.kind, namespace, write.name, uid)
+                self.kube.delete(write.kind, namespace, write.name, uid,
+                                 write.grace_period_seconds)  # fmt: skip
             except KubeError as exc:
                 if exc.status != 409:  # 409: already replaced by a new pod; nothing to do
                     raise
-            self.expected_gone.add(uid)
+            self.expected_gone.add(uid, forced=write.grace_period_seconds == 0)
             return {}, 1
         if write.verb == "delete":
             log.info("deleting %s %s/%s", write.kind, namespace, write.name)

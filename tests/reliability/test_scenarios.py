@@ -19,6 +19,7 @@ from reliability import (
     drift,
     faults,
     ha,
+    node_loss,
     outage,
     rbac_loss,
     rollout_crash,
@@ -115,7 +116,8 @@ def test_security(reliability_env: Env, chart: Release, scenario_namespace: str)
 @pytest.fixture(scope="module")
 def own_control_plane(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     """A local control plane of these tests' own: stopping the API server or etcd of the
-    suite's shared cluster would break every other test (and any other pytest session)."""
+    suite's shared cluster, or making its nodes unreachable, would break every other test
+    (and any other pytest session)."""
     if cluster.layout is None:
         pytest.skip("stops the local control plane's own processes (ascend-pd-dev cluster up)")
     with scenario_cluster(state="reliability-outage") as kubeconfig:
@@ -178,3 +180,29 @@ def test_a_lost_permission_is_named_and_recovered(
     assert_clean(result)
     assert result.details["healthz_failing_samples"] == 0
     assert result.details["threads_died_in_log"] == 0 and result.details["operator_alive"]
+
+
+def test_node_loss(own_control_plane: Env) -> None:
+    """Nodes made unreachable, with and without ``forceDeleteAfterSeconds`` (the CI timer,
+    ``node_loss.CI_FORCE_DELETE_AFTER_SECONDS``, still expires), then one taken out of
+    service; every node is whole again afterwards."""
+    env = own_control_plane
+    namespace = env.new_namespace("node-loss")
+    release = env.install_chart([namespace])
+    timer = node_loss.CI_FORCE_DELETE_AFTER_SECONDS
+    try:
+        result = node_loss.run(env, release, namespace, force_after=timer)
+    finally:
+        env.uninstall(release)
+        env.delete_namespace(namespace)
+    assert_clean(result)
+    details = result.details
+    print(f"node-loss: {details}")
+    forced = details["forced_record"]
+    assert forced["node"] == details["forced_node"] and forced["reason"] == "NodeUnreachable"
+    assert forced["goneSeconds"] >= timer
+    # kept (no field) stayed down past the timer; the taint was honoured well within it
+    assert details["kept_down_while_lost_seconds"] >= timer + node_loss.HOLD_SECONDS
+    assert details["out_of_service_force_deleted_seconds"] < timer
+    assert details["out_of_service_record"]["reason"] == "NodeOutOfService"
+    assert details["threads_died_in_log"] == 0 and details["operator_alive"]

@@ -37,3 +37,26 @@ def test_a_string_or_bool_for_another_type_is_refused(path, value, field) -> Non
 
 def test_the_well_typed_spec_parses() -> None:
     assert parse_spec(BASE).prefill.parallelism.tensor == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "rule"),
+    [
+        (-1, "greater than or equal to 0 (got -1)"),
+        (86401, "less than or equal to 86400 (got 86401)"),
+        ("300", "a valid integer (got '300')"),
+    ],
+)
+def test_force_delete_after_seconds_out_of_bounds_names_field_value_and_rule(value, rule) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_spec({**BASE, "recovery": {"forceDeleteAfterSeconds": value}})
+    assert f"spec.recovery.forceDeleteAfterSeconds: Input should be {rule}" in str(refused.value)
+
+
+def test_force_delete_is_off_unless_set_and_null_means_off_as_on_the_api_server() -> None:
+    # the API server drops a null for a field that is not nullable, then defaults it to 0
+    assert parse_spec(BASE).recovery.force_delete_after_seconds == 0
+    off = parse_spec({**BASE, "recovery": {"forceDeleteAfterSeconds": None}})
+    assert off.recovery.force_delete_after_seconds == 0
+    on = parse_spec({**BASE, "recovery": {"forceDeleteAfterSeconds": 300}})
+    assert on.recovery.force_delete_after_seconds == 300

@@ -424,13 +424,17 @@ def _node(name: str, rv: str, ready: str = "True") -> Json:
                                        "lastHeartbeatTime": f"t{rv}"}]}}  # fmt: skip
 
 
-def test_a_node_turning_not_ready_queues_the_deployments_with_pods_on_it_and_nothing_else() -> None:
-    stop = Stop()
+def _node_watch() -> tuple[NodeWatch, Queue, LiveCache]:
+    """A node watch whose cache holds one pod of ns/dsv3, on npu-3."""
     queue, cache = Queue(), LiveCache()
     pod = _pod("dsv3-prefill-0-1", "1")
     pod["spec"] = {"nodeName": "npu-3"}
     cache.seen({**slim_pod(pod), "kind": "Pod"})
-    watch = NodeWatch(FakeTransport([], [], stop), queue, cache)
+    return NodeWatch(FakeTransport([], [], Stop()), queue, cache), queue, cache
+
+
+def test_a_node_turning_not_ready_queues_the_deployments_with_pods_on_it_and_nothing_else() -> None:
+    watch, queue, cache = _node_watch()
     watch.handle(event("ADDED", _node("npu-3", "5")))
     watch.handle(event("ADDED", _node("npu-4", "6")))
     assert queue.keys == [("ns", "dsv3")]  # first sight of npu-3; nothing runs on npu-4
@@ -443,6 +447,27 @@ def test_a_node_turning_not_ready_queues_the_deployments_with_pods_on_it_and_not
         {"type": "Ready", "status": "Unknown"}
     ]
     assert watch.selector == ""  # every node, cluster-wide
+
+
+def test_an_out_of_service_taint_queues_the_deployments_on_the_node_and_is_kept() -> None:
+    watch, queue, cache = _node_watch()
+    lost = _node("npu-3", "5", ready="Unknown")
+    lost["status"]["conditions"][1]["lastTransitionTime"] = "2026-12-01T08:00:00Z"
+    watch.handle(event("ADDED", lost))
+    assert queue.keys == [("ns", "dsv3")]
+    taint = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
+             "effect": "NoExecute", "timeAdded": "2026-12-01T08:05:00Z"}  # fmt: skip
+    other = {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}
+    tainted = {**lost, "metadata": {"name": "npu-3", "resourceVersion": "6"},
+               "spec": {"taints": [other, taint]}}  # fmt: skip
+    watch.handle(event("MODIFIED", tainted))
+    assert queue.keys == [("ns", "dsv3")] * 2  # an admin took the node out of service
+    kept = cache.listed_one("Node", "", "npu-3")
+    assert kept is not None
+    assert kept["spec"] == {"taints": [taint]}  # the taint recovery reads, and no other
+    assert kept["status"]["conditions"] == [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-12-01T08:00:00Z"}
+    ]
 
 
 def test_a_slim_pod_keeps_when_its_deletion_was_requested():

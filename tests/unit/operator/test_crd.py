@@ -90,9 +90,10 @@ def test_api_field_names_are_the_contract() -> None:
     spec = openapi_schema()["properties"]["spec"]["properties"]
     assert set(spec) == {
         "model", "runtime", "speculative", "prefill", "decode", "router", "ascend", "scheduling",
-        "rollout",
+        "rollout", "recovery",
     }  # fmt: skip
     assert set(spec["rollout"]["properties"]) == {"maxUnavailable", "maxSurge", "roleOrder"}
+    assert set(spec["recovery"]["properties"]) == {"forceDeleteAfterSeconds"}
     role = spec["prefill"]["properties"]
     for name in ("replicas", "parallelism", "layerPartition", "devicesPerNode", "resources",
                  "nodeSelector", "tolerations", "affinity", "env", "extraArgs"):  # fmt: skip

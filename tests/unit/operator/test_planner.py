@@ -19,6 +19,7 @@ from ascend_pd_operator.planner import (
     Observation,
     Outcome,
     Plan,
+    Write,
     apply,
     conclude,
     delete,
@@ -344,3 +345,78 @@ def test_a_workload_whose_selector_changed_is_replaced_not_applied(dsv3: Json) -
     current["spec"]["selector"] = {"matchLabels": labels}
     again = plan(Observation(resource(dsv3), children={"Deployment": [current]}), NOW)
     assert again.deletes == () and ("Deployment", "dsv3-router") in targets(again.applies)
+
+
+def placed_pod(name: str, node: str, terminating: bool = False) -> Json:
+    """A Ready runtime pod of dsv3-prefill-0 on ``node`` (being deleted, if ``terminating``)."""
+    labels = {"ascendpd.io/deployment": "dsv3", "ascendpd.io/role": "prefill",
+              "ascendpd.io/instance": "0"}  # fmt: skip
+    meta: Json = {"name": name, "uid": f"uid-{name}", "labels": labels,
+                  "creationTimestamp": "2025-12-31T23:50:00Z"}  # fmt: skip
+    if terminating:
+        meta.update(deletionTimestamp="2025-12-31T23:59:30Z", deletionGracePeriodSeconds=30)
+    return {"metadata": meta, "spec": {"nodeName": node},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": "sglang", "restartCount": 0}]}}  # fmt: skip
+
+
+def watched_node(ready: str, since: str, out_of_service: bool = False) -> Json:
+    """A node as the node watch keeps it (``recovery.slim_node``)."""
+    taints = [{"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute",
+               "timeAdded": since}] if out_of_service else []  # fmt: skip
+    return {"metadata": {"name": "x"}, "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": ready,
+                                       "lastTransitionTime": since}]}}  # fmt: skip
+
+
+def test_a_lost_nodes_pod_is_force_deleted_once_with_an_event_and_a_record(dsv3: Json) -> None:
+    # npu-3 has been unreachable since 23:59:00, 60 s before NOW; the restart then
+    # (23:59:00) left pod 1 Terminating on it; forceDeleteAfterSeconds is 60
+    cr = resource(dsv3)
+    cr["spec"]["recovery"] = {"forceDeleteAfterSeconds": 60}
+    lost_at = "2025-12-31T23:59:00Z"
+    cr["status"] = {"recovery": [{"instance": "dsv3-prefill-0", "restarts": 1,
+                                  "lastRestartTime": lost_at, "windowStart": lost_at,
+                                  "windowRestarts": 1}]}  # fmt: skip
+    pods = [placed_pod("dsv3-prefill-0-0", "npu-1"),
+            placed_pod("dsv3-prefill-0-1", "npu-3", terminating=True)]  # fmt: skip
+    nodes = {"npu-1": watched_node("True", "2025-12-01T00:00:00Z"),
+             "npu-3": watched_node("Unknown", lost_at)}  # fmt: skip
+    ours = frozenset({"uid-dsv3-prefill-0-1"})
+    p = plan(Observation(cr, pods=pods, nodes=nodes, our_deletions=ours), NOW)
+    by_uid = {"metadata": {"uid": "uid-dsv3-prefill-0-1"}}
+    assert p.restarts == (Write("delete", "Pod", "dsv3-prefill-0-1", by_uid, 0),)
+    assert p.restarts[0].describe() == "force-deleting Pod dsv3-prefill-0-1"
+    forced = [e for e in p.events if e.reason == "PodsForceDeleted"]
+    assert [(e.type, e.message) for e in forced] == [(
+        "Warning",
+        "force-deleting pod dsv3-prefill-0-1 of instance dsv3-prefill-0: node npu-3 unreachable "
+        "(Ready=Unknown) for 60 s, past spec.recovery.forceDeleteAfterSeconds (60)",
+    )]  # fmt: skip
+    (record,) = p.status["recovery"]
+    assert record["forceDeletions"] == 1
+    assert record["lastForceDeletion"] == {
+        "time": NOW, "node": "npu-3", "reason": "NodeUnreachable", "goneSeconds": 60,
+        "pods": ["dsv3-prefill-0-1"],
+    }  # fmt: skip
+    # the next reconcile, before the watch reported the pod gone: it is not deleted again
+    cr["status"] = p.status
+    again = Observation(cr, pods=pods, nodes=nodes, our_deletions=ours, our_force_deletions=ours)
+    second = plan(again, NOW)
+    assert (
+        second.restarts == () and [e for e in second.events if e.reason == "PodsForceDeleted"] == []
+    )
+
+
+def test_an_out_of_service_node_restarts_the_instance_and_force_deletes_only_its_pod(
+    dsv3: Json,
+) -> None:
+    cr = resource(dsv3)  # forceDeleteAfterSeconds not set: the taint is honoured anyway
+    pods = [placed_pod("dsv3-prefill-0-0", "npu-1"), placed_pod("dsv3-prefill-0-1", "npu-3")]
+    nodes = {"npu-1": watched_node("True", "2025-12-01T00:00:00Z"),
+             "npu-3": watched_node("True", "2025-12-31T23:59:55Z", True)}  # fmt: skip
+    p = plan(Observation(cr, pods=pods, nodes=nodes), NOW)
+    assert [(w.name, w.grace_period_seconds) for w in p.restarts] == [
+        ("dsv3-prefill-0-0", None), ("dsv3-prefill-0-1", 0)]  # fmt: skip
+    told = [e.reason for e in p.events if e.reason in ("InstanceRestarted", "PodsForceDeleted")]
+    assert told == ["InstanceRestarted", "PodsForceDeleted"]
