@@ -9,13 +9,14 @@ and snake_case in Python; every field has a description for ``kubectl explain``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -23,17 +24,24 @@ from pydantic.alias_generators import to_camel
 
 from ascend_pd_runtime.layout import SpeculativeAlgorithm
 
+# The API's identity is vocabulary (owner references name it): naming holds it, api serves it.
+from .naming import API_VERSION as API_VERSION
+from .naming import GROUP as GROUP
+from .naming import KIND as KIND
+from .naming import POD_ANNOTATIONS, PREFIX
+from .naming import VERSION as VERSION
 from .rules import (
     EXTENDED_RESOURCE_MAX_LENGTH,
     EXTENDED_RESOURCE_PATTERN,
+    LABEL_VALUE_PATTERN,
+    MAX_MAP_ENTRIES,
+    MAX_NAME_PART_LENGTH,
+    MAX_POD_ANNOTATIONS_BYTES,
     MAX_REPLICAS,
+    QUALIFIED_NAME,
     violations,
 )
 
-GROUP = "ascendpd.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "PDDeployment"
 PLURAL = "pddeployments"
 SINGULAR = "pddeployment"
 SHORT_NAMES = ("pdd",)
@@ -47,6 +55,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
     )
+
+    @field_validator("*")
+    @classmethod
+    def _field_rules(cls, value: Any, info: ValidationInfo) -> Any:
+        problems = violations(cls.__name__, value, to_camel(info.field_name or ""))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
     @model_validator(mode="after")
     def _rules(self) -> Any:
@@ -70,6 +86,12 @@ def _list(description: str, **kwargs: Any) -> Any:
     """A list defaulting to ``[]`` in the CRD too, so CEL rules can read it unguarded."""
     extra = {"default": [], **kwargs.pop("json_schema_extra", {})}
     return Field(default_factory=list, description=description, json_schema_extra=extra, **kwargs)
+
+
+#: A label value: a name of at most 63 characters, or empty (Kubernetes' label syntax).
+LabelValue = Annotated[str, Field(max_length=MAX_NAME_PART_LENGTH, pattern=LABEL_VALUE_PATTERN)]
+#: An annotation value: any text; the bound is the annotations' total (a rule of ``rules``).
+AnnotationValue = Annotated[str, Field(max_length=MAX_POD_ANNOTATIONS_BYTES)]
 
 
 # --- model ----------------------------------------------------------------------------
@@ -237,10 +259,20 @@ class RoleSpec(_Model):
     )
     devices_per_node: int = Field(8, ge=1, le=64, description="NPUs per pod; one pod per node.")
     resources: Json = _free("Extra container resources (the NPU resource is added).")
-    node_selector: dict[str, str] = _free("Pod nodeSelector.")
-    pod_annotations: dict[str, str] = _free(
-        "Extra annotations on this role's pods (ours win on a clash); changing them rolls "
-        "the role's instances like any template change."
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description=f"Pod nodeSelector (the model inspector's too). Keys are label keys: "
+        f"{QUALIFIED_NAME}, the prefix in lowercase; values are such names, or empty.",
+    )
+    pod_annotations: dict[str, AnnotationValue] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description="Extra annotations on this role's pods; changing them rolls the role's "
+        f"instances like any template change. Keys are annotation keys: {QUALIFIED_NAME}. "
+        f"Keys and values together at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB. Refused: "
+        f"the annotations the operator sets on pods ({', '.join(POD_ANNOTATIONS)}) and any "
+        f"key under {PREFIX}/.",
     )
     tolerations: list[Json] = _list("Pod tolerations.")
     affinity: Json = _free("Pod affinity.")

@@ -12,7 +12,7 @@ reconcile through the runtime's layout core, never here.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,8 @@ from ascend_pd_runtime.layout import (
     SUPPORTED_SGLANG_MIN,
     parse_sglang_version,
 )
+
+from .naming import POD_ANNOTATIONS, PREFIX
 
 #: StatefulSet names must leave room for the controller-revision-hash label (63 chars):
 #: 63 - len("-") - 10 (hash) = 52; the longest child is ``<name>-prefill-<index>``.
@@ -65,15 +67,34 @@ MANAGED_FLAG_PATTERN = f"(^|{_SPACE})--(" + "|".join(MANAGED_FLAGS) + f")(=|{_SP
 #: pattern is the regex text ``[\x00-\x1f\x7f]``; in CEL its backslashes are escaped.
 CONTROL_CHARACTER_PATTERN = "[\\\\x00-\\\\x1f\\\\x7f]"
 
-#: An extended resource name as Kubernetes validates one (IsExtendedResourceName): a
-#: DNS-subdomain prefix, '/', a name of at most 63 characters (alphanumeric at both ends;
-#: '-', '_', '.' inside). The prefix may be at most 244 characters, since quota's
-#: ``requests.<name>`` must stay a qualified name.
+#: Kubernetes' qualified names (label and annotation keys, extended resources): an optional
+#: DNS-subdomain prefix and '/', then a name of at most 63 characters, alphanumeric at both
+#: ends with '-', '_', '.' inside. A label value is such a name, or empty.
 _DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-EXTENDED_RESOURCE_PATTERN = (
-    f"^{_DNS_LABEL}([.]{_DNS_LABEL})*/([A-Za-z0-9][-A-Za-z0-9_.]{{0,61}})?[A-Za-z0-9]$"
-)
-EXTENDED_RESOURCE_MAX_LENGTH = 244 + 1 + 63
+_DNS_SUBDOMAIN = f"{_DNS_LABEL}([.]{_DNS_LABEL})*"
+_NAME = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+MAX_PREFIX_LENGTH = 253
+MAX_NAME_PART_LENGTH = 63
+LABEL_KEY_PATTERN = f"^({_DNS_SUBDOMAIN}/)?{_NAME}$"
+#: Kubernetes lowercases an annotation key before checking it: its prefix may hold capitals.
+_ANY_CASE_LABEL = "[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
+ANNOTATION_KEY_PATTERN = f"^({_ANY_CASE_LABEL}([.]{_ANY_CASE_LABEL})*/)?{_NAME}$"
+#: The prefix's length, which a regex of DNS labels cannot bound.
+PREFIX_LENGTH_PATTERN = f"^([^/]{{1,{MAX_PREFIX_LENGTH}}}/)?[^/]*$"
+LABEL_VALUE_PATTERN = f"^({_NAME})?$"
+#: An extended resource name (IsExtendedResourceName): a qualified name with a prefix of at
+#: most 244 characters, since quota's ``requests.<name>`` must stay a qualified name.
+EXTENDED_RESOURCE_PATTERN = f"^{_DNS_SUBDOMAIN}/{_NAME}$"
+EXTENDED_RESOURCE_MAX_LENGTH = 244 + 1 + MAX_NAME_PART_LENGTH
+
+#: Entries of a map that reaches a pod (podAnnotations, nodeSelector): far more than a pod
+#: needs, and a bound the API server's CEL cost estimate needs.
+MAX_MAP_ENTRIES = 64
+#: Kubernetes allows 256 KiB of annotations per object (keys and values, in bytes); 1 KiB of
+#: it stays free for the annotations the operator adds to a runtime pod itself.
+MAX_POD_ANNOTATIONS_BYTES = 255 * 1024
+#: Annotations under our prefix (or a subdomain of it) are the operator's.
+OWNED_ANNOTATION_PREFIX_PATTERN = "^([^/]*[.])?" + PREFIX.replace(".", "[.]") + "/"
 
 _SUFFIX = "([.+-]?(post|rc|dev)?[0-9]*)?$"
 _lo, _hi = SUPPORTED_SGLANG_MIN[2], SUPPORTED_SGLANG_MAX[2]
@@ -85,13 +106,16 @@ NO_PP_PREFILL_DRAFT_PATTERN = "^v?0[.]5[.]1[0-9]" + _SUFFIX
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule on one schema object (``where`` is the pydantic class name, or ``root``)."""
+    """One rule on one schema object (``where`` is the pydantic class name, or ``root``), or
+    on one of its fields (``field``, the wire name): then ``self`` and the checked value are
+    the field's, and both enforcers' messages start with the field's path."""
 
     where: str
     cel: str
     message: str
     check: Callable[[Any], bool]
     detail: Callable[[Any], str]
+    field: str = ""
 
     def violation(self, obj: Any) -> str | None:
         """The pydantic-side message when ``obj`` breaks the rule, else None."""
@@ -134,16 +158,52 @@ def _mooncake_ok(s: Any) -> bool:
 
 
 def _regex(cel_literal: str) -> str:
-    """The regex a CEL string literal of ours denotes (CEL unescapes ``\\\\``)."""
-    return cel_literal.replace("\\\\", "\\")
+    """The regex a CEL string literal of ours denotes (CEL unescapes ``\\\\``), for Python:
+    RE2's ``$`` is the end of the text, Python's also matches before a final newline."""
+    return cel_literal.replace("\\\\", "\\").replace("$", "\\Z")
+
+
+def _matching(pattern: str, texts: Iterable[str]) -> list[str]:
+    """The texts a CEL ``matches`` of ``pattern`` (CEL literal text) is true for."""
+    return [t for t in texts if re.search(_regex(pattern), t)]
 
 
 def _managed(args: list[str]) -> list[str]:
-    return [a for a in args if re.search(_regex(MANAGED_FLAG_PATTERN), a)]
+    return _matching(MANAGED_FLAG_PATTERN, args)
 
 
 def _with_control(args: list[str]) -> list[str]:
-    return [a for a in args if re.search(_regex(CONTROL_CHARACTER_PATTERN), a)]
+    return _matching(CONTROL_CHARACTER_PATTERN, args)
+
+
+def _keys_cel(pattern: str) -> str:
+    return f"self.all(k, k.matches('{pattern}') && k.matches('{PREFIX_LENGTH_PATTERN}'))"
+
+
+def _bad_keys(pattern: str, keys: Collection[str]) -> list[str]:
+    good = set(_matching(pattern, _matching(PREFIX_LENGTH_PATTERN, keys)))
+    return [k for k in keys if k not in good]
+
+
+def _owned_annotations(keys: Collection[str]) -> list[str]:
+    owned = set(_matching(OWNED_ANNOTATION_PREFIX_PATTERN, keys))
+    return [k for k in keys if k in POD_ANNOTATIONS or k in owned]
+
+
+def _annotations_bytes(annotations: dict[str, str]) -> int:
+    return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+
+
+def _got(items: list[str]) -> str:
+    return f"got {', '.join(map(repr, items))}"
+
+
+#: What a qualified name is, in words (the rules' messages, the API's descriptions).
+QUALIFIED_NAME = (
+    f"an optional DNS-subdomain prefix of at most {MAX_PREFIX_LENGTH} characters and '/', "
+    f"then a name of at most {MAX_NAME_PART_LENGTH} characters: letters, digits, '-', '_' "
+    "and '.', a letter or digit at both ends"
+)
 
 
 def _native_resource(name: str) -> bool:
@@ -202,7 +262,44 @@ RULES: tuple[Rule, ...] = (
         message="extraArgs elements may not contain control characters (newline, tab, ...): "
         "each element is one argument, give every flag and value its own element",
         check=lambda r: not _with_control(r.extra_args),
-        detail=lambda r: f"got {', '.join(map(repr, _with_control(r.extra_args)))}",
+        detail=lambda r: _got(_with_control(r.extra_args)),
+    ),
+    Rule(
+        where="RoleSpec",
+        field="podAnnotations",
+        cel=_keys_cel(ANNOTATION_KEY_PATTERN),
+        message=f"keys must be annotation keys: {QUALIFIED_NAME}",
+        check=lambda a: not _bad_keys(ANNOTATION_KEY_PATTERN, a),
+        detail=lambda a: _got(_bad_keys(ANNOTATION_KEY_PATTERN, a)),
+    ),
+    Rule(
+        where="RoleSpec",
+        field="podAnnotations",
+        cel="self.all(k, !(k in ["
+        + ", ".join(f"'{k}'" for k in POD_ANNOTATIONS)
+        + f"]) && !k.matches('{OWNED_ANNOTATION_PREFIX_PATTERN}'))",
+        message=f"may not set annotations the operator sets on pods: "
+        f"{', '.join(POD_ANNOTATIONS)}, or any key under {PREFIX}/",
+        check=lambda a: not _owned_annotations(a),
+        detail=lambda a: _got(_owned_annotations(a)),
+    ),
+    Rule(
+        where="RoleSpec",
+        field="podAnnotations",
+        # join() and bytes(): the sum of the entries' sizes in bytes, as Kubernetes counts.
+        cel=f"size(bytes(self.map(k, k + self[k]).join())) <= {MAX_POD_ANNOTATIONS_BYTES}",
+        message=f"keys and values may hold at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB "
+        "together: a pod's annotations may hold 256 KiB, and the operator adds its own",
+        check=lambda a: _annotations_bytes(a) <= MAX_POD_ANNOTATIONS_BYTES,
+        detail=lambda a: f"got {_annotations_bytes(a)} bytes",
+    ),
+    Rule(
+        where="RoleSpec",
+        field="nodeSelector",
+        cel=_keys_cel(LABEL_KEY_PATTERN),
+        message=f"keys must be label keys: {QUALIFIED_NAME}; the prefix in lowercase",
+        check=lambda s: not _bad_keys(LABEL_KEY_PATTERN, s),
+        detail=lambda s: _got(_bad_keys(LABEL_KEY_PATTERN, s)),
     ),
     Rule(
         where="Ascend",
@@ -295,9 +392,10 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def rules_for(where: str) -> list[Rule]:
-    return [r for r in RULES if r.where == where]
+def rules_for(where: str, field: str = "") -> list[Rule]:
+    """The rules on object ``where``, or on its field ``field`` (the wire name)."""
+    return [r for r in RULES if r.where == where and r.field == field]
 
 
-def violations(where: str, obj: Any) -> list[str]:
-    return [msg for rule in rules_for(where) if (msg := rule.violation(obj))]
+def violations(where: str, obj: Any, field: str = "") -> list[str]:
+    return [msg for rule in rules_for(where, field) if (msg := rule.violation(obj))]

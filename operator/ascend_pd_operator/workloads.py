@@ -16,6 +16,7 @@ from ascend_pd_runtime.plan import layout_fingerprint
 from .api import PDDeploymentSpec
 from .naming import (
     ANNOTATION_BOOTSTRAP_PORT,
+    ANNOTATION_VOLCANO_GROUP,
     DIST_INIT_PORT,
     HTTP_PORT,
     LABEL_FINGERPRINT,
@@ -32,7 +33,6 @@ Json = dict[str, Any]
 
 CONTAINER = "sglang"
 VOLCANO_SCHEDULER = "volcano"
-VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 PODGROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
 
 
@@ -196,7 +196,7 @@ def pod_template(
         # The router's service discovery reads the bootstrap port it hands decode here.
         annotations[ANNOTATION_BOOTSTRAP_PORT] = str(bootstrap_port(index))
     if spec.scheduling.gang == "volcano":
-        annotations[VOLCANO_GROUP_ANNOTATION] = instance_name(owner, role, index)
+        annotations[ANNOTATION_VOLCANO_GROUP] = instance_name(owner, role, index)
     container: Json = {
         "name": CONTAINER,
         "image": spec.runtime.image,
