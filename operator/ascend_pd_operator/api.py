@@ -28,16 +28,20 @@ from ascend_pd_runtime.layout import SpeculativeAlgorithm
 from .naming import API_VERSION as API_VERSION
 from .naming import GROUP as GROUP
 from .naming import KIND as KIND
-from .naming import POD_ANNOTATIONS, PREFIX
 from .naming import VERSION as VERSION
 from .rules import (
+    ENV_NAME_PATTERN,
     EXTENDED_RESOURCE_MAX_LENGTH,
     EXTENDED_RESOURCE_PATTERN,
     LABEL_VALUE_PATTERN,
+    MAX_ENV,
+    MAX_ENV_NAME_LENGTH,
     MAX_MAP_ENTRIES,
     MAX_NAME_PART_LENGTH,
     MAX_POD_ANNOTATIONS_BYTES,
     MAX_REPLICAS,
+    OWNED_ANNOTATIONS,
+    OWNED_ENV,
     QUALIFIED_NAME,
     violations,
 )
@@ -245,6 +249,23 @@ class Parallelism(_Model):
     data: int = Field(1, ge=1, le=1024, description="Data parallel size (--dp-size).")
 
 
+class EnvVar(_Model):
+    """An extra env var of the runtime container, as in a pod (core/v1 EnvVar)."""
+
+    name: str = Field(
+        ...,
+        max_length=MAX_ENV_NAME_LENGTH,
+        pattern=ENV_NAME_PATTERN,
+        description="Variable name: letters, digits, '_', '-', '.', not starting with a digit.",
+    )
+    value: str = Field("", description="Value; $(VAR) references expand as in any pod.")
+    value_from: Json | None = Field(
+        None,
+        description="Source of the value instead of value (fieldRef, resourceFieldRef, "
+        "configMapKeyRef or secretKeyRef), passed to the pod as given.",
+    )
+
+
 class RoleSpec(_Model):
     """One role (prefill or decode): independent instances of tensor × pipeline NPUs."""
 
@@ -270,13 +291,15 @@ class RoleSpec(_Model):
         max_length=MAX_MAP_ENTRIES,
         description="Extra annotations on this role's pods; changing them rolls the role's "
         f"instances like any template change. Keys are annotation keys: {QUALIFIED_NAME}. "
-        f"Keys and values together at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB. Refused: "
-        f"the annotations the operator sets on pods ({', '.join(POD_ANNOTATIONS)}) and any "
-        f"key under {PREFIX}/.",
+        f"Keys and values together at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB. Refused, "
+        f"the operator's: {OWNED_ANNOTATIONS}.",
     )
     tolerations: list[Json] = _list("Pod tolerations.")
     affinity: Json = _free("Pod affinity.")
-    env: list[Json] = _list("Extra container env vars.")
+    env: list[EnvVar] = _list(
+        f"Extra container env vars. Refused, the operator's: {OWNED_ENV}.",
+        max_length=MAX_ENV,
+    )
     extra_args: list[str] = _list(
         "Extra SGLang server arguments; may not set flags the operator manages.",
         max_length=64,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ascend_pd_runtime import env_contract as ec
 from ascend_pd_runtime.layout import (
     SGLANG_PP_PREFILL_DRAFT,
     SUPPORTED_SGLANG_MAX,
@@ -86,6 +87,13 @@ LABEL_VALUE_PATTERN = f"^({_NAME})?$"
 #: most 244 characters, since quota's ``requests.<name>`` must stay a qualified name.
 EXTENDED_RESOURCE_PATTERN = f"^{_DNS_SUBDOMAIN}/{_NAME}$"
 EXTENDED_RESOURCE_MAX_LENGTH = 244 + 1 + MAX_NAME_PART_LENGTH
+
+#: A container env var's name as Kubernetes before 1.34 checks it (IsEnvVarName; later
+#: releases accept more, but the operator's StatefulSets must apply on 1.20 too).
+ENV_NAME_PATTERN = "^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+#: Extra env vars per container, and their names' length: bounds the CEL cost estimate needs.
+MAX_ENV = 128
+MAX_ENV_NAME_LENGTH = 256
 
 #: Entries of a map that reaches a pod (podAnnotations, nodeSelector): far more than a pod
 #: needs, and a bound the API server's CEL cost estimate needs.
@@ -190,6 +198,10 @@ def _owned_annotations(keys: Collection[str]) -> list[str]:
     return [k for k in keys if k in POD_ANNOTATIONS or k in owned]
 
 
+def _owned_env(env: Iterable[Any]) -> list[str]:
+    return [e.name for e in env if e.name.startswith(ec.PREFIX) or e.name in ec.LAUNCHER_EXPORTS]
+
+
 def _annotations_bytes(annotations: dict[str, str]) -> int:
     return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
 
@@ -198,6 +210,13 @@ def _got(items: list[str]) -> str:
     return f"got {', '.join(map(repr, items))}"
 
 
+#: What the operator owns, in words (the rules' messages, the API's descriptions).
+OWNED_ANNOTATIONS = f"{', '.join(POD_ANNOTATIONS)} (it sets them on pods), any key under {PREFIX}/"
+OWNED_ENV = (
+    f"{ec.PREFIX}* (the launcher's contract), {', '.join(ec.LAUNCHER_EXPORTS)} (the launcher "
+    "sets them from ascend.storePort, ascend.transferProtocol, layerPartition and "
+    "ascend.hcclSocketIfname)"
+)
 #: What a qualified name is, in words (the rules' messages, the API's descriptions).
 QUALIFIED_NAME = (
     f"an optional DNS-subdomain prefix of at most {MAX_PREFIX_LENGTH} characters and '/', "
@@ -278,8 +297,7 @@ RULES: tuple[Rule, ...] = (
         cel="self.all(k, !(k in ["
         + ", ".join(f"'{k}'" for k in POD_ANNOTATIONS)
         + f"]) && !k.matches('{OWNED_ANNOTATION_PREFIX_PATTERN}'))",
-        message=f"may not set annotations the operator sets on pods: "
-        f"{', '.join(POD_ANNOTATIONS)}, or any key under {PREFIX}/",
+        message=f"may not set annotations the operator owns: {OWNED_ANNOTATIONS}",
         check=lambda a: not _owned_annotations(a),
         detail=lambda a: _got(_owned_annotations(a)),
     ),
@@ -292,6 +310,24 @@ RULES: tuple[Rule, ...] = (
         "together: a pod's annotations may hold 256 KiB, and the operator adds its own",
         check=lambda a: _annotations_bytes(a) <= MAX_POD_ANNOTATIONS_BYTES,
         detail=lambda a: f"got {_annotations_bytes(a)} bytes",
+    ),
+    Rule(
+        where="RoleSpec",
+        field="env",
+        cel=f"self.all(e, !e.name.startsWith('{ec.PREFIX}') && !(e.name in ["
+        + ", ".join(f"'{n}'" for n in ec.LAUNCHER_EXPORTS)
+        + "]))",
+        message=f"may not set variables the operator owns: {OWNED_ENV}",
+        check=lambda env: not _owned_env(env),
+        detail=lambda env: _got(_owned_env(env)),
+    ),
+    Rule(
+        where="EnvVar",
+        # has(): value has an empty default, which the CRD leaves out (absent means empty).
+        cel="!has(self.valueFrom) || !has(self.value) || size(self.value) == 0",
+        message="value and valueFrom may not both be set",
+        check=lambda e: e.value_from is None or not e.value,
+        detail=lambda e: f"name {e.name!r}",
     ),
     Rule(
         where="RoleSpec",

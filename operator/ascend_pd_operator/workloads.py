@@ -13,7 +13,7 @@ import ascend_pd_runtime.env_contract as ec
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import layout_fingerprint
 
-from .api import PDDeploymentSpec
+from .api import EnvVar, PDDeploymentSpec
 from .naming import (
     ANNOTATION_BOOTSTRAP_PORT,
     ANNOTATION_VOLCANO_GROUP,
@@ -81,16 +81,14 @@ def launch_values(
     )
 
 
-def _env(values: ec.LaunchEnv, user_env: list[Json]) -> list[Json]:
+def _env(values: ec.LaunchEnv, user_env: list[EnvVar]) -> list[Json]:
     env: list[Json] = [{"name": k, "value": v} for k, v in ec.launch_env(values).items()]
     env += [
         {"name": ec.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": ec.POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
-    ours = {e["name"] for e in env}
-    # A user's variable never shadows the contract: the launcher would disagree with
-    # the operator about the layout.
-    return env + [e for e in user_env if e.get("name") not in ours]
+    # The API refuses a user's variable of the contract's (the env rule of ``rules``).
+    return env + [e.model_dump(by_alias=True, exclude_defaults=True) for e in user_env]
 
 
 def _ports(role: str, index: int) -> list[Json]:

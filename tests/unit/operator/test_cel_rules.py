@@ -12,6 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api import SpecError, check_name, parse_spec
 from ascend_pd_operator.crd import openapi_schema
 from ascend_pd_operator.rules import RULES, rules_for, violations
@@ -31,11 +32,15 @@ K8S_FUNCTIONS = {"join": _join}
 
 
 def _validations(schema: Json, obj: Any, path: str = "") -> Iterator[tuple[str, Json, Any]]:
-    """(path, validation, self) for every rule whose object is present."""
-    if not isinstance(obj, dict):
+    """(path, validation, self) for every rule whose object, map or list is present."""
+    if not isinstance(obj, dict | list):
         return
     for validation in schema.get("x-kubernetes-validations", []):
         yield path, validation, obj
+    if isinstance(obj, list):
+        for i, item in enumerate(obj):
+            yield from _validations(schema.get("items") or {}, item, f"{path}[{i}]")
+        return
     for name, prop in (schema.get("properties") or {}).items():
         if name in obj:
             yield from _validations(prop, obj[name], f"{path}.{name}")
@@ -102,6 +107,7 @@ ANNOTATION_KEY = _msg("RoleSpec", 0, "podAnnotations")
 OWNED_ANNOTATION = _msg("RoleSpec", 1, "podAnnotations")
 ANNOTATIONS_SIZE = _msg("RoleSpec", 2, "podAnnotations")
 LABEL_KEY = _msg("RoleSpec", 0, "nodeSelector")
+OWNED_ENV = _msg("RoleSpec", 0, "env")
 #: A DNS subdomain of exactly 253 characters, and one of 254.
 PREFIX_253 = ".".join(["a" * 63] * 4)[:251] + "bc"
 PREFIX_254 = PREFIX_253 + "d"
@@ -235,6 +241,18 @@ INVALID += [
     # 130,561 characters, 261,121 bytes: Kubernetes counts bytes
     ("multi-byte annotations one byte over 255 KiB",
      _annotations("decode", {"a": "é" * (255 * 512)}), ANNOTATIONS_SIZE),
+    ("env of the contract", _set("spec.decode.env", [{"name": ec.TP_SIZE, "value": "1"}]),
+     OWNED_ENV),
+    ("env under the contract's prefix", _set("spec.prefill.env", [{"name": "ASCEND_PD_X"}]),
+     OWNED_ENV),
+    ("env the launcher exports",
+     _set("spec.prefill.env", [{"name": "A", "value": "1"},
+                               {"name": ec.SGLANG_LAYER_PARTITION, "value": "30,31"}]),
+     OWNED_ENV),
+    ("env with value and valueFrom",
+     _set("spec.prefill.env", [{"name": "A", "value": "1",
+                                "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
+     _msg("EnvVar")),
     ("node selector key with a space", _set("spec.prefill.nodeSelector", {"my zone": "a"}),
      LABEL_KEY),
     ("node selector prefix with capitals",
@@ -296,6 +314,17 @@ VALID: list[tuple[str, Mutation]] = [
                 f"{PREFIX_253}/{'a' * 63}": "",
                 "a" * 63: "",
             },
+        ),
+    ),
+    (
+        "env of the user's, one from a field",
+        _set(
+            "spec.decode.env",
+            [
+                {"name": "HCCL_BUFFSIZE", "value": "512"},
+                {"name": "ASCEND_PDX"},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            ],
         ),
     ),
     ("annotations of exactly 255 KiB", _annotations("decode", {"a": "x" * (255 * 1024 - 1)})),
@@ -470,3 +499,20 @@ def test_a_map_rule_message_names_the_field_and_the_key() -> None:
         error
     )
     assert f"{OWNED_ANNOTATION} (got 'sglang.ai/bootstrap-port')" in error, error
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [("A", True), ("_a.b-C9", True), ("-x", True), ("9A", False), ("A B", False), ("A=B", False),
+     ("", False), ("A" * 256, True), ("A" * 257, False)],
+)  # fmt: skip
+def test_env_names_are_checked_by_the_schema(name: str, ok: bool) -> None:
+    """Kubernetes 1.20's IsEnvVarName, refused by the CRD's schema (on every Kubernetes)."""
+    import re
+
+    resource = copy.deepcopy(base())
+    resource["spec"]["prefill"]["env"] = [{"name": name, "value": "1"}]
+    assert (pydantic_error(resource) == "") == ok, pydantic_error(resource)
+    schema = openapi_schema()["properties"]["spec"]["properties"]["prefill"]["properties"]["env"]
+    names = schema["items"]["properties"]["name"]
+    assert (len(name) <= names["maxLength"] and bool(re.search(names["pattern"], name))) == ok
