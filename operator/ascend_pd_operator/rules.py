@@ -304,8 +304,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         where="RoleSpec",
         field="podAnnotations",
-        # join() and bytes(): the sum of the entries' sizes in bytes, as Kubernetes counts.
-        cel=f"size(bytes(self.map(k, k + self[k]).join())) <= {MAX_POD_ANNOTATIONS_BYTES}",
+        # Sizes in bytes, as Kubernetes counts; sum() is Kubernetes' list library (a joined
+        # string instead would cost the CEL estimate 100 times its budget).
+        cel="self.map(k, size(bytes(k)) + size(bytes(self[k]))).sum() <= "
+        f"{MAX_POD_ANNOTATIONS_BYTES}",
         message=f"keys and values may hold at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB "
         "together: a pod's annotations may hold 256 KiB, and the operator adds its own",
         check=lambda a: _annotations_bytes(a) <= MAX_POD_ANNOTATIONS_BYTES,

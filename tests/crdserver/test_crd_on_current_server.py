@@ -218,8 +218,8 @@ def test_bad_input_corpus(server: crd_server.CrdServer, case: Case) -> None:
 def test_pod_annotations_are_counted_in_bytes(
     server: crd_server.CrdServer, value: str, accepted: bool
 ) -> None:
-    """The size rule uses join() and bytes() of Kubernetes' CEL (cel-python lacks join): this
-    server counts what Kubernetes counts, keys and values in bytes."""
+    """The size rule uses sum() of Kubernetes' CEL (cel-python lacks it): this server counts
+    what Kubernetes counts, keys and values in bytes."""
     doc = copy.deepcopy(_pddeployments(REPO / "examples" / "deepseek-v3-pp2.yaml")[0])
     doc["metadata"]["namespace"] = "default"
     doc["spec"]["decode"]["podAnnotations"] = {"a": value}

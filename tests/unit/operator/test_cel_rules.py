@@ -23,12 +23,12 @@ Json = dict[str, Any]
 _ENV = celpy.Environment()
 
 
-def _join(items: Any, separator: Any = "") -> celpy.celtypes.StringType:
-    return celpy.celtypes.StringType(str(separator).join(str(i) for i in items))
+def _sum(items: Any) -> celpy.celtypes.IntType:
+    return celpy.celtypes.IntType(sum(int(i) for i in items))
 
 
-#: Kubernetes' CEL libraries that rules use and cel-python lacks (the strings library's join).
-K8S_FUNCTIONS = {"join": _join}
+#: Kubernetes' CEL libraries that rules use and cel-python lacks (the lists library's sum).
+K8S_FUNCTIONS = {"sum": _sum}
 
 
 def _validations(schema: Json, obj: Any, path: str = "") -> Iterator[tuple[str, Json, Any]]:
