@@ -229,7 +229,8 @@ def test_pod_annotations_are_counted_in_bytes(
         return
     assert status == 422, (status, message[:500])
     rule = rules_for("RoleSpec", "podAnnotations")[2].message
-    assert f'spec.decode.podAnnotations: Invalid value: "object": {rule}' in message, message
+    assert "spec.decode.podAnnotations: Invalid value: " in message, message
+    assert rule in message, message
 
 
 def test_the_corpus_covers_both_server_points() -> None:
