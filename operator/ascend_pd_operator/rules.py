@@ -184,13 +184,37 @@ def _with_control(args: list[str]) -> list[str]:
     return _matching(CONTROL_CHARACTER_PATTERN, args)
 
 
-def _keys_cel(pattern: str) -> str:
-    return f"self.all(k, k.matches('{pattern}') && k.matches('{PREFIX_LENGTH_PATTERN}'))"
-
-
 def _bad_keys(pattern: str, keys: Collection[str]) -> list[str]:
     good = set(_matching(pattern, _matching(PREFIX_LENGTH_PATTERN, keys)))
     return [k for k in keys if k not in good]
+
+
+def _keys_rule(field: str, pattern: str, keys_are: str) -> Rule:
+    """Every key of the RoleSpec map ``field`` is a qualified name of ``pattern``."""
+    return Rule(
+        where="RoleSpec",
+        field=field,
+        cel=f"self.all(k, k.matches('{pattern}') && k.matches('{PREFIX_LENGTH_PATTERN}'))",
+        message=f"keys must be {keys_are}",
+        check=lambda keys: not _bad_keys(pattern, keys),
+        detail=lambda keys: _got(_bad_keys(pattern, keys)),
+    )
+
+
+def _owned_rule(field: str, cel: str, owned: str, found: Callable[[Any], list[str]]) -> Rule:
+    """The RoleSpec field ``field`` sets nothing the operator does (``found`` lists what)."""
+    return Rule(
+        where="RoleSpec",
+        field=field,
+        cel=cel,
+        message=f"may not set {owned}",
+        check=lambda value: not found(value),
+        detail=lambda value: _got(found(value)),
+    )
+
+
+def _cel_list(texts: Iterable[str]) -> str:
+    return "[" + ", ".join(f"'{t}'" for t in texts) + "]"
 
 
 def _owned_annotations(keys: Collection[str]) -> list[str]:
@@ -283,23 +307,13 @@ RULES: tuple[Rule, ...] = (
         check=lambda r: not _with_control(r.extra_args),
         detail=lambda r: _got(_with_control(r.extra_args)),
     ),
-    Rule(
-        where="RoleSpec",
-        field="podAnnotations",
-        cel=_keys_cel(ANNOTATION_KEY_PATTERN),
-        message=f"keys must be annotation keys: {QUALIFIED_NAME}",
-        check=lambda a: not _bad_keys(ANNOTATION_KEY_PATTERN, a),
-        detail=lambda a: _got(_bad_keys(ANNOTATION_KEY_PATTERN, a)),
-    ),
-    Rule(
-        where="RoleSpec",
-        field="podAnnotations",
-        cel="self.all(k, !(k in ["
-        + ", ".join(f"'{k}'" for k in POD_ANNOTATIONS)
-        + f"]) && !k.matches('{OWNED_ANNOTATION_PREFIX_PATTERN}'))",
-        message=f"may not set annotations the operator owns: {OWNED_ANNOTATIONS}",
-        check=lambda a: not _owned_annotations(a),
-        detail=lambda a: _got(_owned_annotations(a)),
+    _keys_rule("podAnnotations", ANNOTATION_KEY_PATTERN, f"annotation keys: {QUALIFIED_NAME}"),
+    _owned_rule(
+        "podAnnotations",
+        f"self.all(k, !(k in {_cel_list(POD_ANNOTATIONS)}) && "
+        f"!k.matches('{OWNED_ANNOTATION_PREFIX_PATTERN}'))",
+        f"annotations the operator owns: {OWNED_ANNOTATIONS}",
+        _owned_annotations,
     ),
     Rule(
         where="RoleSpec",
@@ -313,15 +327,12 @@ RULES: tuple[Rule, ...] = (
         check=lambda a: _annotations_bytes(a) <= MAX_POD_ANNOTATIONS_BYTES,
         detail=lambda a: f"got {_annotations_bytes(a)} bytes",
     ),
-    Rule(
-        where="RoleSpec",
-        field="env",
-        cel=f"self.all(e, !e.name.startsWith('{ec.PREFIX}') && !(e.name in ["
-        + ", ".join(f"'{n}'" for n in ec.LAUNCHER_EXPORTS)
-        + "]))",
-        message=f"may not set variables the operator owns: {OWNED_ENV}",
-        check=lambda env: not _owned_env(env),
-        detail=lambda env: _got(_owned_env(env)),
+    _owned_rule(
+        "env",
+        f"self.all(e, !e.name.startsWith('{ec.PREFIX}') && "
+        f"!(e.name in {_cel_list(ec.LAUNCHER_EXPORTS)}))",
+        f"variables the operator owns: {OWNED_ENV}",
+        _owned_env,
     ),
     Rule(
         where="EnvVar",
@@ -331,13 +342,8 @@ RULES: tuple[Rule, ...] = (
         check=lambda e: e.value_from is None or not e.value,
         detail=lambda e: f"name {e.name!r}",
     ),
-    Rule(
-        where="RoleSpec",
-        field="nodeSelector",
-        cel=_keys_cel(LABEL_KEY_PATTERN),
-        message=f"keys must be label keys: {QUALIFIED_NAME}; the prefix in lowercase",
-        check=lambda s: not _bad_keys(LABEL_KEY_PATTERN, s),
-        detail=lambda s: _got(_bad_keys(LABEL_KEY_PATTERN, s)),
+    _keys_rule(
+        "nodeSelector", LABEL_KEY_PATTERN, f"label keys: {QUALIFIED_NAME}; the prefix in lowercase"
     ),
     Rule(
         where="Ascend",
