@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ascend_pd_runtime import env_contract as ec
+import ascend_pd_runtime.env_contract as ec
 from ascend_pd_runtime.layout import (
     SGLANG_PP_PREFILL_DRAFT,
     SUPPORTED_SGLANG_MAX,
