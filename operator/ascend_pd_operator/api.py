@@ -17,10 +17,12 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.functional_validators import PlainValidator
 
 from ascend_pd_runtime.layout import SpeculativeAlgorithm
 
@@ -39,10 +41,14 @@ from .rules import (
     MAX_MAP_ENTRIES,
     MAX_NAME_PART_LENGTH,
     MAX_POD_ANNOTATIONS_BYTES,
+    MAX_QUANTITY_LENGTH,
     MAX_REPLICAS,
     OWNED_ANNOTATIONS,
     OWNED_ENV,
     QUALIFIED_NAME,
+    QUANTITY,
+    QUANTITY_PATTERN,
+    is_quantity,
     violations,
 )
 
@@ -96,6 +102,48 @@ def _list(description: str, **kwargs: Any) -> Any:
 LabelValue = Annotated[str, Field(max_length=MAX_NAME_PART_LENGTH, pattern=LABEL_VALUE_PATTERN)]
 #: An annotation value: any text; the bound is the annotations' total (a rule of ``rules``).
 AnnotationValue = Annotated[str, Field(max_length=MAX_POD_ANNOTATIONS_BYTES)]
+
+
+def _quantity(value: Any) -> int | str:
+    if not is_quantity(value):
+        raise ValueError(f"must be a resource quantity: {QUANTITY}")
+    return value  # type: ignore[no-any-return]
+
+
+#: A resource quantity: an integer, or a string as Kubernetes writes one. In the CRD an
+#: int-or-string like Kubernetes' own (a fraction is written as a string).
+Quantity = Annotated[
+    int | str,
+    PlainValidator(_quantity),
+    WithJsonSchema({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "x-kubernetes-int-or-string": True,
+        "minimum": 0,
+        "maxLength": MAX_QUANTITY_LENGTH,
+        "pattern": QUANTITY_PATTERN,
+    }),
+]  # fmt: skip
+
+
+class ResourceRequirements(_Model):
+    """Container resources, as in a pod (core/v1 ResourceRequirements, without claims)."""
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description=f"Resources the container is scheduled with: name to quantity ({QUANTITY}).",
+        json_schema_extra={"default": {}},
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description=f"Most of each resource the container may use: name to quantity ({QUANTITY}).",
+        json_schema_extra={"default": {}},
+    )
+
+    def manifest(self) -> Json:
+        """The pod's ``resources``: only the maps that hold something."""
+        return self.model_dump(by_alias=True, exclude_defaults=True)
 
 
 # --- model ----------------------------------------------------------------------------
@@ -279,7 +327,11 @@ class RoleSpec(_Model):
         json_schema_extra={"items": {"type": "integer", "minimum": 1}},
     )
     devices_per_node: int = Field(8, ge=1, le=64, description="NPUs per pod; one pod per node.")
-    resources: Json = _free("Extra container resources (the NPU resource is added).")
+    resources: ResourceRequirements = _sub(
+        ResourceRequirements,
+        "Extra container resources; the NPUs (ascend.resourceName, devicesPerNode of them) "
+        "are added as request and limit, and may not be given here.",
+    )
     node_selector: dict[str, LabelValue] = Field(
         default_factory=dict,
         max_length=MAX_MAP_ENTRIES,
@@ -321,7 +373,7 @@ class Router(_Model):
         "cache_aware", description="Routing policy."
     )
     port: int = Field(8000, ge=1, le=65535, description="Router HTTP port (and Service port).")
-    resources: Json = _free("Router container resources.")
+    resources: ResourceRequirements = _sub(ResourceRequirements, "Router container resources.")
 
 
 class Ascend(_Model):

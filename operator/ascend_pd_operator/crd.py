@@ -65,6 +65,8 @@ def _structural(node: Any, defs: Json) -> Any:
     if not isinstance(node, dict):
         return node
     node = dict(node)
+    if node.get("x-kubernetes-int-or-string"):
+        return node  # Kubernetes' one structural anyOf (integer or string)
     if "anyOf" in node:
         variants = [v for v in node.pop("anyOf") if v.get("type") != "null"]
         if len(variants) != 1:

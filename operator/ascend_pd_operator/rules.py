@@ -95,6 +95,17 @@ ENV_NAME_PATTERN = "^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 MAX_ENV = 128
 MAX_ENV_NAME_LENGTH = 256
 
+#: A resource quantity written as a string, as Kubernetes parses one (resource.Quantity),
+#: never negative (a container's resources may not be): digits with an optional fraction,
+#: then a binary (Ki..Ei) or decimal (n, u, m, k, M..E) suffix or a decimal exponent.
+_NUMBER = "(([0-9]+([.][0-9]*)?)|([.][0-9]+))"
+QUANTITY_PATTERN = f"^[+]?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_NUMBER}))?$"
+MAX_QUANTITY_LENGTH = 64
+#: What a quantity is, in words (the pydantic message, the API's descriptions).
+QUANTITY = "an integer or a string such as 500m, 64Gi or 1.5 (a fraction as a string), not negative"
+#: The container resources Kubernetes knows besides extended resources (<domain>/<name>).
+STANDARD_RESOURCE_PATTERN = "^(cpu|memory|ephemeral-storage|hugepages-[^/]+)$"
+
 #: Entries of a map that reaches a pod (podAnnotations, nodeSelector): far more than a pod
 #: needs, and a bound the API server's CEL cost estimate needs.
 MAX_MAP_ENTRIES = 64
@@ -215,6 +226,51 @@ def _owned_rule(field: str, cel: str, owned: str, found: Callable[[Any], list[st
 
 def _cel_list(texts: Iterable[str]) -> str:
     return "[" + ", ".join(f"'{t}'" for t in texts) + "]"
+
+
+def is_quantity(value: Any) -> bool:
+    """What the schema's int-or-string with QUANTITY_PATTERN accepts."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return False
+    if isinstance(value, int):
+        return value >= 0
+    return len(value) <= MAX_QUANTITY_LENGTH and bool(_matching(QUANTITY_PATTERN, [value]))
+
+
+def _bad_resource_names(names: Collection[str]) -> list[str]:
+    standard = set(_matching(STANDARD_RESOURCE_PATTERN, names))
+    extended = set(_matching(EXTENDED_RESOURCE_PATTERN, names))
+    return [
+        n
+        for n in names
+        if n not in standard
+        and (n not in extended or len(n) > EXTENDED_RESOURCE_MAX_LENGTH or _native_resource(n))
+    ]
+
+
+def _resource_names_rule(field: str) -> Rule:
+    """The keys of a ResourceRequirements map are resource names a container may have."""
+    return Rule(
+        where="ResourceRequirements",
+        field=field,
+        cel=f"self.all(n, n.matches('{STANDARD_RESOURCE_PATTERN}') || "
+        f"(size(n) <= {EXTENDED_RESOURCE_MAX_LENGTH} && n.matches('{EXTENDED_RESOURCE_PATTERN}') "
+        "&& !n.contains('kubernetes.io/') && !n.startsWith('requests.')))",
+        message="keys must be resource names: cpu, memory, ephemeral-storage, hugepages-<size>, "
+        "or an extended resource <domain>/<name> outside kubernetes.io/",
+        check=lambda names: not _bad_resource_names(names),
+        detail=lambda names: _got(_bad_resource_names(names)),
+    )
+
+
+def _npus_in_resources(s: Any) -> list[str]:
+    npu = s.ascend.resource_name
+    return [
+        f"{role}.resources.{kind}"
+        for role in ("prefill", "decode")
+        for kind in ("requests", "limits")
+        if npu in getattr(s.role(role).resources, kind)
+    ]
 
 
 def _owned_annotations(keys: Collection[str]) -> list[str]:
@@ -345,6 +401,8 @@ RULES: tuple[Rule, ...] = (
     _keys_rule(
         "nodeSelector", LABEL_KEY_PATTERN, f"label keys: {QUALIFIED_NAME}; the prefix in lowercase"
     ),
+    _resource_names_rule("requests"),
+    _resource_names_rule("limits"),
     Rule(
         where="Ascend",
         # has(): the API server evaluates rules on the schema's defaults as written.
@@ -432,6 +490,15 @@ RULES: tuple[Rule, ...] = (
             f"prefill pipeline {s.prefill.parallelism.pipeline}, kvLoraRank "
             f"{s.model.config.kv_lora_rank if s.model.config else '?'}"
         ),
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel="[self.prefill.resources, self.decode.resources].all(r, "
+        "!(self.ascend.resourceName in r.requests) && !(self.ascend.resourceName in r.limits))",
+        message="prefill.resources and decode.resources may not set the NPUs (the resource "
+        "ascend.resourceName): devicesPerNode sets their request and limit",
+        check=lambda s: not _npus_in_resources(s),
+        detail=lambda s: f"{s.ascend.resource_name} in {', '.join(_npus_in_resources(s))}",
     ),
 )
 

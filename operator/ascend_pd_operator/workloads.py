@@ -104,13 +104,9 @@ def _ports(role: str, index: int) -> list[Json]:
 
 
 def _resources(spec: PDDeploymentSpec, role: str) -> Json:
-    r = spec.role(role)
-    npus = str(r.devices_per_node)
-    name = spec.ascend.resource_name
-    requests = {**r.resources.get("requests", {}), name: npus}
-    limits = {**r.resources.get("limits", {}), name: npus}
-    rest = {k: v for k, v in r.resources.items() if k not in ("requests", "limits")}
-    return {**rest, "requests": requests, "limits": limits}
+    r = spec.role(role).resources
+    npus = {spec.ascend.resource_name: str(spec.role(role).devices_per_node)}
+    return {"requests": {**r.requests, **npus}, "limits": {**r.limits, **npus}}
 
 
 def _volumes(owner: Owner, spec: PDDeploymentSpec) -> tuple[list[Json], list[Json]]:

@@ -108,6 +108,8 @@ OWNED_ANNOTATION = _msg("RoleSpec", 1, "podAnnotations")
 ANNOTATIONS_SIZE = _msg("RoleSpec", 2, "podAnnotations")
 LABEL_KEY = _msg("RoleSpec", 0, "nodeSelector")
 OWNED_ENV = _msg("RoleSpec", 0, "env")
+RESOURCE_NAME = _msg("ResourceRequirements", 0, "requests")
+NPUS_IN_RESOURCES = _msg("PDDeploymentSpec", 4)
 #: A DNS subdomain of exactly 253 characters, and one of 254.
 PREFIX_253 = ".".join(["a" * 63] * 4)[:251] + "bc"
 PREFIX_254 = PREFIX_253 + "d"
@@ -253,6 +255,18 @@ INVALID += [
      _set("spec.prefill.env", [{"name": "A", "value": "1",
                                 "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
      _msg("EnvVar")),
+    ("the NPUs in prefill's requests",
+     _set("spec.prefill.resources", {"requests": {"huawei.com/Ascend910": "4", "cpu": 8}}),
+     NPUS_IN_RESOURCES),
+    ("the NPUs in decode's limits",
+     _set("spec.decode.resources", {"limits": {"huawei.com/Ascend910": 8}}), NPUS_IN_RESOURCES),
+    ("a resource without a domain", _set("spec.prefill.resources", {"requests": {"gpu": 1}}),
+     RESOURCE_NAME),
+    ("a resource in kubernetes.io",
+     _set("spec.decode.resources", {"limits": {"kubernetes.io/x": 1}}),
+     _msg("ResourceRequirements", 0, "limits")),
+    ("a router resource with a space",
+     _set("spec.router.resources", {"requests": {"my cpu": "1"}}), RESOURCE_NAME),
     ("node selector key with a space", _set("spec.prefill.nodeSelector", {"my zone": "a"}),
      LABEL_KEY),
     ("node selector prefix with capitals",
@@ -325,6 +339,29 @@ VALID: list[tuple[str, Mutation]] = [
                 {"name": "ASCEND_PDX"},
                 {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             ],
+        ),
+    ),
+    (
+        "resources of every kind, quantities as integers and strings",
+        _set(
+            "spec.prefill.resources",
+            {
+                "requests": {
+                    "cpu": "500m",
+                    "memory": "64Gi",
+                    "hugepages-2Mi": "1Gi",
+                    "example.com/rdma": 1,
+                    "ephemeral-storage": "1.5e3",
+                },
+                "limits": {"cpu": 4, "example.com/rdma": 1},
+            },
+        ),
+    ),
+    (
+        "the NPU resource is ascend.resourceName's: another name is the user's",
+        _all(
+            _set("spec.ascend.resourceName", "example.com/npu"),
+            _set("spec.decode.resources", {"limits": {"huawei.com/Ascend910": 1}}),
         ),
     ),
     ("annotations of exactly 255 KiB", _annotations("decode", {"a": "x" * (255 * 1024 - 1)})),
@@ -516,3 +553,33 @@ def test_env_names_are_checked_by_the_schema(name: str, ok: bool) -> None:
     schema = openapi_schema()["properties"]["spec"]["properties"]["prefill"]["properties"]["env"]
     names = schema["items"]["properties"]["name"]
     assert (len(name) <= names["maxLength"] and bool(re.search(names["pattern"], name))) == ok
+
+
+@pytest.mark.parametrize(
+    ("quantity", "ok"),
+    [(0, True), (4, True), ("1", True), ("500m", True), ("1.5", True), ("64Gi", True),
+     ("1e3", True), (".5", True), ("+1", True), ("1E", True), ("2e-3", True), ("1.", True),
+     (-1, False), ("-1", False), ("1.5.5", False), ("Gi", False), ("1GB", False), ("", False),
+     ("1 Gi", False), ("0x10", False), ("1" * 65, False), (0.5, False), (True, False),
+     ("1.5e3M", False), (None, False)],
+)  # fmt: skip
+def test_quantities_are_checked_by_the_schema(quantity: Any, ok: bool) -> None:
+    """resource.Quantity's syntax, never negative; an int-or-string in the CRD (a fraction is
+    written as a string), refused by the schema on every Kubernetes."""
+    import re
+
+    resource = copy.deepcopy(base())
+    resource["spec"]["prefill"]["resources"] = {"limits": {"cpu": quantity}}
+    assert (pydantic_error(resource) == "") == ok, pydantic_error(resource)
+    schema = openapi_schema()["properties"]["spec"]["properties"]["prefill"]["properties"]
+    values = schema["resources"]["properties"]["limits"]["additionalProperties"]
+    assert values["x-kubernetes-int-or-string"] is True
+    if isinstance(quantity, bool) or not isinstance(quantity, int | str):
+        schema_ok = False
+    elif isinstance(quantity, int):
+        schema_ok = quantity >= values["minimum"]
+    else:
+        schema_ok = len(quantity) <= values["maxLength"] and bool(
+            re.search(values["pattern"], quantity)
+        )
+    assert schema_ok == ok
