@@ -263,12 +263,15 @@ def _resource_names_rule(field: str) -> Rule:
     )
 
 
+#: The resource maps of both roles (one CEL list cannot hold both: each path has its type).
+_ROLE_RESOURCES = [(r, kind) for r in ("prefill", "decode") for kind in ("requests", "limits")]
+
+
 def _npus_in_resources(s: Any) -> list[str]:
     npu = s.ascend.resource_name
     return [
         f"{role}.resources.{kind}"
-        for role in ("prefill", "decode")
-        for kind in ("requests", "limits")
+        for role, kind in _ROLE_RESOURCES
         if npu in getattr(s.role(role).resources, kind)
     ]
 
@@ -493,8 +496,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         where="PDDeploymentSpec",
-        cel="[self.prefill.resources, self.decode.resources].all(r, "
-        "!(self.ascend.resourceName in r.requests) && !(self.ascend.resourceName in r.limits))",
+        cel=" && ".join(
+            f"!(self.ascend.resourceName in self.{role}.resources.{kind})"
+            for role, kind in _ROLE_RESOURCES
+        ),
         message="prefill.resources and decode.resources may not set the NPUs (the resource "
         "ascend.resourceName): devicesPerNode sets their request and limit",
         check=lambda s: not _npus_in_resources(s),
