@@ -106,8 +106,8 @@ QUANTITY = "an integer or a string such as 500m, 64Gi or 1.5 (a fraction as a st
 #: The container resources Kubernetes knows besides extended resources (<domain>/<name>).
 STANDARD_RESOURCE_PATTERN = "^(cpu|memory|ephemeral-storage|hugepages-[^/]+)$"
 
-#: Entries of a map that reaches a pod (podAnnotations, nodeSelector): far more than a pod
-#: needs, and a bound the API server's CEL cost estimate needs.
+#: Entries of a map that reaches a pod (podAnnotations, nodeSelector, resources): far more
+#: than a pod needs, and a bound the API server's CEL cost estimate needs.
 MAX_MAP_ENTRIES = 64
 #: Kubernetes allows 256 KiB of annotations per object (keys and values, in bytes); 1 KiB of
 #: it stays free for the annotations the operator adds to a runtime pod itself.
@@ -255,7 +255,7 @@ def _resource_names_rule(field: str) -> Rule:
         field=field,
         cel=f"self.all(n, n.matches('{STANDARD_RESOURCE_PATTERN}') || "
         f"(size(n) <= {EXTENDED_RESOURCE_MAX_LENGTH} && n.matches('{EXTENDED_RESOURCE_PATTERN}') "
-        "&& !n.contains('kubernetes.io/') && !n.startsWith('requests.')))",
+        f"&& {_not_native_cel('n')}))",
         message="keys must be resource names: cpu, memory, ephemeral-storage, hugepages-<size>, "
         "or an extended resource <domain>/<name> outside kubernetes.io/",
         check=lambda names: not _bad_resource_names(names),
@@ -311,6 +311,11 @@ QUALIFIED_NAME = (
 def _native_resource(name: str) -> bool:
     """In Kubernetes' own namespace, or quota's ``requests.`` prefix: not an extended name."""
     return "kubernetes.io/" in name or name.startswith("requests.")
+
+
+def _not_native_cel(name: str) -> str:
+    """``not _native_resource(name)`` in CEL."""
+    return f"!{name}.contains('kubernetes.io/') && !{name}.startsWith('requests.')"
 
 
 RULES: tuple[Rule, ...] = (
@@ -409,8 +414,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         where="Ascend",
         # has(): the API server evaluates rules on the schema's defaults as written.
-        cel="!has(self.resourceName) || (!self.resourceName.contains('kubernetes.io/') && "
-        "!self.resourceName.startsWith('requests.'))",
+        cel=f"!has(self.resourceName) || ({_not_native_cel('self.resourceName')})",
         message="ascend.resourceName must be an extended resource name outside Kubernetes' "
         "own kubernetes.io/ namespace and the requests. prefix",
         check=lambda a: not _native_resource(a.resource_name),
