@@ -9,31 +9,49 @@ and snake_case in Python; every field has a description for ``kubectl explain``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.functional_validators import PlainValidator
 
 from ascend_pd_runtime.layout import SpeculativeAlgorithm
 
+# The API's identity is vocabulary (owner references name it): naming holds it, api serves it.
+from .naming import API_VERSION as API_VERSION
+from .naming import GROUP as GROUP
+from .naming import KIND as KIND
+from .naming import VERSION as VERSION
 from .rules import (
+    ENV_NAME_PATTERN,
     EXTENDED_RESOURCE_MAX_LENGTH,
     EXTENDED_RESOURCE_PATTERN,
+    LABEL_VALUE_PATTERN,
+    MAX_ENV,
+    MAX_ENV_NAME_LENGTH,
+    MAX_MAP_ENTRIES,
+    MAX_NAME_PART_LENGTH,
+    MAX_POD_ANNOTATIONS_BYTES,
+    MAX_QUANTITY_LENGTH,
     MAX_REPLICAS,
+    OWNED_ANNOTATIONS,
+    OWNED_ENV,
+    QUALIFIED_NAME,
+    QUANTITY,
+    QUANTITY_PATTERN,
+    is_quantity,
     violations,
 )
 
-GROUP = "ascendpd.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "PDDeployment"
 PLURAL = "pddeployments"
 SINGULAR = "pddeployment"
 SHORT_NAMES = ("pdd",)
@@ -47,6 +65,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
     )
+
+    @field_validator("*")
+    @classmethod
+    def _field_rules(cls, value: Any, info: ValidationInfo) -> Any:
+        problems = violations(cls.__name__, value, to_camel(info.field_name or ""))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
     @model_validator(mode="after")
     def _rules(self) -> Any:
@@ -70,6 +96,54 @@ def _list(description: str, **kwargs: Any) -> Any:
     """A list defaulting to ``[]`` in the CRD too, so CEL rules can read it unguarded."""
     extra = {"default": [], **kwargs.pop("json_schema_extra", {})}
     return Field(default_factory=list, description=description, json_schema_extra=extra, **kwargs)
+
+
+#: A label value: a name of at most 63 characters, or empty (Kubernetes' label syntax).
+LabelValue = Annotated[str, Field(max_length=MAX_NAME_PART_LENGTH, pattern=LABEL_VALUE_PATTERN)]
+#: An annotation value: any text; the bound is the annotations' total (a rule of ``rules``).
+AnnotationValue = Annotated[str, Field(max_length=MAX_POD_ANNOTATIONS_BYTES)]
+
+
+def _quantity(value: Any) -> int | str:
+    if not is_quantity(value):
+        raise ValueError(f"must be a resource quantity: {QUANTITY}")
+    return value  # type: ignore[no-any-return]
+
+
+#: A resource quantity: an integer, or a string as Kubernetes writes one. In the CRD an
+#: int-or-string like Kubernetes' own (a fraction is written as a string).
+Quantity = Annotated[
+    int | str,
+    PlainValidator(_quantity),
+    WithJsonSchema({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "x-kubernetes-int-or-string": True,
+        "minimum": 0,
+        "maxLength": MAX_QUANTITY_LENGTH,
+        "pattern": QUANTITY_PATTERN,
+    }),
+]  # fmt: skip
+
+
+class ResourceRequirements(_Model):
+    """Container resources, as in a pod (core/v1 ResourceRequirements, without claims)."""
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description=f"Resources the container is scheduled with: name to quantity ({QUANTITY}).",
+        json_schema_extra={"default": {}},
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description=f"Most of each resource the container may use: name to quantity ({QUANTITY}).",
+        json_schema_extra={"default": {}},
+    )
+
+    def manifest(self) -> Json:
+        """The pod's ``resources``: only the maps that hold something."""
+        return self.model_dump(by_alias=True, exclude_defaults=True)
 
 
 # --- model ----------------------------------------------------------------------------
@@ -223,6 +297,23 @@ class Parallelism(_Model):
     data: int = Field(1, ge=1, le=1024, description="Data parallel size (--dp-size).")
 
 
+class EnvVar(_Model):
+    """An extra env var of the runtime container, as in a pod (core/v1 EnvVar)."""
+
+    name: str = Field(
+        ...,
+        max_length=MAX_ENV_NAME_LENGTH,
+        pattern=ENV_NAME_PATTERN,
+        description="Variable name: letters, digits, '_', '-', '.', not starting with a digit.",
+    )
+    value: str = Field("", description="Value; $(VAR) references expand as in any pod.")
+    value_from: Json | None = Field(
+        None,
+        description="Source of the value instead of value (fieldRef, resourceFieldRef, "
+        "configMapKeyRef or secretKeyRef), passed to the pod as given.",
+    )
+
+
 class RoleSpec(_Model):
     """One role (prefill or decode): independent instances of tensor × pipeline NPUs."""
 
@@ -236,15 +327,31 @@ class RoleSpec(_Model):
         json_schema_extra={"items": {"type": "integer", "minimum": 1}},
     )
     devices_per_node: int = Field(8, ge=1, le=64, description="NPUs per pod; one pod per node.")
-    resources: Json = _free("Extra container resources (the NPU resource is added).")
-    node_selector: dict[str, str] = _free("Pod nodeSelector.")
-    pod_annotations: dict[str, str] = _free(
-        "Extra annotations on this role's pods (ours win on a clash); changing them rolls "
-        "the role's instances like any template change."
+    resources: ResourceRequirements = _sub(
+        ResourceRequirements,
+        "Extra container resources; the NPUs (ascend.resourceName, devicesPerNode of them) "
+        "are added as request and limit, and may not be given here.",
+    )
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description=f"Pod nodeSelector (the model inspector's too). Keys are label keys: "
+        f"{QUALIFIED_NAME}, the prefix in lowercase; values are such names, or empty.",
+    )
+    pod_annotations: dict[str, AnnotationValue] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description="Extra annotations on this role's pods; changing them rolls the role's "
+        f"instances like any template change. Keys are annotation keys: {QUALIFIED_NAME}. "
+        f"Keys and values together at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB. Refused, "
+        f"the operator's: {OWNED_ANNOTATIONS}.",
     )
     tolerations: list[Json] = _list("Pod tolerations.")
     affinity: Json = _free("Pod affinity.")
-    env: list[Json] = _list("Extra container env vars.")
+    env: list[EnvVar] = _list(
+        f"Extra container env vars. Refused, the operator's: {OWNED_ENV}.",
+        max_length=MAX_ENV,
+    )
     extra_args: list[str] = _list(
         "Extra SGLang server arguments; may not set flags the operator manages.",
         max_length=64,
@@ -266,7 +373,7 @@ class Router(_Model):
         "cache_aware", description="Routing policy."
     )
     port: int = Field(8000, ge=1, le=65535, description="Router HTTP port (and Service port).")
-    resources: Json = _free("Router container resources.")
+    resources: ResourceRequirements = _sub(ResourceRequirements, "Router container resources.")
 
 
 class Ascend(_Model):

@@ -65,6 +65,8 @@ def _structural(node: Any, defs: Json) -> Any:
     if not isinstance(node, dict):
         return node
     node = dict(node)
+    if node.get("x-kubernetes-int-or-string"):
+        return node  # Kubernetes' one structural anyOf (integer or string)
     if "anyOf" in node:
         variants = [v for v in node.pop("anyOf") if v.get("type") != "null"]
         if len(variants) != 1:
@@ -112,11 +114,11 @@ def _complete_default(schema: Json) -> Json:
     }
 
 
-def _attach_rules(defs: Json, with_cel: bool) -> None:
-    for name, schema in defs.items():
-        rules = [r for r in RULES if r.where == name]
-        if with_cel and rules:
-            schema["x-kubernetes-validations"] = [_cel(r) for r in rules]
+def _attach_rules(name: str, schema: Json) -> None:
+    """The CEL of the rules on object ``name``: on its schema, or on its field's."""
+    for rule in (r for r in RULES if r.where == name):
+        node = schema["properties"][rule.field] if rule.field else schema
+        node.setdefault("x-kubernetes-validations", []).append(_cel(rule))
 
 
 def _cel(rule: Rule) -> Json:
@@ -126,12 +128,11 @@ def _cel(rule: Rule) -> Json:
 def _schema(model: type[BaseModel], with_cel: bool) -> Json:
     raw = model.model_json_schema(by_alias=True)
     defs = raw.get("$defs", {})
-    _attach_rules(defs, with_cel)
     top = {k: v for k, v in raw.items() if k != "$defs"}
     if with_cel:
-        rules = [r for r in RULES if r.where == model.__name__]
-        if rules:
-            top["x-kubernetes-validations"] = [_cel(r) for r in rules]
+        for name, schema in defs.items():
+            _attach_rules(name, schema)
+        _attach_rules(model.__name__, top)
     result: Json = _structural(top, defs)
     return result
 

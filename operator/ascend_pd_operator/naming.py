@@ -9,11 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import api
-
 Json = dict[str, Any]
 
-PREFIX = "ascendpd.io"
+#: The PDDeployment API's group and version (``api`` serves them; owner references name them).
+GROUP = "ascendpd.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "PDDeployment"
+
+#: Our labels and annotations live under the API group's name.
+PREFIX = GROUP
 #: Every object of ours carries it; the child watches select by it.
 LABEL_DEPLOYMENT = f"{PREFIX}/deployment"
 #: prefill or decode, on runtime objects only (their selectors use it).
@@ -37,6 +42,11 @@ LABEL_ROUTABLE = f"{PREFIX}/routable"
 #: sglang-router 0.3.0 to 0.3.2 read this one name (``from_cli_args`` sets it; no flag
 #: changes it), so it is theirs, not under our prefix.
 ANNOTATION_BOOTSTRAP_PORT = "sglang.ai/bootstrap-port"
+#: Volcano's name of the PodGroup a pod belongs to (with ``scheduling.gang: volcano``).
+ANNOTATION_VOLCANO_GROUP = "scheduling.k8s.io/group-name"
+#: Every annotation the operator sets on runtime pods. A user's podAnnotations may set none
+#: of them (ours would win, the user's value would be lost), nor any key under PREFIX.
+POD_ANNOTATIONS = (ANNOTATION_BOOTSTRAP_PORT, ANNOTATION_VOLCANO_GROUP)
 #: The model path an inspector Job read, and its stored facts describe.
 ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
 #: The PDDeployment generation an inspector Job was started for: a failed inspection is
@@ -150,8 +160,8 @@ class Owner:
             return []
         return [
             {
-                "apiVersion": api.API_VERSION,
-                "kind": api.KIND,
+                "apiVersion": API_VERSION,
+                "kind": KIND,
                 "name": self.name,
                 "uid": self.uid,
                 "controller": True,

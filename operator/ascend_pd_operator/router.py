@@ -90,8 +90,8 @@ def router_deployment(owner: Owner, spec: PDDeploymentSpec, serving: str) -> Jso
         "readinessProbe": probe,
         "livenessProbe": {**probe, "failureThreshold": 6},
     }
-    if spec.router.resources:
-        container["resources"] = dict(spec.router.resources)
+    if resources := spec.router.resources.manifest():
+        container["resources"] = resources
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -12,16 +12,19 @@ reconcile through the runtime's layout core, never here.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import ascend_pd_runtime.env_contract as ec
 from ascend_pd_runtime.layout import (
     SGLANG_PP_PREFILL_DRAFT,
     SUPPORTED_SGLANG_MAX,
     SUPPORTED_SGLANG_MIN,
     parse_sglang_version,
 )
+
+from .naming import POD_ANNOTATIONS, PREFIX
 
 #: StatefulSet names must leave room for the controller-revision-hash label (63 chars):
 #: 63 - len("-") - 10 (hash) = 52; the longest child is ``<name>-prefill-<index>``.
@@ -65,15 +68,52 @@ MANAGED_FLAG_PATTERN = f"(^|{_SPACE})--(" + "|".join(MANAGED_FLAGS) + f")(=|{_SP
 #: pattern is the regex text ``[\x00-\x1f\x7f]``; in CEL its backslashes are escaped.
 CONTROL_CHARACTER_PATTERN = "[\\\\x00-\\\\x1f\\\\x7f]"
 
-#: An extended resource name as Kubernetes validates one (IsExtendedResourceName): a
-#: DNS-subdomain prefix, '/', a name of at most 63 characters (alphanumeric at both ends;
-#: '-', '_', '.' inside). The prefix may be at most 244 characters, since quota's
-#: ``requests.<name>`` must stay a qualified name.
+#: Kubernetes' qualified names (label and annotation keys, extended resources): an optional
+#: DNS-subdomain prefix and '/', then a name of at most 63 characters, alphanumeric at both
+#: ends with '-', '_', '.' inside. A label value is such a name, or empty.
 _DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-EXTENDED_RESOURCE_PATTERN = (
-    f"^{_DNS_LABEL}([.]{_DNS_LABEL})*/([A-Za-z0-9][-A-Za-z0-9_.]{{0,61}})?[A-Za-z0-9]$"
-)
-EXTENDED_RESOURCE_MAX_LENGTH = 244 + 1 + 63
+_DNS_SUBDOMAIN = f"{_DNS_LABEL}([.]{_DNS_LABEL})*"
+_NAME = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+MAX_PREFIX_LENGTH = 253
+MAX_NAME_PART_LENGTH = 63
+LABEL_KEY_PATTERN = f"^({_DNS_SUBDOMAIN}/)?{_NAME}$"
+#: Kubernetes lowercases an annotation key before checking it: its prefix may hold capitals.
+_ANY_CASE_LABEL = "[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
+ANNOTATION_KEY_PATTERN = f"^({_ANY_CASE_LABEL}([.]{_ANY_CASE_LABEL})*/)?{_NAME}$"
+#: The prefix's length, which a regex of DNS labels cannot bound.
+PREFIX_LENGTH_PATTERN = f"^([^/]{{1,{MAX_PREFIX_LENGTH}}}/)?[^/]*$"
+LABEL_VALUE_PATTERN = f"^({_NAME})?$"
+#: An extended resource name (IsExtendedResourceName): a qualified name with a prefix of at
+#: most 244 characters, since quota's ``requests.<name>`` must stay a qualified name.
+EXTENDED_RESOURCE_PATTERN = f"^{_DNS_SUBDOMAIN}/{_NAME}$"
+EXTENDED_RESOURCE_MAX_LENGTH = 244 + 1 + MAX_NAME_PART_LENGTH
+
+#: A container env var's name as Kubernetes before 1.34 checks it (IsEnvVarName; later
+#: releases accept more, but the operator's StatefulSets must apply on 1.20 too).
+ENV_NAME_PATTERN = "^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+#: Extra env vars per container, and their names' length: bounds the CEL cost estimate needs.
+MAX_ENV = 128
+MAX_ENV_NAME_LENGTH = 256
+
+#: A resource quantity written as a string, as Kubernetes parses one (resource.Quantity),
+#: never negative (a container's resources may not be): digits with an optional fraction,
+#: then a binary (Ki..Ei) or decimal (n, u, m, k, M..E) suffix or a decimal exponent.
+_NUMBER = "(([0-9]+([.][0-9]*)?)|([.][0-9]+))"
+QUANTITY_PATTERN = f"^[+]?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_NUMBER}))?$"
+MAX_QUANTITY_LENGTH = 64
+#: What a quantity is, in words (the pydantic message, the API's descriptions).
+QUANTITY = "an integer or a string such as 500m, 64Gi or 1.5 (a fraction as a string), not negative"
+#: The container resources Kubernetes knows besides extended resources (<domain>/<name>).
+STANDARD_RESOURCE_PATTERN = "^(cpu|memory|ephemeral-storage|hugepages-[^/]+)$"
+
+#: Entries of a map that reaches a pod (podAnnotations, nodeSelector, resources): far more
+#: than a pod needs, and a bound the API server's CEL cost estimate needs.
+MAX_MAP_ENTRIES = 64
+#: Kubernetes allows 256 KiB of annotations per object (keys and values, in bytes); 1 KiB of
+#: it stays free for the annotations the operator adds to a runtime pod itself.
+MAX_POD_ANNOTATIONS_BYTES = 255 * 1024
+#: Annotations under our prefix (or a subdomain of it) are the operator's.
+OWNED_ANNOTATION_PREFIX_PATTERN = "^([^/]*[.])?" + PREFIX.replace(".", "[.]") + "/"
 
 _SUFFIX = "([.+-]?(post|rc|dev)?[0-9]*)?$"
 _lo, _hi = SUPPORTED_SGLANG_MIN[2], SUPPORTED_SGLANG_MAX[2]
@@ -85,13 +125,16 @@ NO_PP_PREFILL_DRAFT_PATTERN = "^v?0[.]5[.]1[0-9]" + _SUFFIX
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule on one schema object (``where`` is the pydantic class name, or ``root``)."""
+    """One rule on one schema object (``where`` is the pydantic class name, or ``root``), or
+    on one of its fields (``field``, the wire name): then ``self`` and the checked value are
+    the field's, and both enforcers' messages start with the field's path."""
 
     where: str
     cel: str
     message: str
     check: Callable[[Any], bool]
     detail: Callable[[Any], str]
+    field: str = ""
 
     def violation(self, obj: Any) -> str | None:
         """The pydantic-side message when ``obj`` breaks the rule, else None."""
@@ -134,21 +177,145 @@ def _mooncake_ok(s: Any) -> bool:
 
 
 def _regex(cel_literal: str) -> str:
-    """The regex a CEL string literal of ours denotes (CEL unescapes ``\\\\``)."""
-    return cel_literal.replace("\\\\", "\\")
+    """The regex a CEL string literal of ours denotes (CEL unescapes ``\\\\``), for Python:
+    RE2's ``$`` is the end of the text, Python's also matches before a final newline."""
+    return cel_literal.replace("\\\\", "\\").replace("$", "\\Z")
+
+
+def _matching(pattern: str, texts: Iterable[str]) -> list[str]:
+    """The texts a CEL ``matches`` of ``pattern`` (CEL literal text) is true for."""
+    return [t for t in texts if re.search(_regex(pattern), t)]
 
 
 def _managed(args: list[str]) -> list[str]:
-    return [a for a in args if re.search(_regex(MANAGED_FLAG_PATTERN), a)]
+    return _matching(MANAGED_FLAG_PATTERN, args)
 
 
 def _with_control(args: list[str]) -> list[str]:
-    return [a for a in args if re.search(_regex(CONTROL_CHARACTER_PATTERN), a)]
+    return _matching(CONTROL_CHARACTER_PATTERN, args)
+
+
+def _bad_keys(pattern: str, keys: Collection[str]) -> list[str]:
+    good = set(_matching(pattern, _matching(PREFIX_LENGTH_PATTERN, keys)))
+    return [k for k in keys if k not in good]
+
+
+def _keys_rule(field: str, pattern: str, keys_are: str) -> Rule:
+    """Every key of the RoleSpec map ``field`` is a qualified name of ``pattern``."""
+    return Rule(
+        where="RoleSpec",
+        field=field,
+        cel=f"self.all(k, k.matches('{pattern}') && k.matches('{PREFIX_LENGTH_PATTERN}'))",
+        message=f"keys must be {keys_are}",
+        check=lambda keys: not _bad_keys(pattern, keys),
+        detail=lambda keys: _got(_bad_keys(pattern, keys)),
+    )
+
+
+def _owned_rule(field: str, cel: str, owned: str, found: Callable[[Any], list[str]]) -> Rule:
+    """The RoleSpec field ``field`` sets nothing the operator does (``found`` lists what)."""
+    return Rule(
+        where="RoleSpec",
+        field=field,
+        cel=cel,
+        message=f"may not set {owned}",
+        check=lambda value: not found(value),
+        detail=lambda value: _got(found(value)),
+    )
+
+
+def _cel_list(texts: Iterable[str]) -> str:
+    return "[" + ", ".join(f"'{t}'" for t in texts) + "]"
+
+
+def is_quantity(value: Any) -> bool:
+    """What the schema's int-or-string with QUANTITY_PATTERN accepts."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return False
+    if isinstance(value, int):
+        return value >= 0
+    return len(value) <= MAX_QUANTITY_LENGTH and bool(_matching(QUANTITY_PATTERN, [value]))
+
+
+def _bad_resource_names(names: Collection[str]) -> list[str]:
+    standard = set(_matching(STANDARD_RESOURCE_PATTERN, names))
+    extended = set(_matching(EXTENDED_RESOURCE_PATTERN, names))
+    return [
+        n
+        for n in names
+        if n not in standard
+        and (n not in extended or len(n) > EXTENDED_RESOURCE_MAX_LENGTH or _native_resource(n))
+    ]
+
+
+def _resource_names_rule(field: str) -> Rule:
+    """The keys of a ResourceRequirements map are resource names a container may have."""
+    return Rule(
+        where="ResourceRequirements",
+        field=field,
+        cel=f"self.all(n, n.matches('{STANDARD_RESOURCE_PATTERN}') || "
+        f"(size(n) <= {EXTENDED_RESOURCE_MAX_LENGTH} && n.matches('{EXTENDED_RESOURCE_PATTERN}') "
+        f"&& {_not_native_cel('n')}))",
+        message="keys must be resource names: cpu, memory, ephemeral-storage, hugepages-<size>, "
+        "or an extended resource <domain>/<name> outside kubernetes.io/",
+        check=lambda names: not _bad_resource_names(names),
+        detail=lambda names: _got(_bad_resource_names(names)),
+    )
+
+
+#: The resource maps of both roles (one CEL list cannot hold both: each path has its type).
+_ROLE_RESOURCES = [(r, kind) for r in ("prefill", "decode") for kind in ("requests", "limits")]
+
+
+def _npus_in_resources(s: Any) -> list[str]:
+    npu = s.ascend.resource_name
+    return [
+        f"{role}.resources.{kind}"
+        for role, kind in _ROLE_RESOURCES
+        if npu in getattr(s.role(role).resources, kind)
+    ]
+
+
+def _owned_annotations(keys: Collection[str]) -> list[str]:
+    owned = set(_matching(OWNED_ANNOTATION_PREFIX_PATTERN, keys))
+    return [k for k in keys if k in POD_ANNOTATIONS or k in owned]
+
+
+def _owned_env(env: Iterable[Any]) -> list[str]:
+    return [e.name for e in env if e.name.startswith(ec.PREFIX) or e.name in ec.LAUNCHER_EXPORTS]
+
+
+def _annotations_bytes(annotations: dict[str, str]) -> int:
+    return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+
+
+def _got(items: list[str]) -> str:
+    return f"got {', '.join(map(repr, items))}"
+
+
+#: What the operator owns, in words (the rules' messages, the API's descriptions).
+OWNED_ANNOTATIONS = f"{', '.join(POD_ANNOTATIONS)} (it sets them on pods), any key under {PREFIX}/"
+OWNED_ENV = (
+    f"{ec.PREFIX}* (the launcher's contract), {', '.join(ec.LAUNCHER_EXPORTS)} (the launcher "
+    "sets them from ascend.storePort, ascend.transferProtocol, layerPartition and "
+    "ascend.hcclSocketIfname)"
+)
+#: What a qualified name is, in words (the rules' messages, the API's descriptions).
+QUALIFIED_NAME = (
+    f"an optional DNS-subdomain prefix of at most {MAX_PREFIX_LENGTH} characters and '/', "
+    f"then a name of at most {MAX_NAME_PART_LENGTH} characters: letters, digits, '-', '_' "
+    "and '.', a letter or digit at both ends"
+)
 
 
 def _native_resource(name: str) -> bool:
     """In Kubernetes' own namespace, or quota's ``requests.`` prefix: not an extended name."""
     return "kubernetes.io/" in name or name.startswith("requests.")
+
+
+def _not_native_cel(name: str) -> str:
+    """``not _native_resource(name)`` in CEL."""
+    return f"!{name}.contains('kubernetes.io/') && !{name}.startsWith('requests.')"
 
 
 RULES: tuple[Rule, ...] = (
@@ -202,13 +369,52 @@ RULES: tuple[Rule, ...] = (
         message="extraArgs elements may not contain control characters (newline, tab, ...): "
         "each element is one argument, give every flag and value its own element",
         check=lambda r: not _with_control(r.extra_args),
-        detail=lambda r: f"got {', '.join(map(repr, _with_control(r.extra_args)))}",
+        detail=lambda r: _got(_with_control(r.extra_args)),
     ),
+    _keys_rule("podAnnotations", ANNOTATION_KEY_PATTERN, f"annotation keys: {QUALIFIED_NAME}"),
+    _owned_rule(
+        "podAnnotations",
+        f"self.all(k, !(k in {_cel_list(POD_ANNOTATIONS)}) && "
+        f"!k.matches('{OWNED_ANNOTATION_PREFIX_PATTERN}'))",
+        f"annotations the operator owns: {OWNED_ANNOTATIONS}",
+        _owned_annotations,
+    ),
+    Rule(
+        where="RoleSpec",
+        field="podAnnotations",
+        # Sizes in bytes, as Kubernetes counts; sum() is Kubernetes' list library (a joined
+        # string instead would cost the CEL estimate 100 times its budget).
+        cel="self.map(k, size(bytes(k)) + size(bytes(self[k]))).sum() <= "
+        f"{MAX_POD_ANNOTATIONS_BYTES}",
+        message=f"keys and values may hold at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB "
+        "together: a pod's annotations may hold 256 KiB, and the operator adds its own",
+        check=lambda a: _annotations_bytes(a) <= MAX_POD_ANNOTATIONS_BYTES,
+        detail=lambda a: f"got {_annotations_bytes(a)} bytes",
+    ),
+    _owned_rule(
+        "env",
+        f"self.all(e, !e.name.startsWith('{ec.PREFIX}') && "
+        f"!(e.name in {_cel_list(ec.LAUNCHER_EXPORTS)}))",
+        f"variables the operator owns: {OWNED_ENV}",
+        _owned_env,
+    ),
+    Rule(
+        where="EnvVar",
+        # has(): value has an empty default, which the CRD leaves out (absent means empty).
+        cel="!has(self.valueFrom) || !has(self.value) || size(self.value) == 0",
+        message="value and valueFrom may not both be set",
+        check=lambda e: e.value_from is None or not e.value,
+        detail=lambda e: f"name {e.name!r}",
+    ),
+    _keys_rule(
+        "nodeSelector", LABEL_KEY_PATTERN, f"label keys: {QUALIFIED_NAME}; the prefix in lowercase"
+    ),
+    _resource_names_rule("requests"),
+    _resource_names_rule("limits"),
     Rule(
         where="Ascend",
         # has(): the API server evaluates rules on the schema's defaults as written.
-        cel="!has(self.resourceName) || (!self.resourceName.contains('kubernetes.io/') && "
-        "!self.resourceName.startsWith('requests.'))",
+        cel=f"!has(self.resourceName) || ({_not_native_cel('self.resourceName')})",
         message="ascend.resourceName must be an extended resource name outside Kubernetes' "
         "own kubernetes.io/ namespace and the requests. prefix",
         check=lambda a: not _native_resource(a.resource_name),
@@ -292,12 +498,24 @@ RULES: tuple[Rule, ...] = (
             f"{s.model.config.kv_lora_rank if s.model.config else '?'}"
         ),
     ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel=" && ".join(
+            f"!(self.ascend.resourceName in self.{role}.resources.{kind})"
+            for role, kind in _ROLE_RESOURCES
+        ),
+        message="prefill.resources and decode.resources may not set the NPUs (the resource "
+        "ascend.resourceName): devicesPerNode sets their request and limit",
+        check=lambda s: not _npus_in_resources(s),
+        detail=lambda s: f"{s.ascend.resource_name} in {', '.join(_npus_in_resources(s))}",
+    ),
 )
 
 
-def rules_for(where: str) -> list[Rule]:
-    return [r for r in RULES if r.where == where]
+def rules_for(where: str, field: str = "") -> list[Rule]:
+    """The rules on object ``where``, or on its field ``field`` (the wire name)."""
+    return [r for r in RULES if r.where == where and r.field == field]
 
 
-def violations(where: str, obj: Any) -> list[str]:
-    return [msg for rule in rules_for(where) if (msg := rule.violation(obj))]
+def violations(where: str, obj: Any, field: str = "") -> list[str]:
+    return [msg for rule in rules_for(where, field) if (msg := rule.violation(obj))]

@@ -13,9 +13,10 @@ import ascend_pd_runtime.env_contract as ec
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import layout_fingerprint
 
-from .api import PDDeploymentSpec
+from .api import EnvVar, PDDeploymentSpec
 from .naming import (
     ANNOTATION_BOOTSTRAP_PORT,
+    ANNOTATION_VOLCANO_GROUP,
     DIST_INIT_PORT,
     HTTP_PORT,
     LABEL_FINGERPRINT,
@@ -32,7 +33,6 @@ Json = dict[str, Any]
 
 CONTAINER = "sglang"
 VOLCANO_SCHEDULER = "volcano"
-VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 PODGROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
 
 
@@ -81,16 +81,14 @@ def launch_values(
     )
 
 
-def _env(values: ec.LaunchEnv, user_env: list[Json]) -> list[Json]:
+def _env(values: ec.LaunchEnv, user_env: list[EnvVar]) -> list[Json]:
     env: list[Json] = [{"name": k, "value": v} for k, v in ec.launch_env(values).items()]
     env += [
         {"name": ec.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": ec.POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
-    ours = {e["name"] for e in env}
-    # A user's variable never shadows the contract: the launcher would disagree with
-    # the operator about the layout.
-    return env + [e for e in user_env if e.get("name") not in ours]
+    # The API refuses a user's variable of the contract's (the env rule of ``rules``).
+    return env + [e.model_dump(by_alias=True, exclude_defaults=True) for e in user_env]
 
 
 def _ports(role: str, index: int) -> list[Json]:
@@ -106,13 +104,9 @@ def _ports(role: str, index: int) -> list[Json]:
 
 
 def _resources(spec: PDDeploymentSpec, role: str) -> Json:
-    r = spec.role(role)
-    npus = str(r.devices_per_node)
-    name = spec.ascend.resource_name
-    requests = {**r.resources.get("requests", {}), name: npus}
-    limits = {**r.resources.get("limits", {}), name: npus}
-    rest = {k: v for k, v in r.resources.items() if k not in ("requests", "limits")}
-    return {**rest, "requests": requests, "limits": limits}
+    r = spec.role(role).resources
+    npus = {spec.ascend.resource_name: str(spec.role(role).devices_per_node)}
+    return {"requests": {**r.requests, **npus}, "limits": {**r.limits, **npus}}
 
 
 def _volumes(owner: Owner, spec: PDDeploymentSpec) -> tuple[list[Json], list[Json]]:
@@ -196,7 +190,7 @@ def pod_template(
         # The router's service discovery reads the bootstrap port it hands decode here.
         annotations[ANNOTATION_BOOTSTRAP_PORT] = str(bootstrap_port(index))
     if spec.scheduling.gang == "volcano":
-        annotations[VOLCANO_GROUP_ANNOTATION] = instance_name(owner, role, index)
+        annotations[ANNOTATION_VOLCANO_GROUP] = instance_name(owner, role, index)
     container: Json = {
         "name": CONTAINER,
         "image": spec.runtime.image,

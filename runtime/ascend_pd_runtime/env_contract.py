@@ -91,6 +91,21 @@ TOTAL_KV_LAYERS = "ASCEND_PD_TOTAL_KV_LAYERS"
 KV_BUF_GROUPS = "ASCEND_PD_KV_BUF_GROUPS"
 # --- user additions -------------------------------------------------------------------
 EXTRA_ARGS = "ASCEND_PD_EXTRA_ARGS"  #: JSON array of extra SGLang arguments
+# --- what the launcher exports from the values above (``launcher.sglang_environment``) ---
+MF_STORE_URL = "ASCEND_MF_STORE_URL"  #: STORE_URL, its host resolved
+MF_TRANSFER_PROTOCOL = "ASCEND_MF_TRANSFER_PROTOCOL"  #: TRANSFER_PROTOCOL
+SGLANG_LAYER_PARTITION = "SGLANG_PP_LAYER_PARTITION"  #: LAYER_PARTITION, where it applies
+HCCL_IFNAME = "HCCL_SOCKET_IFNAME"  #: HCCL_SOCKET_IFNAME
+GLOO_IFNAME = "GLOO_SOCKET_IFNAME"  #: HCCL_SOCKET_IFNAME too
+#: A user's value for one of these would be overridden by the launcher, or contradict the KV
+#: layout: with every name under PREFIX, a container's extra env may set none of them.
+LAUNCHER_EXPORTS = (
+    MF_STORE_URL,
+    MF_TRANSFER_PROTOCOL,
+    SGLANG_LAYER_PARTITION,
+    HCCL_IFNAME,
+    GLOO_IFNAME,
+)
 # --- model inspector ------------------------------------------------------------------
 INSPECT_OUTPUT = "ASCEND_PD_INSPECT_OUTPUT"
 # --- launcher failures --------------------------------------------------------------------

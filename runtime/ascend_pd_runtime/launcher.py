@@ -346,15 +346,15 @@ def sglang_environment(env: LaunchEnv, resolver: Resolver) -> dict[str, str]:
     if env.store_url:
         scheme, _, rest = env.store_url.partition("://")
         host, _, port = rest.rpartition(":")
-        out["ASCEND_MF_STORE_URL"] = f"{scheme}://{resolver(host)}:{port}"
+        out[env_contract.MF_STORE_URL] = f"{scheme}://{resolver(host)}:{port}"
     if env.transfer_protocol:
-        out["ASCEND_MF_TRANSFER_PROTOCOL"] = env.transfer_protocol
+        out[env_contract.MF_TRANSFER_PROTOCOL] = env.transfer_protocol
     applies_partition = env.role == "prefill" or env.decode_pp == env.prefill_pp
     if env.layer_partition and env.pp_size > 1 and applies_partition:
-        out["SGLANG_PP_LAYER_PARTITION"] = format_partition(env.layer_partition)
+        out[env_contract.SGLANG_LAYER_PARTITION] = format_partition(env.layer_partition)
     if env.hccl_socket_ifname:
-        out["HCCL_SOCKET_IFNAME"] = env.hccl_socket_ifname
-        out["GLOO_SOCKET_IFNAME"] = env.hccl_socket_ifname
+        out[env_contract.HCCL_IFNAME] = env.hccl_socket_ifname
+        out[env_contract.GLOO_IFNAME] = env.hccl_socket_ifname
     return out
 
 

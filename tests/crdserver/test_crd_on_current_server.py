@@ -27,7 +27,7 @@ from crd_env import CRD_NAME, REPO, RESOURCES, Kubectl, crd_document
 from ascend_pd_dev import crd_server
 from ascend_pd_dev.tools import ensure_helm
 from ascend_pd_operator import api
-from ascend_pd_operator.rules import RULES
+from ascend_pd_operator.rules import MAX_POD_ANNOTATIONS_BYTES, RULES, rules_for
 from reliability.bad_inputs import FIELD, Case, case_document, load_corpus
 from reliability.offline import offline_verdict
 
@@ -207,6 +207,30 @@ def test_bad_input_corpus(server: crd_server.CrdServer, case: Case) -> None:
         assert rules, f"the operator's message names no rule of rules.py: {case.message}"
         for rule in rules:
             assert rule in message, message
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [("x" * (MAX_POD_ANNOTATIONS_BYTES - 1), True), ("x" * MAX_POD_ANNOTATIONS_BYTES, False),
+     ("é" * (MAX_POD_ANNOTATIONS_BYTES // 2), False)],
+    ids=["at-the-limit", "one-byte-over", "multi-byte-over"],
+)  # fmt: skip
+def test_pod_annotations_are_counted_in_bytes(
+    server: crd_server.CrdServer, value: str, accepted: bool
+) -> None:
+    """The size rule uses sum() of Kubernetes' CEL (cel-python lacks it): this server counts
+    what Kubernetes counts, keys and values in bytes."""
+    doc = copy.deepcopy(_pddeployments(REPO / "examples" / "deepseek-v3-pp2.yaml")[0])
+    doc["metadata"]["namespace"] = "default"
+    doc["spec"]["decode"]["podAnnotations"] = {"a": value}
+    status, message = _dry_run_create(server, doc)
+    if accepted:
+        assert status == 201, (status, message[:500])
+        return
+    assert status == 422, (status, message[:500])
+    rule = rules_for("RoleSpec", "podAnnotations")[2].message
+    assert "spec.decode.podAnnotations: Invalid value: " in message, message
+    assert rule in message, message
 
 
 def test_the_corpus_covers_both_server_points() -> None:

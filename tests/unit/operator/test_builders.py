@@ -164,16 +164,22 @@ def test_router_disabled_leaves_it_out(dsv3: Json) -> None:
         assert "dsv3-router" not in by_kind(children, kind)
 
 
-def test_user_env_cannot_shadow_the_contract(dsv3: Json) -> None:
+def test_user_env_follows_the_contract_as_given(dsv3: Json) -> None:
+    secret = {"secretKeyRef": {"name": "hf", "key": "token"}}
     resource = copy.deepcopy(dsv3)
     resource["spec"]["decode"]["env"] = [
-        {"name": ec.TP_SIZE, "value": "1"},
         {"name": "HCCL_BUFFSIZE", "value": "512"},
+        {"name": "HF_TOKEN", "valueFrom": secret},
+        {"name": "EMPTY"},
     ]
     sts = by_kind(children_of(resource), "StatefulSet")["dsv3-decode-0"]
     env = sts["spec"]["template"]["spec"]["containers"][0]["env"]
     assert [e["value"] for e in env if e["name"] == ec.TP_SIZE] == ["16"]
-    assert {"name": "HCCL_BUFFSIZE", "value": "512"} in env
+    assert env[-3:] == [
+        {"name": "HCCL_BUFFSIZE", "value": "512"},
+        {"name": "HF_TOKEN", "valueFrom": secret},
+        {"name": "EMPTY"},
+    ]
 
 
 def test_every_port_has_a_protocol(dsv3: Json) -> None:

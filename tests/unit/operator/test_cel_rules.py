@@ -9,10 +9,13 @@ from typing import Any
 
 import celpy
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api import SpecError, check_name, parse_spec
 from ascend_pd_operator.crd import openapi_schema
-from ascend_pd_operator.rules import RULES, rules_for
+from ascend_pd_operator.rules import RULES, rules_for, violations
 
 from .conftest import apply_defaults, load_example
 
@@ -20,12 +23,24 @@ Json = dict[str, Any]
 _ENV = celpy.Environment()
 
 
+def _sum(items: Any) -> celpy.celtypes.IntType:
+    return celpy.celtypes.IntType(sum(int(i) for i in items))
+
+
+#: Kubernetes' CEL libraries that rules use and cel-python lacks (the lists library's sum).
+K8S_FUNCTIONS = {"sum": _sum}
+
+
 def _validations(schema: Json, obj: Any, path: str = "") -> Iterator[tuple[str, Json, Any]]:
-    """(path, validation, self) for every rule whose object is present."""
-    if not isinstance(obj, dict):
+    """(path, validation, self) for every rule whose object, map or list is present."""
+    if not isinstance(obj, dict | list):
         return
     for validation in schema.get("x-kubernetes-validations", []):
         yield path, validation, obj
+    if isinstance(obj, list):
+        for i, item in enumerate(obj):
+            yield from _validations(schema.get("items") or {}, item, f"{path}[{i}]")
+        return
     for name, prop in (schema.get("properties") or {}).items():
         if name in obj:
             yield from _validations(prop, obj[name], f"{path}.{name}")
@@ -37,7 +52,7 @@ def cel_failures(resource: Json) -> list[str]:
     obj = apply_defaults(schema, resource)
     failed = []
     for _path, validation, self_obj in _validations(schema, obj):
-        program = _ENV.program(_ENV.compile(validation["rule"]))
+        program = _ENV.program(_ENV.compile(validation["rule"]), functions=K8S_FUNCTIONS)
         result = program.evaluate(celpy.json_to_cel({"self": self_obj}))
         assert isinstance(result, celpy.celtypes.BoolType), (validation["rule"], result)
         if not result:
@@ -80,8 +95,24 @@ def _all(*mutations: Mutation) -> Mutation:
     return mutate
 
 
-def _msg(where: str, index: int = 0) -> str:
-    return rules_for(where)[index].message
+def _msg(where: str, index: int = 0, field: str = "") -> str:
+    return rules_for(where, field)[index].message
+
+
+def _annotations(role: str, annotations: dict[str, str]) -> Mutation:
+    return _set(f"spec.{role}.podAnnotations", annotations)
+
+
+ANNOTATION_KEY = _msg("RoleSpec", 0, "podAnnotations")
+OWNED_ANNOTATION = _msg("RoleSpec", 1, "podAnnotations")
+ANNOTATIONS_SIZE = _msg("RoleSpec", 2, "podAnnotations")
+LABEL_KEY = _msg("RoleSpec", 0, "nodeSelector")
+OWNED_ENV = _msg("RoleSpec", 0, "env")
+RESOURCE_NAME = _msg("ResourceRequirements", 0, "requests")
+NPUS_IN_RESOURCES = _msg("PDDeploymentSpec", 4)
+#: A DNS subdomain of exactly 253 characters, and one of 254.
+PREFIX_253 = ".".join(["a" * 63] * 4)[:251] + "bc"
+PREFIX_254 = PREFIX_253 + "d"
 
 
 INVALID: list[tuple[str, Mutation, str | list[str]]] = [
@@ -185,6 +216,65 @@ INVALID: list[tuple[str, Mutation, str | list[str]]] = [
     ),
 ]
 
+INVALID += [
+    ("annotation key with a space and a !", _annotations("prefill", {"bad key!": "1"}),
+     ANNOTATION_KEY),
+    ("annotation key with two slashes", _annotations("decode", {"a/b/c": ""}), ANNOTATION_KEY),
+    ("annotation key with an empty prefix", _annotations("decode", {"/c": ""}), ANNOTATION_KEY),
+    ("annotation name of 64", _annotations("prefill", {"a" * 64: ""}), ANNOTATION_KEY),
+    ("annotation name ending in a dash", _annotations("prefill", {"example.com/a-": ""}),
+     ANNOTATION_KEY),
+    ("annotation prefix of 254", _annotations("prefill", {f"{PREFIX_254}/a": ""}),
+     ANNOTATION_KEY),
+    ("annotation prefix with an underscore", _annotations("prefill", {"a_b.com/a": ""}),
+     ANNOTATION_KEY),
+    ("the bootstrap port annotation",
+     _annotations("prefill", {"sglang.ai/bootstrap-port": "9000"}), OWNED_ANNOTATION),
+    ("the Volcano group annotation",
+     _annotations("decode", {"scheduling.k8s.io/group-name": "mine"}), OWNED_ANNOTATION),
+    ("an annotation under our prefix", _annotations("decode", {"ascendpd.io/routable": "true"}),
+     OWNED_ANNOTATION),
+    ("an annotation under a subdomain of our prefix",
+     _annotations("prefill", {"x.ascendpd.io/y": ""}), OWNED_ANNOTATION),
+    ("a bad key under our prefix is two problems", _annotations("prefill", {"ascendpd.io/a!": ""}),
+     [ANNOTATION_KEY, OWNED_ANNOTATION]),
+    ("annotations one byte over 255 KiB",
+     _annotations("prefill", {"a": "x" * 255 * 1024}), ANNOTATIONS_SIZE),
+    # 130,561 characters, 261,121 bytes: Kubernetes counts bytes
+    ("multi-byte annotations one byte over 255 KiB",
+     _annotations("decode", {"a": "é" * (255 * 512)}), ANNOTATIONS_SIZE),
+    ("env of the contract", _set("spec.decode.env", [{"name": ec.TP_SIZE, "value": "1"}]),
+     OWNED_ENV),
+    ("env under the contract's prefix", _set("spec.prefill.env", [{"name": "ASCEND_PD_X"}]),
+     OWNED_ENV),
+    ("env the launcher exports",
+     _set("spec.prefill.env", [{"name": "A", "value": "1"},
+                               {"name": ec.SGLANG_LAYER_PARTITION, "value": "30,31"}]),
+     OWNED_ENV),
+    ("env with value and valueFrom",
+     _set("spec.prefill.env", [{"name": "A", "value": "1",
+                                "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
+     _msg("EnvVar")),
+    ("the NPUs in prefill's requests",
+     _set("spec.prefill.resources", {"requests": {"huawei.com/Ascend910": "4", "cpu": 8}}),
+     NPUS_IN_RESOURCES),
+    ("the NPUs in decode's limits",
+     _set("spec.decode.resources", {"limits": {"huawei.com/Ascend910": 8}}), NPUS_IN_RESOURCES),
+    ("a resource without a domain", _set("spec.prefill.resources", {"requests": {"gpu": 1}}),
+     RESOURCE_NAME),
+    ("a resource in kubernetes.io",
+     _set("spec.decode.resources", {"limits": {"kubernetes.io/x": 1}}),
+     _msg("ResourceRequirements", 0, "limits")),
+    ("a router resource with a space",
+     _set("spec.router.resources", {"requests": {"my cpu": "1"}}), RESOURCE_NAME),
+    ("node selector key with a space", _set("spec.prefill.nodeSelector", {"my zone": "a"}),
+     LABEL_KEY),
+    ("node selector prefix with capitals",
+     _set("spec.decode.nodeSelector", {"Example.com/zone": "a"}), LABEL_KEY),
+    ("node selector prefix of 254", _set("spec.decode.nodeSelector", {f"{PREFIX_254}/a": ""}),
+     LABEL_KEY),
+]  # fmt: skip
+
 VALID: list[tuple[str, Mutation]] = [
     ("the example", lambda r: None),
     ("longest name", _set("metadata.name", "a" * 41)),
@@ -226,6 +316,59 @@ VALID: list[tuple[str, Mutation]] = [
     ("another vendor's resource", _set("spec.ascend.resourceName", "example.com/npu-910_b")),
     ("ascend left to its defaults", lambda r: r["spec"].pop("ascend")),
     ("speculative off, prefill role alone", _set("spec.speculative", {"roles": ["prefill"]})),
+    (
+        "annotations of other owners, capitals in a prefix, the longest parts",
+        _annotations(
+            "prefill",
+            {
+                "prometheus.io/scrape": "true",
+                "sglang.ai/other": "x",
+                "notascendpd.io/a": "",
+                "Example.COM/Name_1.b": "",
+                f"{PREFIX_253}/{'a' * 63}": "",
+                "a" * 63: "",
+            },
+        ),
+    ),
+    (
+        "env of the user's, one from a field",
+        _set(
+            "spec.decode.env",
+            [
+                {"name": "HCCL_BUFFSIZE", "value": "512"},
+                {"name": "ASCEND_PDX"},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            ],
+        ),
+    ),
+    (
+        "resources of every kind, quantities as integers and strings",
+        _set(
+            "spec.prefill.resources",
+            {
+                "requests": {
+                    "cpu": "500m",
+                    "memory": "64Gi",
+                    "hugepages-2Mi": "1Gi",
+                    "example.com/rdma": 1,
+                    "ephemeral-storage": "1.5e3",
+                },
+                "limits": {"cpu": 4, "example.com/rdma": 1},
+            },
+        ),
+    ),
+    (
+        "the NPU resource is ascend.resourceName's: another name is the user's",
+        _all(
+            _set("spec.ascend.resourceName", "example.com/npu"),
+            _set("spec.decode.resources", {"limits": {"huawei.com/Ascend910": 1}}),
+        ),
+    ),
+    ("annotations of exactly 255 KiB", _annotations("decode", {"a": "x" * (255 * 1024 - 1)})),
+    (
+        "node selector with a prefixed key and an empty value",
+        _set("spec.prefill.nodeSelector", {"kubernetes.io/hostname": "node-1", "zone": ""}),
+    ),
 ]
 
 
@@ -317,3 +460,126 @@ def test_name_rule_agrees_with_the_dns_label_pattern(name: str) -> None:
     label = re.fullmatch(NAME_PATTERN.strip("^$"), name) is not None
     assert api_server_accepts == (label and len(name) <= MAX_NAME_LENGTH)
     assert (pydantic_error(resource) == "") == api_server_accepts
+
+
+def _k8s_qualified_name(key: str) -> bool:
+    """apimachinery's IsQualifiedName: split at '/', then check the prefix and the name."""
+    import re
+
+    parts = key.split("/")
+    if len(parts) > 2:
+        return False
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        label = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+        if not prefix or len(prefix) > 253 or not re.fullmatch(f"{label}(\\.{label})*", prefix):
+            return False
+    return len(name) <= 63 and bool(re.fullmatch("([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", name))
+
+
+_KEY_PARTS = ["a", "Z", "0", "-", "_", ".", "/", " ", "!", "é", "\n", "a" * 62, PREFIX_253]
+
+
+def _key_rule_holds(field: str, key: str) -> bool:
+    """The CEL of the field's key rule (the first of its rules) on ``{key: ""}``."""
+    schema = openapi_schema()["properties"]["spec"]["properties"]["prefill"]["properties"][field]
+    rule = schema["x-kubernetes-validations"][0]["rule"]
+    result = _ENV.program(_ENV.compile(rule)).evaluate(celpy.json_to_cel({"self": {key: ""}}))
+    return bool(result)
+
+
+@settings(max_examples=200, deadline=None)
+@example("a\n")  # Python's $ matches before a final newline, RE2's does not
+@example("Example.com/a")
+@example(f"{PREFIX_254}/a")
+@example(f"{PREFIX_253}/{'a' * 63}")
+@example("a/")
+@given(st.lists(st.sampled_from(_KEY_PARTS), max_size=6).map("".join))
+def test_key_rules_agree_with_kubernetes(key: str) -> None:
+    """Annotation keys are qualified names once lowercased (ValidateAnnotations), label keys
+    as they are (ValidateLabels); CEL and pydantic both say what Kubernetes says."""
+    for field, message, kubernetes in (
+        ("podAnnotations", ANNOTATION_KEY, _k8s_qualified_name(key.lower())),
+        ("nodeSelector", LABEL_KEY, _k8s_qualified_name(key)),
+    ):
+        assert _key_rule_holds(field, key) == kubernetes, (field, key)
+        python = violations("RoleSpec", {key: ""}, field)
+        assert (message not in "".join(python)) == kubernetes, (field, key, python)
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [("", True), ("a", True), ("a" * 63, True), ("a.b-c_D9", True), ("a" * 64, False),
+     ("-a", False), ("a.", False), ("a b", False), ("a/b", False)],
+)  # fmt: skip
+def test_node_selector_values_are_label_values(value: str, ok: bool) -> None:
+    """Refused by the CRD's schema (on every Kubernetes), generated from the pydantic type."""
+    import re
+
+    resource = copy.deepcopy(base())
+    resource["spec"]["decode"]["nodeSelector"] = {"zone": value}
+    assert (pydantic_error(resource) == "") == ok, pydantic_error(resource)
+    schema = openapi_schema()["properties"]["spec"]["properties"]["decode"]
+    values = schema["properties"]["nodeSelector"]["additionalProperties"]
+    assert (len(value) <= values["maxLength"] and bool(re.search(values["pattern"], value))) == ok
+
+
+def test_a_map_rule_message_names_the_field_and_the_key() -> None:
+    resource = copy.deepcopy(base())
+    resource["spec"]["prefill"]["podAnnotations"] = {
+        "bad key!": "1",
+        "sglang.ai/bootstrap-port": "1",
+    }
+    error = pydantic_error(resource)
+    assert error.startswith(f"spec.prefill.podAnnotations: {ANNOTATION_KEY} (got 'bad key!')"), (
+        error
+    )
+    assert f"{OWNED_ANNOTATION} (got 'sglang.ai/bootstrap-port')" in error, error
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [("A", True), ("_a.b-C9", True), ("-x", True), ("9A", False), ("A B", False), ("A=B", False),
+     ("", False), ("A" * 256, True), ("A" * 257, False)],
+)  # fmt: skip
+def test_env_names_are_checked_by_the_schema(name: str, ok: bool) -> None:
+    """Kubernetes 1.20's IsEnvVarName, refused by the CRD's schema (on every Kubernetes)."""
+    import re
+
+    resource = copy.deepcopy(base())
+    resource["spec"]["prefill"]["env"] = [{"name": name, "value": "1"}]
+    assert (pydantic_error(resource) == "") == ok, pydantic_error(resource)
+    schema = openapi_schema()["properties"]["spec"]["properties"]["prefill"]["properties"]["env"]
+    names = schema["items"]["properties"]["name"]
+    assert (len(name) <= names["maxLength"] and bool(re.search(names["pattern"], name))) == ok
+
+
+@pytest.mark.parametrize(
+    ("quantity", "ok"),
+    [(0, True), (4, True), ("1", True), ("500m", True), ("1.5", True), ("64Gi", True),
+     ("1e3", True), (".5", True), ("+1", True), ("1E", True), ("2e-3", True), ("1.", True),
+     (-1, False), ("-1", False), ("1.5.5", False), ("Gi", False), ("1GB", False), ("", False),
+     ("1 Gi", False), ("0x10", False), ("1" * 65, False), (0.5, False), (True, False),
+     ("1.5e3M", False), (None, False)],
+)  # fmt: skip
+def test_quantities_are_checked_by_the_schema(quantity: Any, ok: bool) -> None:
+    """resource.Quantity's syntax, never negative; an int-or-string in the CRD (a fraction is
+    written as a string), refused by the schema on every Kubernetes."""
+    import re
+
+    resource = copy.deepcopy(base())
+    resource["spec"]["prefill"]["resources"] = {"limits": {"cpu": quantity}}
+    assert (pydantic_error(resource) == "") == ok, pydantic_error(resource)
+    schema = openapi_schema()["properties"]["spec"]["properties"]["prefill"]["properties"]
+    values = schema["resources"]["properties"]["limits"]["additionalProperties"]
+    assert values["x-kubernetes-int-or-string"] is True
+    if isinstance(quantity, bool) or not isinstance(quantity, int | str):
+        schema_ok = False
+    elif isinstance(quantity, int):
+        schema_ok = quantity >= values["minimum"]
+    else:
+        schema_ok = len(quantity) <= values["maxLength"] and bool(
+            re.search(values["pattern"], quantity)
+        )
+    assert schema_ok == ok
