@@ -95,6 +95,8 @@ def _run_all(
                 result = ScenarioResult(name, problems=[f"{type(exc).__name__}: {exc}"])
             say(f"{name}: {'ok' if result.ok else 'FAILED'} in {time.monotonic() - started:.0f}s")
             results.append(result)
+            # its deployments hold nodes the next scenarios need (8 nodes, one pod each)
+            env.delete_namespace(namespaces[name], wait=True)
     finally:
         for release in releases.values():
             env.uninstall(release)

@@ -120,8 +120,10 @@ class Env:
         self.kubectl("create", "namespace", name)
         return name
 
-    def delete_namespace(self, name: str) -> None:
-        self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+    def delete_namespace(self, name: str, wait: bool = False) -> None:
+        """Delete ``name``; ``wait``: until it is gone, so its pods' NPUs are free again."""
+        self.kubectl("delete", "namespace", name, f"--wait={str(wait).lower()}",
+                     "--timeout=300s", "--ignore-not-found", check=False)  # fmt: skip
 
     def install_crd(self) -> None:
         # The CRD is cluster-wide and shared with other tests: apply ours, take its fields.

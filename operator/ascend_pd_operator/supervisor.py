@@ -117,9 +117,11 @@ class Supervisor:
         with self._lock:
             if name in self._units:
                 raise ValueError(f"a supervised unit named {name!r} already runs")
-            self._units[name] = unit
         unit.thread = threading.Thread(target=self._run, args=(unit, body), name=name, daemon=True)
         unit.thread.start()
+        # Only a running unit is reported: a probe in between saw "its thread is gone".
+        with self._lock:
+            self._units[name] = unit
         return unit
 
     def _run(self, unit: Unit, body: Callable[[Unit], None]) -> None:

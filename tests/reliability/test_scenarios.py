@@ -133,7 +133,7 @@ def _survive(env: Env, scenario: Callable[[Env, Release, str], ScenarioResult]) 
         result = scenario(env, release, namespace)
     finally:
         env.uninstall(release)
-        env.delete_namespace(namespace)
+        env.delete_namespace(namespace, wait=True)
     assert_clean(result)
     details = result.details
     assert details["threads_died_in_log"] == 0 and details["operator_alive"]
@@ -194,7 +194,7 @@ def test_node_loss(own_control_plane: Env) -> None:
         result = node_loss.run(env, release, namespace, force_after=timer)
     finally:
         env.uninstall(release)
-        env.delete_namespace(namespace)
+        env.delete_namespace(namespace, wait=True)
     assert_clean(result)
     details = result.details
     print(f"node-loss: {details}")

@@ -19,6 +19,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from ascend_pd_operator import api, health
+from ascend_pd_operator import supervisor as supervisor_module
 from ascend_pd_operator.backoff import Backoff
 from ascend_pd_operator.handlers import WatchCheck, WorkQueue, resync_loop
 from ascend_pd_operator.leader import LeaderElector
@@ -303,3 +304,22 @@ def test_healthz_fails_until_the_expected_units_run(
     assert status == 503 and report["problems"] == ["resync: not started yet"]
     supervisor.start("resync", lambda unit: stop.wait(), period=1.0)
     assert get_health(port)[0] == 200
+
+
+def test_a_unit_being_started_is_never_reported_gone(
+    stop: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe while kopf's startup starts the child watches one by one saw a unit whose
+    thread had not started yet and answered 503 ("its thread is gone")."""
+    supervisor = Supervisor(stop, backoff=FAST)
+    seen: list[list[str]] = []
+
+    class Probed(threading.Thread):
+        def start(self) -> None:
+            seen.append(supervisor.problems())  # the probe, just before the thread runs
+            super().start()
+
+    monkeypatch.setattr(supervisor_module.threading, "Thread", Probed)
+    supervisor.start("watch Service in llm", lambda unit: stop.wait(), period=1.0)
+    assert seen == [[]]
+    assert supervisor.problems() == []
