@@ -7,7 +7,8 @@ standby must write nothing while the leader holds the Lease. Then:
 
 - the leader is paused (SIGSTOP: hung, or cut off from the API server): the standby
   takes over once the lease expires, the deployment keeps converging, and when the old
-  leader wakes (SIGCONT) it must exit without a single write after the takeover;
+  leader wakes (SIGCONT) it must stand by, alive, without a single write after the
+  takeover (it is then stopped, so the next step has one standby);
 - the new leader is SIGKILLed with a fresh replica as standby: the hand-over time is
   measured against the lease duration plus one resync.
 """
@@ -104,9 +105,11 @@ def run(
                       f"after pausing the leader: holder {_holder(env, release.namespace)!r}, "
                       f"{audit_namespace(env.kube, namespace)}")  # fmt: skip
         os.killpg(a.pid, signal.SIGCONT)
-        exited, _ = wait_for(lambda: not a.alive(), 30, 0.2)
+        stood_by, _ = wait_for(lambda: "; standing by" in a.log_text(), 30, 0.2)
         time.sleep(1.0)
         stale_writes = proxy_a.object_writes(after=taken_at)
+        alive_after_loss = a.alive()
+        a.kill()
         # -- the new leader dies ----------------------------------------------------------
         c.start(wait_healthy=False)
         time.sleep(2.0)
@@ -126,7 +129,7 @@ def run(
             {
                 "standby_writes_while_led": len(standby_writes),
                 "old_leader_writes_after_takeover": len(stale_writes),
-                "old_leader_exited_on_wake": bool(exited),
+                "old_leader_stood_by_on_wake": bool(stood_by and alive_after_loss),
                 "handover_after_pause_seconds": round(handover, 2),
                 "handover_after_kill_seconds": round(kill_handover, 2),
                 "lease_plus_resync_seconds": LEASE_SECONDS + resync_seconds,
@@ -139,8 +142,9 @@ def run(
             if writes:
                 result.duplicated += len(writes)
                 result.problems.append(f"{what}: {writes[:5]}")
-        if not exited:
-            result.problems.append("the paused leader did not exit after losing its lease")
+        if not (stood_by and alive_after_loss):
+            result.problems.append("the paused leader did not stand by, alive, after losing "
+                                   "its lease")  # fmt: skip
     finally:
         for operator in (a, b, c):
             if operator.pid is not None:

@@ -4,9 +4,10 @@ Replicas race for a ``coordination.k8s.io/v1`` Lease with optimistic
 concurrency (a write carries the resourceVersion it read; the API server's 409
 picks one winner). The leader renews every ``renew_seconds``; a replica takes
 over only once ``renewTime + leaseDurationSeconds`` has passed. A leader that
-cannot renew before its own lease expires stops acting (``on_lost``) before
+cannot renew before its own lease expires stops acting before
 anyone else may take over, which is what rules out two writers: the standby
-waits the full lease duration, the leader gives up strictly earlier.
+waits the full lease duration, the leader gives up strictly earlier. It then
+stands by and campaigns again: the process lives on.
 
 ``decide`` is the pure rule; ``LeaderElector`` does the I/O around it.
 """
@@ -17,7 +18,6 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -74,7 +74,6 @@ class LeaderElector:
         identity: str,
         lease_seconds: int = 15,
         renew_seconds: float = 5.0,
-        on_lost: Callable[[], None] | None = None,
     ) -> None:
         if renew_seconds * 2 > lease_seconds:
             raise ValueError(
@@ -87,7 +86,6 @@ class LeaderElector:
         self.identity = identity
         self.lease_seconds = lease_seconds
         self.renew_seconds = renew_seconds
-        self.on_lost = on_lost or (lambda: None)
         self.is_leader = threading.Event()
         self._last_renewed = 0.0  # monotonic
 
@@ -179,29 +177,33 @@ class LeaderElector:
         return lease.holder if lease else ""
 
     def run(self, unit: Unit, stop: threading.Event) -> None:
-        """Acquire the lease, then renew it, until ``stop`` or the lease is lost.
+        """Acquire the lease, renew it until it is lost, stand by and campaign again, until
+        ``stop``. Losing the lease (an API outage longer than it, a pause) never ends the
+        process: writes are fenced by ``holds`` the moment renewal is overdue, and the
+        workers wait while ``is_leader`` is clear.
 
         Any exception ends this call and the supervisor calls it again, which resumes where it was
         (still waiting, or leading and renewing: ``is_leader`` and the last renewal
         survive the restart). The unit beats after every round that reached the API.
         """
-        while not self.is_leader.is_set():
-            if self.try_once():
-                self.is_leader.set()
-            unit.beat()
-            if not self.is_leader.is_set() and stop.wait(self.renew_seconds):
-                return
-        if stop.wait(self.renew_seconds):
-            return
-        while (outcome := self._renew_once()) != "lost":
-            if outcome == "renewed":
+        while not stop.is_set():
+            while not self.is_leader.is_set():
+                if self.try_once():
+                    self.is_leader.set()
                 unit.beat()
+                if not self.is_leader.is_set() and stop.wait(self.renew_seconds):
+                    return
             if stop.wait(self.renew_seconds):
                 return
-        stop.wait()  # lost: on_lost() ended the process or will; nothing left to do
+            while (outcome := self._renew_once()) != "lost":
+                if outcome == "renewed":
+                    unit.beat()
+                if stop.wait(self.renew_seconds):
+                    return
+            # lost: a standby now, campaigning like any other (is_leader is clear)
 
     def _renew_once(self) -> Literal["renewed", "retrying", "lost"]:
-        """One renewal; "lost" once the lease is lost (``on_lost`` has been called)."""
+        """One renewal; "lost" once the lease is lost (``is_leader`` is clear then)."""
         deadline = self.lease_seconds * ACTING_SHARE
         try:
             if self.try_once():
@@ -214,11 +216,10 @@ class LeaderElector:
             log.warning("leader election: %s; retrying", reason)
             return "retrying"
         log.error(
-            "leader election: lost lease %s/%s (%s); stopping",
+            "leader election: lost lease %s/%s (%s); standing by",
             self.namespace,
             self.name,
             reason,
         )
         self.is_leader.clear()
-        self.on_lost()
         return "lost"

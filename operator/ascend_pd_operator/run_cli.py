@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     leading = None
     if args.leader_elect:
         # A standby watches (and answers its liveness probe) but never writes.
-        elector = _elector(stop)
+        elector = _elector()
         kube.may_write = elector.holds
         leading = elector.is_leader.is_set
         supervisor.start("leader-election", lambda unit: elector.run(unit, stop),
@@ -195,17 +195,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _elector(stop: threading.Event) -> LeaderElector:
+def _elector() -> LeaderElector:
     from kubernetes import client
 
     from .leader import LeaderElector
 
     namespace = os.environ.get("POD_NAMESPACE", "default")
-
-    def lost() -> None:
-        logging.getLogger(__name__).error("lost leadership; exiting so a standby takes over")
-        stop.set()
-        os._exit(1)
 
     logging.getLogger(__name__).info(
         "leader election: waiting for lease %s/ascend-pd-operator", namespace
@@ -215,5 +210,4 @@ def _elector(stop: threading.Event) -> LeaderElector:
         namespace=namespace,
         name="ascend-pd-operator",
         identity=os.environ.get("POD_NAME", socket.gethostname()),
-        on_lost=lost,
     )

@@ -7,8 +7,9 @@ Watch events and the resync ``add`` a key; workers ``get`` one, reconcile it and
 - a key is never handed to two workers at once: added while being processed, it is
   queued again only when its worker calls ``done``;
 - a failed key comes back after a per-key exponential backoff (``add_rate_limited``:
-  ``base * 2**(failures-1)``, capped), and ``forget`` resets its failure count after a
-  success. A plain ``add`` (a new event, the resync) is not delayed by the backoff.
+  ``base * 2**(failures-1)``, capped, up to 10 % jitter), and ``forget`` resets its
+  failure count after a success. A plain ``add`` (a new event, the resync) is not
+  delayed by the backoff.
 
 Delayed keys are kept in a heap and moved to the queue by ``get`` when due, so the
 queue needs no timer thread of its own. Its depth, the delayed keys, each key's wait and
@@ -25,6 +26,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from . import metrics
+from .backoff import Backoff
 
 K = TypeVar("K", bound=Hashable)
 
@@ -40,9 +42,10 @@ class RateLimitedQueue(Generic[K]):
         base_delay: float = BASE_DELAY_SECONDS,
         max_delay: float = MAX_DELAY_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        jitter: float = 0.1,
     ) -> None:
-        self.base_delay = base_delay
-        self.max_delay = max_delay
+        #: Keys failing together (every deployment during an API outage) come back spread.
+        self.backoff = Backoff(base=base_delay, cap=max_delay, jitter=jitter)
         self._clock = clock
         self._cond = threading.Condition()
         self._queue: deque[K] = deque()
@@ -90,7 +93,7 @@ class RateLimitedQueue(Generic[K]):
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
         metrics.QUEUE_RETRIES.inc()
-        delay = max(at_least, min(self.max_delay, self.base_delay * 2.0 ** (failures - 1)))
+        delay = max(at_least, self.backoff.delay(failures))
         self.add_after(key, delay)
         return delay
 

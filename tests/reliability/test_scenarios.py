@@ -95,7 +95,7 @@ def test_leader_election_never_two_writers(reliability_env: Env, scenario_namesp
     assert_clean(result)
     assert result.details["standby_writes_while_led"] == 0
     assert result.details["old_leader_writes_after_takeover"] == 0
-    assert result.details["old_leader_exited_on_wake"]
+    assert result.details["old_leader_stood_by_on_wake"]
 
 
 def test_deletion_while_the_operator_is_down(

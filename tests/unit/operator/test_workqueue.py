@@ -106,7 +106,9 @@ def test_concurrent_workers_never_process_one_key_at_once() -> None:
 
 def test_failures_back_off_exponentially_per_key_and_forget_resets() -> None:
     clock = Clock()
-    queue: RateLimitedQueue[str] = RateLimitedQueue(base_delay=1.0, max_delay=8.0, clock=clock)
+    queue: RateLimitedQueue[str] = RateLimitedQueue(
+        base_delay=1.0, max_delay=8.0, clock=clock, jitter=0.0
+    )
     delays = [queue.add_rate_limited("a") for _ in range(5)]
     assert delays == [1.0, 2.0, 4.0, 8.0, 8.0]
     assert queue.add_rate_limited("b") == 1.0  # per key
@@ -114,8 +116,16 @@ def test_failures_back_off_exponentially_per_key_and_forget_resets() -> None:
     assert queue.failures("a") == 0 and queue.add_rate_limited("a") == 1.0
 
 
+def test_keys_failing_together_come_back_spread_within_ten_percent() -> None:
+    queue: RateLimitedQueue[int] = RateLimitedQueue(base_delay=1.0, max_delay=8.0, clock=Clock())
+    delays = [queue.add_rate_limited(key) for key in range(50)]
+    assert all(1.0 <= d <= 1.1 for d in delays) and len(set(delays)) > 40
+    capped = [queue.add_rate_limited(0) for _ in range(6)][-1]
+    assert capped == 8.0  # never above the cap
+
+
 def test_a_throttled_key_waits_at_least_retry_after() -> None:
-    queue: RateLimitedQueue[str] = RateLimitedQueue(base_delay=0.1, clock=Clock())
+    queue: RateLimitedQueue[str] = RateLimitedQueue(base_delay=0.1, clock=Clock(), jitter=0.0)
     assert queue.add_rate_limited("a", at_least=1.0) == 1.0
     assert queue.add_rate_limited("a", at_least=0.05) == 0.2  # the backoff is longer
 
@@ -141,7 +151,7 @@ def test_the_worker_retries_a_throttled_reconcile_after_retry_after(dsv3: Json) 
 
 def test_a_delayed_key_comes_back_when_due_and_once() -> None:
     clock = Clock()
-    queue: RateLimitedQueue[str] = RateLimitedQueue(base_delay=2.0, clock=clock)
+    queue: RateLimitedQueue[str] = RateLimitedQueue(base_delay=2.0, clock=clock, jitter=0.0)
     queue.add_rate_limited("a")
     queue.add_rate_limited("a")  # two failures pending: still one key
     assert queue.get(0) is None and queue.waiting() == 2

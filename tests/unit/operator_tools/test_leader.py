@@ -46,3 +46,88 @@ def test_a_leader_may_write_only_while_its_renewal_is_fresh():
     assert elector.holds()
     elector._last_renewed = time.monotonic() - 15 * ACTING_SHARE
     assert not elector.holds()
+
+
+class FakeLeases:
+    """The three calls the elector makes on coordination/v1, over one Lease in memory."""
+
+    def __init__(self) -> None:
+        self.body: dict | None = None
+        self.version = 0
+        self.reachable = True
+
+    def _check(self) -> None:
+        if not self.reachable:
+            raise ConnectionRefusedError("the API server is down")
+
+    def read_namespaced_lease(self, name, namespace):
+        from types import SimpleNamespace as NS
+
+        from kubernetes.client.exceptions import ApiException
+
+        self._check()
+        if self.body is None:
+            raise ApiException(status=404)
+        spec = self.body["spec"]
+        renew = spec["renewTime"]
+        return NS(
+            spec=NS(holder_identity=spec["holderIdentity"],
+                    renew_time=dt.datetime.fromisoformat(renew.replace("Z", "+00:00")),
+                    lease_duration_seconds=spec["leaseDurationSeconds"],
+                    lease_transitions=spec.get("leaseTransitions", 0)),
+            metadata=NS(resource_version=str(self.version)),
+        )  # fmt: skip
+
+    def create_namespaced_lease(self, namespace, body):
+        self._check()
+        self.body, self.version = body, self.version + 1
+
+    def replace_namespaced_lease(self, name, namespace, body):
+        from kubernetes.client.exceptions import ApiException
+
+        self._check()
+        if body["metadata"].get("resourceVersion") != str(self.version):
+            raise ApiException(status=409)
+        self.body, self.version = body, self.version + 1
+
+    def take(self, holder: str) -> None:
+        """Another replica holds the lease, freshly renewed."""
+        assert self.body is not None
+        spec = dict(self.body["spec"], holderIdentity=holder,
+                    renewTime=dt.datetime.now(dt.UTC).isoformat())  # fmt: skip
+        self.body, self.version = dict(self.body, spec=spec), self.version + 1
+
+
+class Beats:
+    def beat(self) -> None:
+        pass
+
+
+def _until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_a_lost_lease_stands_the_replica_by_and_it_leads_again_later() -> None:
+    """An outage longer than the lease (or a pause) used to end the process: now the
+    replica stops writing at once, stands by, and takes the lease again when it is free."""
+    import threading
+
+    leases = FakeLeases()
+    elector = LeaderElector(leases, "ns", "lease", "me", lease_seconds=1, renew_seconds=0.05)
+    stop = threading.Event()
+    thread = threading.Thread(target=elector.run, args=(Beats(), stop), daemon=True)
+    thread.start()
+    try:
+        _until(elector.holds)
+        leases.take("other")  # a standby took over while this replica was cut off
+        _until(lambda: not elector.is_leader.is_set())
+        assert not elector.holds() and thread.is_alive()
+        # the other replica goes away: its lease expires and this one leads again
+        _until(elector.holds, seconds=15)
+        assert leases.body is not None and leases.body["spec"]["holderIdentity"] == "me"
+    finally:
+        stop.set()
+        thread.join(5)
