@@ -135,7 +135,7 @@ def test_operator_pod_shape(render: Render) -> None:
     (container,) = pod["containers"]
     assert (
         container["image"]
-        == f"ascend-pd/operator:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
+        == f"ascend-pd-operator:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
     )
     assert container["args"] == ["--all-namespaces", "--health-port=8080", "--metrics-port=8081"]
     for probe in ("livenessProbe", "readinessProbe"):
