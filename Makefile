@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint unit e2e crd-test crd-server crd-server-down dev-up dev-down demo demo-down crd bench reliability clean
+.PHONY: venv test lint unit e2e crd-test crd-server crd-server-down dev-up dev-down demo demo-down crd bench reliability images clean
 
 venv: $(STAMP)
 
@@ -64,6 +64,12 @@ bench: venv
 # writes reliability/results.json.
 reliability: venv
 	$(BIN)/python -m reliability
+
+# The operator and runtime images with docker, podman or buildah (not part of `make test`):
+#   make images REGISTRY=registry.example.com/llm BASE_IMAGE=<SGLang Ascend image> SGLANG_VERSION=0.5.23
+# Settings: devtools/images.sh. Refuses, naming them, when no engine is on PATH.
+images:
+	bash devtools/images.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -34,7 +34,7 @@ RELEASE = "ascend-pd"
 RELEASE_NAMESPACE = "ascend-pd-system"
 FULLNAME = f"{RELEASE}-operator"
 EXAMPLE = "deepseek-v3-pp2.yaml"
-DEMO_NAMESPACE = "llm"  # the example's namespace; the operator watches only it
+DEMO_NAMESPACE = "llm"  # where the example goes; the operator watches only it
 STEPS = 6
 
 
@@ -110,11 +110,11 @@ def _demo(layout: cluster.Layout, pid_file: Path, timeout: float) -> int:
     _wait(operator.healthy, 60, "the operator's health endpoint")
     _say(f"pid {operator.pid}, log {log}")
 
-    _step(4, f"kubectl apply -f examples/{EXAMPLE}")
+    namespace = DEMO_NAMESPACE
+    _step(4, f"kubectl apply -n {namespace} -f examples/{EXAMPLE}")
     docs = [d for d in yaml.safe_load_all((root / "examples" / EXAMPLE).read_text()) if d]
-    pdd = next(d for d in docs if d["kind"] == "PDDeployment")
-    name, namespace = pdd["metadata"]["name"], pdd["metadata"]["namespace"]
-    kubectl.run("apply", "-f", str(root / "examples" / EXAMPLE))
+    name = next(d for d in docs if d["kind"] == "PDDeployment")["metadata"]["name"]
+    kubectl.run("apply", "-n", namespace, "-f", str(root / "examples" / EXAMPLE))
 
     _step(5, f"wait for pdd/{name} to become Ready")
     last = ""

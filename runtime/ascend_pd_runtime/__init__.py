@@ -4,5 +4,3 @@ The layout core (``model_facts``, ``partition``, ``layout``, ``transfer_plan``,
 ``plan``) is pure and light (numpy at most) so the operator, the CLI and the
 patched SGLang connector all compute the KV layout with the same code.
 """
-
-__version__ = "0.1.0"

@@ -3,15 +3,41 @@
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; only the chosen one is imported, so a command pays only for
 its own dependencies (``plan`` needs nothing but the layout core, the launcher
-starts fast, ``dev`` does not import kopf).
+starts fast, ``dev`` does not import kopf). ``--version`` prints the installed
+distribution's version, read from its package metadata (one source: ``pyproject.toml``).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
+from typing import Any
+
+#: The distribution both CLIs (``ascend-pd``, ``ascend-pd-runtime``) come from.
+DISTRIBUTION = "ascend-pd"
+
+
+def distribution_version() -> str:
+    """The installed ascend-pd's version, from its package metadata."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return f"unknown ({DISTRIBUTION} is not installed; run from a source tree)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: read the metadata only when asked, so a command never pays for it."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(f"{parser.prog} {distribution_version()}", file=sys.stdout)
+        parser.exit()
 
 
 def dispatch(
@@ -20,6 +46,7 @@ def dispatch(
     """Parse ``argv`` against ``commands`` (name -> (module, help)) and run the chosen one."""
     argv = list(argv)
     parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = next((a for a in argv if not a.startswith("-")), None)
     modules: dict[str, ModuleType] = {}

@@ -135,7 +135,7 @@ def test_operator_pod_shape(render: Render) -> None:
     (container,) = pod["containers"]
     assert (
         container["image"]
-        == f"ascend-pd/operator:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
+        == f"ascend-pd-operator:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
     )
     assert container["args"] == ["--all-namespaces", "--health-port=8080", "--metrics-port=8081"]
     for probe in ("livenessProbe", "readinessProbe"):
@@ -380,18 +380,62 @@ def test_every_value_has_a_comment() -> None:
     assert undocumented == []
 
 
-def test_notes_tell_the_next_step(helm: Path) -> None:
-    done = subprocess.run(
-        [str(helm), "install", "apd", str(CHART), "--dry-run=client", "--namespace", NAMESPACE],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def notes(helm: Path, *set_values: str) -> str:
+    cmd = [str(helm), "install", "apd", str(CHART), "--dry-run=client", "--namespace", NAMESPACE]
+    for item in set_values:
+        cmd += ["--set", item]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    notes = done.stdout.split("NOTES:", 1)[1]
-    assert "kubectl apply" in notes
-    assert "helm test apd" in notes
-    assert "kubectl get pdd" in notes
+    return done.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_tell_the_next_step(helm: Path) -> None:
+    text = notes(helm)
+    assert "kubectl apply" in text
+    assert "helm test apd -n ascend-pd-system" in text
+    assert "kubectl get pdd" in text
+
+
+@pytest.mark.parametrize(
+    ("set_values", "namespace"),
+    [((), "llm"), (("watch.namespaces={team-a,team-b}",), "team-a")],
+    ids=["all-namespaces", "namespaced"],
+)
+def test_notes_commands_work_as_printed(
+    helm: Path, set_values: tuple[str, ...], namespace: str
+) -> None:
+    """Every example NOTES applies exists, names no namespace and goes to one the operator
+    watches; the deployment it waits for, the router Service it port-forwards and the model
+    it asks for are the example's; it ends with the request."""
+    text = notes(helm, *set_values)
+    commands = [line.strip() for line in text.splitlines() if line.startswith("     ")]
+    kubectl = [c for c in commands if c.startswith("kubectl ")]
+    for command in kubectl:
+        words = command.split()
+        if "-n" in words:
+            assert words[words.index("-n") + 1] in (namespace, NAMESPACE), command
+        elif "namespace" in words[1:3]:
+            assert words[3] == namespace, command
+    applied = [c.split(" -f ")[1] for c in kubectl if c.startswith("kubectl apply -n")]
+    assert applied == [
+        "examples/models-pvc.yaml",
+        "examples/models-download.yaml",
+        "examples/deepseek-v2-lite.yaml",
+    ]
+    docs = [d for f in applied for d in yaml.safe_load_all((REPO / f).read_text())]
+    assert all("namespace" not in d["metadata"] for d in docs)
+    job = next(d for d in docs if d["kind"] == "Job")["metadata"]["name"]
+    assert f"--for=condition=complete job/{job} " in text
+    pdd = next(d for d in docs if d["kind"] == "PDDeployment")
+    name, spec = pdd["metadata"]["name"], pdd["spec"]
+    port = (spec.get("router") or {}).get("port", 8000)
+    assert f"--for=condition=Ready pdd/{name} " in text
+    assert f"port-forward svc/{name}-router {port}:{port} &" in text
+    request = commands[-2:]
+    assert request[0].startswith(f"curl -s http://127.0.0.1:{port}/v1/completions ")
+    body = json.loads(request[1].removeprefix("-d ").strip("'"))
+    assert body["model"] == spec["model"]["name"]
+    assert text.rstrip().splitlines()[-1].startswith("`helm uninstall` keeps the CRD")
 
 
 def test_values_typo_fails_helm_install(helm: Path, tmp_path: Path) -> None:

@@ -23,7 +23,10 @@ from ascend_pd_runtime.launcher import plan_launch
 from ascend_pd_runtime.plan_cli import example_config
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+#: the examples holding a PDDeployment (examples/ also holds the models PVC and its Job)
+EXAMPLES = sorted(
+    p for p in (REPO / "examples").glob("*.yaml") if "kind: PDDeployment" in p.read_text()
+)
 
 #: The ServerArgs fields every case reports (besides its extraArgs' fields).
 REPORTED = (
@@ -177,6 +180,8 @@ def resources(version: str) -> dict[str, Resource]:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         doc = copy.deepcopy(next(d for d in docs if d.get("kind") == api.KIND))
         doc["spec"]["runtime"]["sglangVersion"] = version
+        # the examples name no namespace (`kubectl apply -n <namespace>`): give them pdd()'s
+        doc["metadata"]["namespace"] = "ns"
         configmaps = [d for d in docs if d.get("kind") == "ConfigMap"]
         out[f"example-{path.stem}"] = (doc, "example", configmaps)
     for name, (spec, form) in generated_specs().items():

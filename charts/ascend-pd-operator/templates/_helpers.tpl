@@ -79,6 +79,17 @@ app.kubernetes.io/component: test
 {{- end }}
 
 {{/*
+The namespace NOTES.txt puts the first PDDeployment in: the first watched one, else "llm".
+*/}}
+{{- define "ascend-pd-operator.exampleNamespace" -}}
+{{- if .Values.watch.namespaces }}
+{{- first .Values.watch.namespaces }}
+{{- else }}
+{{- print "llm" }}
+{{- end }}
+{{- end }}
+
+{{/*
 Pod Security Standard "restricted", shared by the operator and the helm test pods. The
 UID/GID match the user created in operator/Dockerfile.
 */}}

@@ -26,7 +26,9 @@ from ascend_pd_runtime.plan import plan_document
 from .conftest import EXAMPLES, load_example
 
 Json = dict[str, Any]
-EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
+ALL_EXAMPLES = sorted(EXAMPLES.glob("*.yaml"))
+#: the examples holding a PDDeployment (the others: the models PVC and its download Job)
+EXAMPLE_FILES = sorted(p.name for p in ALL_EXAMPLES if "kind: PDDeployment" in p.read_text())
 OWNER = Owner("dsv3", "llm", uid="0b6f8d4e-0000-4000-8000-000000000001", generation=3)
 
 
@@ -48,9 +50,63 @@ def env_of(container: Json) -> dict[str, str]:
 
 
 def test_examples_cover_the_issue() -> None:
-    assert {"deepseek-v3-pp2.yaml", "deepseek-v3.2.yaml", "deepseek-v2-lite.yaml"} <= set(
-        EXAMPLE_FILES
-    )
+    assert {
+        "deepseek-v3-pp2.yaml",
+        "deepseek-v3.2.yaml",
+        "deepseek-v2-lite.yaml",
+        "deepseek-v3-a3.yaml",
+    } <= set(EXAMPLE_FILES)
+    assert {"models-pvc.yaml", "models-download.yaml"} <= {p.name for p in ALL_EXAMPLES}
+
+
+@pytest.mark.parametrize("path", ALL_EXAMPLES, ids=[p.name for p in ALL_EXAMPLES])
+def test_every_example_says_what_it_needs_and_names_no_namespace(path) -> None:
+    """`kubectl apply -n <namespace> -f examples/<file>` works for any namespace: no
+    manifest hard-codes one, and the header says what the example needs and how to apply."""
+    text = path.read_text()
+    for doc in yaml.safe_load_all(text):
+        assert "namespace" not in doc["metadata"], doc["metadata"]
+    header = text.split("\napiVersion:", 1)[0]
+    assert f"# Apply: kubectl apply -n <namespace> -f examples/{path.name}" in header
+    if path.name in EXAMPLE_FILES:
+        assert "# Needs:" in header
+        spec = next(d for d in yaml.safe_load_all(text) if d["kind"] == "PDDeployment")["spec"]
+        nodes = 0
+        for role in ("prefill", "decode"):
+            r = spec[role]
+            par = {"tensor": 1, "pipeline": 1, **r.get("parallelism", {})}
+            per_node = r.get("devicesPerNode", 8)
+            nodes += r.get("replicas", 1) * par["tensor"] * par["pipeline"] // per_node
+        npus = sum(
+            spec[role].get("replicas", 1)
+            * spec[role]["parallelism"].get("tensor", 1)
+            * spec[role]["parallelism"].get("pipeline", 1)
+            for role in ("prefill", "decode")
+        )
+        assert f"{npus} NPUs on {nodes} " in header, (npus, nodes)
+        volcano = (spec.get("scheduling") or {}).get("gang") == "volcano"
+        assert ("No Volcano" in header) is not volcano
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in ALL_EXAMPLES if p.name not in EXAMPLE_FILES)
+)
+def test_the_other_examples_are_valid_manifests(name: str) -> None:
+    for doc in yaml.safe_load_all((EXAMPLES / name).read_text()):
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_the_download_job_fills_the_claim_and_path_an_example_mounts() -> None:
+    job = yaml.safe_load((EXAMPLES / "models-download.yaml").read_text())
+    pvc = yaml.safe_load((EXAMPLES / "models-pvc.yaml").read_text())
+    pod = job["spec"]["template"]["spec"]
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    # many nodes mount it at once
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    lite = load_example("deepseek-v2-lite.yaml")["spec"]["model"]
+    assert env["TARGET"] == lite["path"]
+    assert lite["volume"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
 
 
 @pytest.mark.parametrize("name", EXAMPLE_FILES)

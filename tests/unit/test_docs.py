@@ -1,0 +1,123 @@
+"""The user docs against the code: troubleshooting names every condition reason and launcher
+exit code, the W8A8 change in docs/models.md is a valid PDDeployment, every relative link
+and `make` target exists, and the images' settings are the script's."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator import naming, rules
+from ascend_pd_operator.render_cli import EXIT_OK, render
+from ascend_pd_runtime import launcher
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+USER_DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted(DOCS.glob("*.md"))]
+TROUBLESHOOTING = (DOCS / "troubleshooting.md").read_text()
+
+
+def test_troubleshooting_names_every_reason() -> None:
+    reasons = {v for k, v in vars(naming).items() if k.startswith("REASON_")}
+    missing = sorted(r for r in reasons if f"`{r}`" not in TROUBLESHOOTING)
+    assert not missing, f"docs/troubleshooting.md does not explain {missing}"
+
+
+def test_troubleshooting_names_every_condition_and_phase() -> None:
+    for name, value in vars(naming).items():
+        if name.startswith(("COND_", "PHASE_")):
+            heading = re.search(rf"^### .*\b{value}\b", TROUBLESHOOTING, flags=re.M)
+            assert f"`{value}`" in TROUBLESHOOTING or heading, value
+
+
+def test_troubleshooting_names_every_launcher_exit_code() -> None:
+    codes = {
+        launcher.EXIT_BAD_INPUT,
+        launcher.EXIT_LAYOUT_MISMATCH,
+        launcher.EXIT_UNRESOLVED,
+        ec.EXIT_ARGS_REFUSED,
+    }
+    table = TROUBLESHOOTING.split("## Launcher exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = {int(m) for m in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
+    assert rows == codes
+
+
+def _w8a8_fragment() -> dict[str, Any]:
+    text = (DOCS / "models.md").read_text().split("## W8A8", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", text, flags=re.S)
+    assert block, "docs/models.md: no YAML under ## W8A8"
+    return dict(yaml.safe_load(block.group(1)))
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    if isinstance(base, dict) and isinstance(patch, dict):
+        return {k: _merge(base.get(k), v) if k in base else v for k, v in patch.items()} | {
+            k: v for k, v in base.items() if k not in patch
+        }
+    return patch
+
+
+def test_the_w8a8_change_is_a_valid_pddeployment() -> None:
+    """docs/models.md's change to examples/deepseek-v3-pp2.yaml renders, and its flags reach
+    both roles' pods as given, none of them a managed one."""
+    docs = list(yaml.safe_load_all((ROOT / "examples" / "deepseek-v3-pp2.yaml").read_text()))
+    pdd = copy.deepcopy(next(d for d in docs if d["kind"] == "PDDeployment"))
+    fragment = _w8a8_fragment()
+    pdd = _merge(pdd, fragment)
+    code, manifests, message = render(pdd, None, "llm")
+    assert code == EXIT_OK, message
+    for role in ("prefill", "decode"):
+        args = fragment["spec"][role]["extraArgs"]
+        assert args[:2] == ["--quantization", "modelslim"]
+        assert not re.search(rules.MANAGED_FLAG_PATTERN.replace("\\\\", "\\"), " ".join(args))
+        for sts in (m for m in manifests if m["kind"] == "StatefulSet"):
+            container = sts["spec"]["template"]["spec"]["containers"][0]
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            if env[ec.ROLE] == role:
+                assert json.loads(env[ec.EXTRA_ARGS]) == args
+                assert env[ec.MODEL_PATH] == fragment["spec"]["model"]["path"]
+
+
+def test_models_md_lists_the_managed_flags() -> None:
+    text = (DOCS / "models.md").read_text()
+    assert "MANAGED_FLAGS" in text and "rules.py" in text
+    for flag in ("nccl-init-addr", "served-model-name", "host", "port", "node-rank"):
+        assert flag in rules.MANAGED_FLAGS
+        assert f"--{flag}" in text
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+
+
+@pytest.mark.parametrize("doc", USER_DOCS, ids=lambda p: p.name)
+def test_relative_links_point_at_files(doc: Path) -> None:
+    for target, _anchor in LINK.findall(doc.read_text()):
+        if "://" in target:
+            continue
+        assert (doc.parent / target).exists(), f"{doc.name} links to a missing {target}"
+
+
+def test_every_make_target_the_docs_name_exists() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", makefile, flags=re.M))
+    for doc in (*USER_DOCS, ROOT / "charts" / "ascend-pd-operator" / "README.md"):
+        for target in re.findall(r"`make ([a-z][a-z0-9-]*)", doc.read_text()):
+            assert target in targets, f"{doc.name}: make {target}"
+
+
+def test_the_image_settings_the_docs_name_are_the_script_s() -> None:
+    script = (ROOT / "devtools" / "images.sh").read_text()
+    documented = set()
+    for doc in USER_DOCS:
+        for line in re.findall(r"make images(?:[^`\n\\]|\\\n)*", doc.read_text()):
+            documented |= set(re.findall(r"\b([A-Z][A-Z_]+)=", line))
+    assert documented >= {"REGISTRY", "BASE_IMAGE", "SGLANG_VERSION", "PUSH"}
+    for name in documented:
+        assert f"#   {name} " in script, f"devtools/images.sh does not document {name}"
