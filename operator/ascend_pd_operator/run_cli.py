@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         run_orchestrator,
         worker,
     )
-    from .kube import Denied, Kube, is_transient, load_config
+    from .kube import Denied, Kube, is_transient, load_config, wait_at_least
     from .live_cache import LiveCache
     from .reconciler import Reconciler
     from .recovery import RecoveryPolicy
@@ -150,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
         # cannot grant a permission, it would only make a crash loop
         blocked=lambda exc: isinstance(exc, Denied),
         faults=DENIALS.faults,
+        # a unit throttled with Retry-After (the resync's first GET /version) waits for it
+        wait_at_least=wait_at_least,
     )
     queue = WorkQueue()
     namespaces = None if args.all_namespaces else list(args.namespace)

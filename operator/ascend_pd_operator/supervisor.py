@@ -89,6 +89,7 @@ class Supervisor:
         expected: Callable[[BaseException], bool] = lambda _: False,
         blocked: Callable[[BaseException], bool] = lambda _: False,
         faults: Callable[[], list[str]] = list,
+        wait_at_least: Callable[[BaseException], float] = lambda _: 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stop = stop
@@ -101,6 +102,8 @@ class Supervisor:
         #: so the kubelet does not restart the operator into a crash loop.
         self.blocked = blocked
         self.faults = faults
+        #: The least a restart after this failure waits (the server's Retry-After).
+        self.wait_at_least = wait_at_least
         self._clock = clock
         self._units: dict[str, Unit] = {}
         self._expected: set[str] = set()
@@ -135,7 +138,7 @@ class Supervisor:
                 unit.failures += 1
                 unit.restarts += 1
                 unit.failed(exc)
-                delay = self.backoff.delay(unit.failures)
+                delay = max(self.backoff.delay(unit.failures), self.wait_at_least(exc))
                 if self.expected(exc):
                     log.warning("%s: %s; restarting in %.1fs", unit.name, unit.last_error, delay)
                 elif unit.failures == 1:

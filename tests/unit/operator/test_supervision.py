@@ -323,3 +323,22 @@ def test_a_unit_being_started_is_never_reported_gone(
     supervisor.start("watch Service in llm", lambda unit: stop.wait(), period=1.0)
     assert seen == [[]]
     assert supervisor.problems() == []
+
+
+def test_a_throttled_unit_restarts_no_sooner_than_retry_after(stop: threading.Event) -> None:
+    """The resync's first GET /version answered 429 + Retry-After: 1 came back after the
+    supervisor's 0.5 s backoff (the api-faults scenario caught it)."""
+    from ascend_pd_operator.kube import KubeError, wait_at_least
+
+    starts: list[float] = []
+
+    def body(unit: Unit) -> None:
+        starts.append(time.monotonic())
+        if len(starts) == 1:
+            raise KubeError(429, "TooManyRequests", "slow down", retry_after=0.3)
+        stop.wait()
+
+    supervisor = Supervisor(stop, backoff=FAST, wait_at_least=wait_at_least)
+    supervisor.start("throttled", body, period=1.0)
+    eventually(lambda: len(starts) == 2)
+    assert starts[1] - starts[0] >= 0.3
