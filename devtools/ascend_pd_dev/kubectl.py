@@ -7,12 +7,14 @@ the ``kubectl`` on ``PATH`` is used.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 class KubectlNotFound(RuntimeError):
@@ -38,6 +40,12 @@ def kubectl_path() -> Path:
     )
 
 
+def established(crd: dict[str, Any]) -> bool:
+    """Has the API server Established this CRD? (A new one may have no conditions yet.)"""
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
 #: The PDDeployment CRD's name.
 CRD_NAME = "pddeployments.ascendpd.io"
 
@@ -49,7 +57,8 @@ def install_crd(
     until the API server has Established it.
 
     ``kubectl wait --for=condition=Established`` right after the apply fails now and then with
-    "accessor error" while the new CRD has no conditions yet, so this polls the condition.
+    "accessor error" while the new CRD has no conditions yet, and so does a jsonpath filter
+    on them ("<nil> is not array or slice"), so this reads the whole object.
     """
     from ascend_pd_operator.crd import crd_yaml
 
@@ -64,9 +73,8 @@ def install_crd(
 
     run("apply", "--server-side", "--force-conflicts", f"--field-manager={field_manager}",
         "-f", "-", input=crd_yaml(with_cel))  # fmt: skip
-    jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
     deadline = time.monotonic() + timeout
-    while run("get", "crd", CRD_NAME, "-o", f"jsonpath={jsonpath}").strip() != "True":
+    while not established(json.loads(run("get", "crd", CRD_NAME, "-o", "json"))):
         if time.monotonic() > deadline:
             raise TimeoutError(f"crd/{CRD_NAME} not Established after {timeout:.0f} s")
         time.sleep(0.2)

@@ -60,3 +60,17 @@ def test_state_round_trips(tmp_path: Path) -> None:
     assert cluster.load_state(layout) == state
     layout.state.write_text("{")
     assert cluster.load_state(layout) is None
+
+
+def test_a_new_crd_without_conditions_is_not_established_yet() -> None:
+    """``make reliability`` once stopped at its start: the jsonpath filter on a new CRD's
+    conditions failed ("<nil> is not array or slice") instead of waiting."""
+    from ascend_pd_dev.kubectl import established
+
+    assert not established({"status": {"conditions": None}})
+    assert not established({})
+    assert not established(
+        {"status": {"conditions": [{"type": "NamesAccepted", "status": "True"}]}}
+    )
+    assert not established({"status": {"conditions": [{"type": "Established", "status": "False"}]}})
+    assert established({"status": {"conditions": [{"type": "Established", "status": "True"}]}})
