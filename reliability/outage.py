@@ -289,10 +289,8 @@ def survive(
     result.details.update(resync_seconds=resync_seconds, unhealthy_after_seconds=unhealthy_after)
 
     def converged(what: str, since: float) -> bool:
-        ok, _ = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
-        result.record(bool(ok), time.monotonic() - since,
-                      f"{what}: {audit_namespace(env.kube, namespace)}")  # fmt: skip
-        return bool(ok)
+        return result.await_audit(lambda: audit_namespace(env.kube, namespace), what, since,
+                                bound_seconds)  # fmt: skip
 
     try:
         env.apply([pdd(name, namespace)])

@@ -40,10 +40,8 @@ def run(env: Env, release: Release, namespace: str, bound_seconds: float = 240.0
                 for verb in ("patch", "list")]  # fmt: skip
 
     def converged(what: str, since: float) -> bool:
-        ok, _ = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
-        result.record(bool(ok), time.monotonic() - since,
-                      f"{what}: {audit_namespace(env.kube, namespace)}")  # fmt: skip
-        return bool(ok)
+        return result.await_audit(lambda: audit_namespace(env.kube, namespace), what, since,
+                                bound_seconds)  # fmt: skip
 
     def named(texts: list[str]) -> bool:
         faults = " ".join(sampler.probe()[1].get("faults") or [])

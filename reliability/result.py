@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,15 @@ class ScenarioResult:
             and self.duplicated == 0
             and not self.problems
         )
+
+    def await_audit(self, audit: Callable[[], Any], what: str, since: float, bound: float) -> bool:
+        """Wait up to ``bound`` seconds for ``audit()`` (an ``audit.Audit``) to be ok and
+        record it as one run, timed from ``since``."""
+        deadline = time.monotonic() + bound
+        while not (found := audit()).ok and time.monotonic() < deadline:
+            time.sleep(0.5)
+        self.record(found.ok, time.monotonic() - since, f"{what}: {found}")
+        return bool(found.ok)
 
     def final_audit(self, found: Any) -> None:
         """The last check of a scenario: an ``audit.Audit`` of its namespace, its missing
