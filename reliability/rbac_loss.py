@@ -78,11 +78,9 @@ def run(env: Env, release: Release, namespace: str, bound_seconds: float = 240.0
         restored = time.monotonic()
         converged("after the Role was restored", restored)
         result.details["converged_after_restore_seconds"] = round(time.monotonic() - restored, 1)
-        cleared, seconds = wait_for(
-            lambda: not sampler.probe()[1].get("faults"), bound_seconds, 1.0
-        )
+        cleared, seconds = wait_for(lambda: sampler.faults() == [], bound_seconds, 1.0)
         result.record(bool(cleared), seconds, f"faults still named after the Role was restored: "
-                      f"{sampler.probe()[1].get('faults')}")  # fmt: skip
+                      f"{sampler.faults()}")  # fmt: skip
         result.final_audit(audit_namespace(env.kube, namespace))
     finally:
         sampler.stop()

@@ -29,3 +29,37 @@ def test_ci_outage_outlasts_every_retry_budget_and_the_rbac_warm_up() -> None:
     assert outage.CI_OUTAGE_SECONDS <= outage.OUTAGE_SECONDS
     # two restarts closer together than the warm-up: the second lands in the first's window
     assert outage.RESTART_GAP_SECONDS < WARMUP_SECONDS
+
+
+def test_a_health_probe_that_did_not_answer_never_reads_as_faults_cleared() -> None:
+    """CI read a probe that timed out on a busy machine as "no faults" and went on while the
+    fault was still named; only an answer with an empty list means cleared."""
+    import http.server
+    import json
+    import threading
+
+    answers = iter([(200, {"faults": ["RBAC denies watch x"]}), (503, b"not json"),
+                    (200, {"faults": []})])  # fmt: skip
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = next(answers)
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(body if isinstance(body, bytes) else json.dumps(body).encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sampler = outage.HealthSampler(server.server_address[1])
+        assert sampler.faults() == ["RBAC denies watch x"]
+        assert sampler.faults() is None  # an unreadable answer
+        assert sampler.faults() == []
+        server.shutdown()
+        server.server_close()
+        assert sampler.faults() is None  # nobody listening
+    finally:
+        server.server_close()
