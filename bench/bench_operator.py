@@ -45,10 +45,10 @@ from ascend_pd_dev.certs import Pki
 from ascend_pd_dev.faultproxy import STATS_PATH
 from ascend_pd_dev.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.local_run import OperatorProcess, free_port, stop_child_group
-from ascend_pd_operator import api
-from ascend_pd_operator.kube import Kube
-from ascend_pd_operator.naming import LABEL_DEPLOYMENT
-from ascend_pd_operator.render_cli import render
+from ascend_pd_operator.api import models
+from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
+from ascend_pd_operator.kubeio.kube import Kube
+from ascend_pd_operator.wiring.render_cli import render
 from bench.rows import Row, median_row, percentile, row
 
 BENCH_NODES = 40  # x 8 NPUs: room for runs + scale deployments of 2 NPUs each
@@ -108,8 +108,8 @@ def pddeployment(name: str, namespace: str) -> dict[str, Any]:
     """A small deployment: one prefill and one decode instance of one NPU, a router."""
     role = {"replicas": 1, "parallelism": {"tensor": 1}, "devicesPerNode": 1}
     return {
-        "apiVersion": api.API_VERSION,
-        "kind": api.KIND,
+        "apiVersion": models.API_VERSION,
+        "kind": models.KIND,
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "model": {
@@ -173,10 +173,10 @@ class Recorder:
 
         def pdds(**kw: Any) -> Any:
             return custom.list_namespaced_custom_object(
-                api.GROUP, api.VERSION, self.namespace, api.PLURAL, **kw
+                models.GROUP, models.VERSION, self.namespace, models.PLURAL, **kw
             )
 
-        self._thread(api.KIND, pdds)
+        self._thread(models.KIND, pdds)
         return self
 
     def _thread(self, kind: str, list_fn: Callable[..., Any]) -> None:
@@ -203,7 +203,7 @@ class Recorder:
 
     def _record(self, kind: str, obj: Any, now: float) -> None:
         with self.cond:
-            if kind == api.KIND:
+            if kind == models.KIND:
                 if (obj.get("status") or {}).get("phase") == "Ready":
                     self.ready.setdefault(obj["metadata"]["name"], now)
             elif (obj["metadata"].get("labels") or {}).get(LABEL_DEPLOYMENT):
@@ -248,8 +248,8 @@ class Bench:
 
     def apply(self, obj: dict[str, Any]) -> None:
         """Server-side apply as a user's ``kubectl apply --server-side`` would."""
-        from ascend_pd_operator.api_access import resource_for
-        from ascend_pd_operator.kube import path
+        from ascend_pd_operator.api.access import resource_for
+        from ascend_pd_operator.kubeio.kube import path
 
         meta = obj["metadata"]
         url = path(resource_for(obj["kind"]), meta["namespace"], meta["name"])

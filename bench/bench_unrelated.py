@@ -37,9 +37,9 @@ from ascend_pd_dev import cluster as dev_cluster
 from ascend_pd_dev import paths, procs
 from ascend_pd_dev.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.local_run import OperatorProcess
-from ascend_pd_operator import api
-from ascend_pd_operator.api_access import resource_for
-from ascend_pd_operator.kube import Kube, KubeError, path
+from ascend_pd_operator.api import models
+from ascend_pd_operator.api.access import resource_for
+from ascend_pd_operator.kubeio.kube import Kube, KubeError, path
 from bench.bench_operator import config_map, pddeployment
 from bench.rows import median_row, row, summary
 
@@ -203,7 +203,7 @@ class Bench:
 
     def _all_ready(self, crs: list[dict[str, Any]]) -> bool:
         for cr in crs:
-            got = self.kube.get(api.KIND, cr["metadata"]["namespace"], cr["metadata"]["name"])
+            got = self.kube.get(models.KIND, cr["metadata"]["namespace"], cr["metadata"]["name"])
             if ((got or {}).get("status") or {}).get("phase") != "Ready":
                 return False
         return True

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascend_pd_operator import api
-from ascend_pd_operator.kube import Kube
-from ascend_pd_operator.naming import LABEL_DEPLOYMENT
-from ascend_pd_operator.planner import plan
-from ascend_pd_operator.reconciler import observe_resource
+from ascend_pd_operator.api import models
+from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
+from ascend_pd_operator.decisions.planner import plan
+from ascend_pd_operator.kubeio.kube import Kube
+from ascend_pd_operator.wiring.reconciler import observe_resource
 from ascend_pd_runtime.plan import layout_fingerprint
 
 Json = dict[str, Any]
@@ -116,7 +116,7 @@ def _status_problems(cr: Json, fingerprint: str) -> list[str]:
 def audit_namespace(kube: Kube, namespace: str, expect_ready: bool = True) -> Audit:
     """Compare every PDDeployment's desired children with the namespace's live objects."""
     found = Audit()
-    crs = [c for c in kube.list(api.KIND, namespace)
+    crs = [c for c in kube.list(models.KIND, namespace)
            if not c["metadata"].get("deletionTimestamp")]  # fmt: skip
     live: dict[tuple[str, str], Json] = {}
     for kind in CHILD_KINDS:

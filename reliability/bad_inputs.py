@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_operator import api
-from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+from ascend_pd_operator.api import models
+from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 
 from .audit import audit_namespace
 from .env import Env, Release, wait_for
@@ -120,7 +120,7 @@ def _rejection(env: Env, case: Case, namespace: str, cel: bool) -> tuple[bool, s
     type_ = CONDITION[case.reject]
 
     def refused() -> Json | None:
-        cr = env.kube.get(api.KIND, namespace, name)
+        cr = env.kube.get(models.KIND, namespace, name)
         cond = _condition(cr, type_)
         generation = (cr or {}).get("metadata", {}).get("generation")
         status = (cr or {}).get("status") or {}
@@ -130,7 +130,7 @@ def _rejection(env: Env, case: Case, namespace: str, cel: bool) -> tuple[bool, s
 
     cond, _ = wait_for(refused, 60.0, 0.2)
     if not cond:
-        cr = env.kube.get(api.KIND, namespace, name)
+        cr = env.kube.get(models.KIND, namespace, name)
         return False, f"no {type_}=False: {(cr or {}).get('status')}"
     return case.message in cond["message"], cond["message"]
 

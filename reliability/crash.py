@@ -14,7 +14,7 @@ import random
 import time
 from typing import Any
 
-from ascend_pd_operator import api
+from ascend_pd_operator.api import models
 
 from .audit import audit_namespace
 from .env import Env, Release, wait_for
@@ -56,7 +56,7 @@ def _mutate(env: Env, rng: random.Random, fleet: dict[str, Json], namespace: str
 
 def _fleet_problems(env: Env, namespace: str, fleet: dict[str, Json]) -> tuple[int, int]:
     """(lost, duplicated) PDDeployments: ones we want that are gone, ones we deleted that stay."""
-    live = {c["metadata"]["name"] for c in env.kube.list(api.KIND, namespace)}
+    live = {c["metadata"]["name"] for c in env.kube.list(models.KIND, namespace)}
     return len(set(fleet) - live), len(live - set(fleet))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ascend_pd_operator import api
+from ascend_pd_operator.api import models
 
 from .audit import CHILD_KINDS, audit_namespace
 from .env import Env, Release, wait_for
@@ -46,7 +46,7 @@ def run(
         restarted = time.monotonic()
 
         def clean() -> bool:
-            names = {c["metadata"]["name"] for c in env.kube.list(api.KIND, namespace)}
+            names = {c["metadata"]["name"] for c in env.kube.list(models.KIND, namespace)}
             return names == {"kept"} and audit_namespace(env.kube, namespace).ok
 
         ok, _ = wait_for(clean, bound_seconds, 0.5)

@@ -28,7 +28,7 @@ from ascend_pd_dev.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.local_run import LocalOperator
 from ascend_pd_dev.rbac import service_account_kubeconfig
 from ascend_pd_dev.tools import ensure_helm
-from ascend_pd_operator.kube import Kube
+from ascend_pd_operator.kubeio.kube import Kube
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "ascend-pd-operator"

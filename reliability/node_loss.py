@@ -26,9 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ascend_pd_dev.kubelet_sim import NODE_TAINTS, set_node_ready
-from ascend_pd_operator.api_access import resource_for
-from ascend_pd_operator.kube import KubeError, path
-from ascend_pd_operator.naming import (
+from ascend_pd_operator.api.access import resource_for
+from ascend_pd_operator.api.vocabulary import (
     COMPONENT_ROUTER,
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
@@ -39,7 +38,8 @@ from ascend_pd_operator.naming import (
     REASON_PODS_FORCE_DELETED,
     TAINT_OUT_OF_SERVICE,
 )
-from ascend_pd_operator.recovery import parse_time, ready_condition
+from ascend_pd_operator.decisions.recovery import parse_time, ready_condition
+from ascend_pd_operator.kubeio.kube import KubeError, path
 
 from .audit import audit_namespace
 from .env import Env, Release, ScenarioError, wait_for

@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_operator.desired import desired_state, validate
-from ascend_pd_operator.model_source import inspector_state, resolve_facts
-from ascend_pd_operator.naming import Owner
+from ascend_pd_operator.api.vocabulary import Owner
+from ascend_pd_operator.builders.desired import desired_state, validate
+from ascend_pd_operator.builders.model_source import inspector_state, resolve_facts
 
 from .bad_inputs import CONFIGMAP, CORPUS, Case, case_document
 
@@ -62,7 +62,7 @@ def load_inspector_cases(path: Path = CORPUS / "inspector.yaml") -> list[Json]:
 
 def inspect_verdict(case: Json) -> Verdict:
     """Run the real inspector on the case's config.json; what ModelResolved would say."""
-    from ascend_pd_operator.api import parse_spec
+    from ascend_pd_operator.api.models import parse_spec
 
     from .specs import pdd
 

@@ -45,10 +45,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ascend_pd_dev import cluster as dev_cluster
-from ascend_pd_operator import api
-from ascend_pd_operator.api_access import HEALTH_PATH
-from ascend_pd_operator.naming import LABEL_DEPLOYMENT
-from ascend_pd_operator.supervisor import RESTART_BACKOFF
+from ascend_pd_operator.api import models
+from ascend_pd_operator.api.access import HEALTH_PATH
+from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
+from ascend_pd_operator.kubeio.supervisor import RESTART_BACKOFF
 
 from .audit import audit_namespace
 from .env import Env, Operator, Release, ScenarioError, wait_for
@@ -252,7 +252,7 @@ def run(
     let the operator in."""
 
     def refusing() -> ContextManager[None]:
-        return revoked(env, release, namespace, api.GROUP, api.PLURAL, ("list", "watch"))
+        return revoked(env, release, namespace, models.GROUP, models.PLURAL, ("list", "watch"))
 
     fault = apiserver_outage(outage_seconds, refusing)
     result = survive(env, release, namespace, "control-plane-outage", fault,

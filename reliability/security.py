@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from ascend_pd_dev.kubectl import kubectl_path
-from ascend_pd_operator.naming import COMPONENT_ROUTER, LABEL_COMPONENT
+from ascend_pd_operator.api.vocabulary import COMPONENT_ROUTER, LABEL_COMPONENT
 
 from .audit import audit_namespace
 from .env import Env, Release, wait_for

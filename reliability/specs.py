@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ascend_pd_operator import api
+from ascend_pd_operator.api import models
 
 Json = dict[str, Any]
 
@@ -33,8 +33,8 @@ def pdd(
 ) -> Json:
     """A DeepSeek-V3 PDDeployment: prefill PP ``prefill_pp`` × TP 1, decode TP 1."""
     return {
-        "apiVersion": api.API_VERSION,
-        "kind": api.KIND,
+        "apiVersion": models.API_VERSION,
+        "kind": models.KIND,
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "model": {

@@ -28,7 +28,7 @@ from ascend_pd_dev.kubectl import kubectl_path
 from ascend_pd_dev.local_run import LocalOperator, stop_process_group
 from ascend_pd_dev.rbac import service_account_kubeconfig
 from ascend_pd_dev.tools import ensure_helm
-from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 
 RELEASE = "ascend-pd"
 RELEASE_NAMESPACE = "ascend-pd-system"

@@ -60,7 +60,7 @@ def install_crd(
     "accessor error" while the new CRD has no conditions yet, and so does a jsonpath filter
     on them ("<nil> is not array or slice"), so this reads the whole object.
     """
-    from ascend_pd_operator.crd import crd_yaml
+    from ascend_pd_operator.api.crd import crd_yaml
 
     def run(*args: str, input: str | None = None) -> str:
         done = subprocess.run(

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ascend_pd_dev.rbac import local_operator_command
-from ascend_pd_operator.api_access import HEALTH_PATH, METRICS_PATH
+from ascend_pd_operator.api.access import HEALTH_PATH, METRICS_PATH
 
 
 def free_port() -> int:
@@ -57,7 +57,7 @@ class OperatorProcess:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "ascend_pd_operator.cli", "run", *self.args],
+                [sys.executable, "-m", "ascend_pd_operator.wiring.cli", "run", *self.args],
                 env={**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)},
                 stdin=subprocess.DEVNULL,
                 stdout=out,

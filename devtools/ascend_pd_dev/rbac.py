@@ -1,7 +1,7 @@
 """RBAC as the Helm chart grants it, and a kubeconfig that acts as the chart's ServiceAccount.
 
 The chart's rules are written by hand in ``charts/ascend-pd-operator/templates/rbac.yaml``;
-the operator code declares what it calls in ``api_access``. ``grants_from_rules`` flattens
+the operator code declares what it calls in ``api.access``. ``grants_from_rules`` flattens
 rendered rules into (apiGroup, resource, verb) triples so a test can compare the two sets
 exactly: a verb the code needs but the chart lacks fails at runtime with 403, one the chart
 grants but the code never uses is privilege nobody asked for.

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from chart_env import CHART, REPO, Render
 
-from ascend_pd_operator import api, naming
+from ascend_pd_operator.api import models, vocabulary
 
 DOCS = sorted(
     [
@@ -46,11 +46,11 @@ def oracle(render: Render) -> dict[str, int]:
         "health port": ports["health"],
         "metrics port": ports["metrics"],
         "metrics service port": service["port"],
-        "http port": naming.HTTP_PORT,
-        "dist-init port": naming.DIST_INIT_PORT,
-        "bootstrap base": naming.BOOTSTRAP_PORT_BASE,
-        "store port": api.Ascend().store_port,
-        "router port": api.Router().port,
+        "http port": vocabulary.HTTP_PORT,
+        "dist-init port": vocabulary.DIST_INIT_PORT,
+        "bootstrap base": vocabulary.BOOTSTRAP_PORT_BASE,
+        "store port": models.Ascend().store_port,
+        "router port": models.Router().port,
     }
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from chart_env import CHART, Render
 
-from ascend_pd_operator.api import check_name, parse_spec
+from ascend_pd_operator.api.models import check_name, parse_spec
 
 HELM_TEST = CHART / "files" / "helm-test"
 
@@ -40,7 +40,7 @@ def test_resource_is_valid_and_schedules_nothing(tmp_path: Path) -> None:
     path = tmp_path / "pdd.yaml"
     path.write_text(yaml.safe_dump(resource))
     done = subprocess.run(
-        [sys.executable, "-m", "ascend_pd_operator.cli", "render", "-f", str(path)],
+        [sys.executable, "-m", "ascend_pd_operator.wiring.cli", "render", "-f", str(path)],
         capture_output=True,
         text=True,
         check=False,

@@ -87,7 +87,7 @@ def test_service_monitor_scrapes_the_operator_metrics_port(render: Render) -> No
 
 
 def test_pod_monitor_selects_runtime_leaders_in_watched_namespaces(render: Render) -> None:
-    from ascend_pd_operator.naming import HTTP_PORT, LABEL_ROLE, MANAGED_BY, ROLES
+    from ascend_pd_operator.api.vocabulary import HTTP_PORT, LABEL_ROLE, MANAGED_BY, ROLES
 
     manifests = render([CHART / "ci" / "monitoring-values.yaml"])
     monitor = one(manifests, "PodMonitor")
@@ -104,7 +104,7 @@ def test_pod_monitor_selects_runtime_leaders_in_watched_namespaces(render: Rende
     targets = {r.get("targetLabel") for r in endpoint["relabelings"]}
     assert {"pddeployment", "role", "pd_instance"} <= targets
     # ... and the port is the runtime pods' http port (SGLang's --port)
-    from ascend_pd_operator.workloads import _ports
+    from ascend_pd_operator.builders.workloads import _ports
 
     assert {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"} in _ports("decode", 0)
     with_all = render(set_values=["monitoring.mode=always"])

@@ -1,4 +1,4 @@
-"""The chart's RBAC is exactly the operator's API allow-list (api_access.py), per mode.
+"""The chart's RBAC is exactly the operator's API allow-list (access.py), per mode.
 
 Every rule the chart renders is flattened to (apiGroup, resource, verb) and compared
 with what the allow-list says the code uses in that mode: a grant missing from the chart
@@ -19,8 +19,8 @@ from ascend_pd_dev.rbac import (
     grants_from_rules,
     local_operator_command,
 )
-from ascend_pd_operator import api_access
-from ascend_pd_operator.planner import PRUNED_KINDS
+from ascend_pd_operator.api import access
+from ascend_pd_operator.decisions.planner import PRUNED_KINDS
 
 FULLNAME = f"{RELEASE}-ascend-pd-operator"
 #: cluster-scoped reads kopf makes in every mode (its discovery)
@@ -33,14 +33,14 @@ def allowed(*, cluster_scoped: bool, gang: bool, leases: bool = False) -> set[Gr
     """The grants the allow-list asks for in one mode (subresources with their resource)."""
     wanted = {
         res.plural
-        for res in api_access.RESOURCES
+        for res in access.RESOURCES
         if (gang or not res.optional)
         and (res.plural in LEADER_ELECTION_ONLY) == leases
         and (cluster_scoped or res.namespaced)
     }
     grants = {
         (group, resource, verb)
-        for group, resource, verbs in api_access.RBAC_RULES
+        for group, resource, verbs in access.RBAC_RULES
         if resource.split("/")[0] in wanted
         for verb in verbs
     }
@@ -48,7 +48,7 @@ def allowed(*, cluster_scoped: bool, gang: bool, leases: bool = False) -> set[Gr
         # the reconciler lists every kind it prunes on each pass, gang scheduling or not
         grants |= {
             (res.group, res.plural, "list")
-            for res in api_access.RESOURCES
+            for res in access.RESOURCES
             if res.optional and res.kind in PRUNED_KINDS
         }
     return grants
@@ -56,9 +56,9 @@ def allowed(*, cluster_scoped: bool, gang: bool, leases: bool = False) -> set[Gr
 
 def test_allow_list_is_fully_classified() -> None:
     # a new cluster-scoped resource in the allow-list must be placed in a mode here
-    cluster = {r.plural for r in api_access.RESOURCES if not r.namespaced}
+    cluster = {r.plural for r in access.RESOURCES if not r.namespaced}
     assert cluster == CLUSTER_READS
-    assert {r.plural for r in api_access.RESOURCES if r.optional} == {"podgroups"}
+    assert {r.plural for r in access.RESOURCES if r.optional} == {"podgroups"}
 
 
 @pytest.mark.parametrize("kube", KUBE_VERSIONS)

@@ -26,8 +26,8 @@ from crd_env import CRD_NAME, REPO, RESOURCES, Kubectl, crd_document
 
 from ascend_pd_dev import crd_server
 from ascend_pd_dev.tools import ensure_helm
-from ascend_pd_operator import api
-from ascend_pd_operator.rules import MAX_POD_ANNOTATIONS_BYTES, RULES, rules_for
+from ascend_pd_operator.api import models
+from ascend_pd_operator.api.rules import MAX_POD_ANNOTATIONS_BYTES, RULES, rules_for
 from reliability.bad_inputs import FIELD, Case, case_document, load_corpus
 from reliability.offline import offline_verdict
 
@@ -116,7 +116,7 @@ def _words(text: str) -> str:
 
 def test_kubectl_explain_describes_every_field(server: crd_server.CrdServer, kubectl: Kubectl):
     schema = crd_document()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    fields = [(p, s) for p, s in _fields(schema, api.PLURAL) if not p.endswith(".metadata")]
+    fields = [(p, s) for p, s in _fields(schema, models.PLURAL) if not p.endswith(".metadata")]
     assert len(fields) > 80
 
     def explain(item: tuple[str, Json]) -> str | None:
@@ -144,7 +144,7 @@ def test_kubectl_explain_describes_every_field(server: crd_server.CrdServer, kub
 
 
 def _pddeployments(path: Path) -> list[Json]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == api.KIND]
+    return [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == models.KIND]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
@@ -165,7 +165,7 @@ def test_every_example_is_accepted_and_listed(
         stored = server.request("GET", item)[1]
         # the API server's defaulting agrees with the operator's: whatever it filled in is
         # what the operator's models assume for an absent field
-        assert api.parse_spec(stored["spec"]) == api.parse_spec(doc["spec"])
+        assert models.parse_spec(stored["spec"]) == models.parse_spec(doc["spec"])
         spec_schema = crd_document()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         for key, prop in spec_schema["properties"]["spec"]["properties"].items():
             if key not in doc["spec"] and "default" in prop:

@@ -34,7 +34,7 @@ import yaml
 from ascend_pd_dev.local_run import LocalOperator
 from ascend_pd_dev.rbac import service_account_kubeconfig
 from ascend_pd_dev.tools import ensure_helm
-from ascend_pd_operator import api_access
+from ascend_pd_operator.api import access
 
 pytestmark = [pytest.mark.timeout(1200)]
 
@@ -278,7 +278,7 @@ def test_all_namespaces_rbac_on_the_api_server(
     helm("install", release, str(CHART), "--namespace", ns, "--set", "crds.install=false")
     user = f"system:serviceaccount:{ns}:{release}-ascend-pd-operator"
     try:
-        for group, resource, verbs in api_access.RBAC_RULES:
+        for group, resource, verbs in access.RBAC_RULES:
             if resource.startswith(("podgroups", "leases")):
                 continue  # granted only with gangScheduling / leaderElection
             for verb in verbs:

@@ -27,7 +27,7 @@ import yaml
 from ascend_pd_dev import launch_check
 from ascend_pd_dev.kubectl import install_crd
 from ascend_pd_dev.local_run import OperatorProcess
-from ascend_pd_operator.naming import LABEL_DEPLOYMENT, LABEL_ROLE, REASON_LAUNCH_REFUSED
+from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, LABEL_ROLE, REASON_LAUNCH_REFUSED
 from ascend_pd_runtime import env_contract
 
 REPO = Path(__file__).resolve().parents[2]

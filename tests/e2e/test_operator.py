@@ -265,7 +265,7 @@ def _plan_for(spec: dict[str, Any], model: str) -> dict[str, Any]:
         "--transfer-backend", spec["runtime"].get("transferBackend", "ascend"),
     ]  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "ascend_pd_operator.cli", "plan", *args],
+        [sys.executable, "-m", "ascend_pd_operator.wiring.cli", "plan", *args],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return dict(json.loads(done.stdout))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import kopf
 
-from ascend_pd_operator.denials import WARMUP_SECONDS
-from ascend_pd_operator.supervisor import RESTART_BACKOFF
+from ascend_pd_operator.kubeio.denials import WARMUP_SECONDS
+from ascend_pd_operator.kubeio.supervisor import RESTART_BACKOFF
 from reliability import outage
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_operator import api, render_cli
+from ascend_pd_operator.api import models
+from ascend_pd_operator.wiring import render_cli
 from ascend_pd_runtime import env_contract
 from ascend_pd_runtime.launcher import plan_launch
 from ascend_pd_runtime.plan_cli import example_config
@@ -162,8 +163,8 @@ def generated_specs() -> dict[str, tuple[dict[str, Any], str]]:
 
 def pdd(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
-        "apiVersion": api.API_VERSION,
-        "kind": api.KIND,
+        "apiVersion": models.API_VERSION,
+        "kind": models.KIND,
         "metadata": {"name": name, "namespace": "ns"},
         "spec": spec,
     }
@@ -178,7 +179,7 @@ def resources(version: str) -> dict[str, Resource]:
     out: dict[str, Resource] = {}
     for path in EXAMPLES:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-        doc = copy.deepcopy(next(d for d in docs if d.get("kind") == api.KIND))
+        doc = copy.deepcopy(next(d for d in docs if d.get("kind") == models.KIND))
         doc["spec"]["runtime"]["sglangVersion"] = version
         # the examples name no namespace (`kubectl apply -n <namespace>`): give them pdd()'s
         doc["metadata"]["namespace"] = "ns"

@@ -18,7 +18,7 @@ import pytest
 import sglang_harness as harness
 from argv_cases import resources
 
-from ascend_pd_operator import render_cli
+from ascend_pd_operator.wiring import render_cli
 from ascend_pd_runtime import env_contract
 from ascend_pd_runtime.plan_cli import example_config
 

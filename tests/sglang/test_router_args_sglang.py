@@ -21,8 +21,8 @@ import pytest
 import sglang_harness as harness
 from argv_cases import resources
 
-from ascend_pd_operator import render_cli
-from ascend_pd_operator.naming import ANNOTATION_BOOTSTRAP_PORT
+from ascend_pd_operator.api.vocabulary import ANNOTATION_BOOTSTRAP_PORT
+from ascend_pd_operator.wiring import render_cli
 
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(600)]
 

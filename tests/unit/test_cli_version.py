@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_operator.cli import main as operator_main
+from ascend_pd_operator.wiring.cli import main as operator_main
 from ascend_pd_runtime import subcommands
 from ascend_pd_runtime.cli import main as runtime_main
 
@@ -36,7 +36,10 @@ def test_version_flag(main, prog: str, capsys: pytest.CaptureFixture[str]) -> No
 
 @pytest.mark.parametrize(
     ("module", "prog"),
-    [("ascend_pd_operator.cli", "ascend-pd"), ("ascend_pd_runtime.cli", "ascend-pd-runtime")],
+    [
+        ("ascend_pd_operator.wiring.cli", "ascend-pd"),
+        ("ascend_pd_runtime.cli", "ascend-pd-runtime"),
+    ],
 )
 def test_version_from_a_fresh_process(module: str, prog: str) -> None:
     done = subprocess.run(

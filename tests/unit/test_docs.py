@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 import ascend_pd_runtime.env_contract as ec
-from ascend_pd_operator import naming, rules
-from ascend_pd_operator.render_cli import EXIT_OK, render
+from ascend_pd_operator.api import rules, vocabulary
+from ascend_pd_operator.wiring.render_cli import EXIT_OK, render
 from ascend_pd_runtime import launcher
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,13 +25,13 @@ TROUBLESHOOTING = (DOCS / "troubleshooting.md").read_text()
 
 
 def test_troubleshooting_names_every_reason() -> None:
-    reasons = {v for k, v in vars(naming).items() if k.startswith("REASON_")}
+    reasons = {v for k, v in vars(vocabulary).items() if k.startswith("REASON_")}
     missing = sorted(r for r in reasons if f"`{r}`" not in TROUBLESHOOTING)
     assert not missing, f"docs/troubleshooting.md does not explain {missing}"
 
 
 def test_troubleshooting_names_every_condition_and_phase() -> None:
-    for name, value in vars(naming).items():
+    for name, value in vars(vocabulary).items():
         if name.startswith(("COND_", "PHASE_")):
             heading = re.search(rf"^### .*\b{value}\b", TROUBLESHOOTING, flags=re.M)
             assert f"`{value}`" in TROUBLESHOOTING or heading, value

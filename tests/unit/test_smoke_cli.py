@@ -8,7 +8,7 @@ def test_plan_cli_json_exit_zero() -> None:
         [
             sys.executable,
             "-m",
-            "ascend_pd_operator.cli",
+            "ascend_pd_operator.wiring.cli",
             "plan",
             "--model-config",
             "deepseek-v3",

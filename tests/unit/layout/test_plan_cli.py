@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ascend_pd_operator.cli import main as ascend_pd
+from ascend_pd_operator.wiring.cli import main as ascend_pd
 from ascend_pd_runtime.cli import main as ascend_pd_runtime
 from ascend_pd_runtime.plan_cli import example_config
 

@@ -13,9 +13,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 from kubernetes import client
 
-from ascend_pd_operator import kube as kube_module
-from ascend_pd_operator.denials import Denials
-from ascend_pd_operator.kube import Kube
+from ascend_pd_operator.kubeio import kube as kube_module
+from ascend_pd_operator.kubeio.denials import Denials
+from ascend_pd_operator.kubeio.kube import Kube
 
 Answer = Callable[[str, str, dict[str, str]], tuple[int, dict[str, str], Any]]
 

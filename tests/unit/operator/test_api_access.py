@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_pd_operator.api_access import RBAC_RULES, RESOURCES, resource_for
-from ascend_pd_operator.children import build_children
-from ascend_pd_operator.kube import path
-from ascend_pd_operator.model_source import inspector_job
-from ascend_pd_operator.naming import Owner
+from ascend_pd_operator.api.access import RBAC_RULES, RESOURCES, resource_for
+from ascend_pd_operator.api.vocabulary import Owner
+from ascend_pd_operator.builders.desired import build_children
+from ascend_pd_operator.builders.model_source import inspector_job
+from ascend_pd_operator.kubeio.kube import path
 
 
 def test_paths() -> None:
@@ -27,9 +27,9 @@ def test_unknown_kind_names_the_allow_list() -> None:
 
 
 def test_every_child_kind_is_allowed_with_the_verbs_apply_and_prune_need(dsv3: dict) -> None:
-    from ascend_pd_operator.api import parse_spec
-    from ascend_pd_operator.model_source import resolve_facts
-    from ascend_pd_operator.planning import plan_layout
+    from ascend_pd_operator.api.models import parse_spec
+    from ascend_pd_operator.builders.desired import plan_layout
+    from ascend_pd_operator.builders.model_source import resolve_facts
 
     resource = dict(dsv3)
     spec = parse_spec({**resource["spec"], "scheduling": {"gang": "volcano"}})

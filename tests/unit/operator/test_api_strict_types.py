@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from ascend_pd_operator.api import SpecError, parse_spec
+from ascend_pd_operator.api.models import SpecError, parse_spec
 
 BASE = {
     "model": {"name": "m", "path": "/models/m", "config": {"numHiddenLayers": 27}},

@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 import ascend_pd_runtime.env_contract as ec
-from ascend_pd_operator.api import parse_spec
-from ascend_pd_operator.cli import main as cli_main
-from ascend_pd_operator.desired import desired_state
-from ascend_pd_operator.model_source import resolve_facts
-from ascend_pd_operator.naming import Owner
-from ascend_pd_operator.render_cli import render
+from ascend_pd_operator.api.models import parse_spec
+from ascend_pd_operator.api.vocabulary import Owner
+from ascend_pd_operator.builders.desired import desired_state
+from ascend_pd_operator.builders.model_source import resolve_facts
+from ascend_pd_operator.wiring.cli import main as cli_main
+from ascend_pd_operator.wiring.render_cli import render
 from ascend_pd_runtime.layout import compute_layout
 from ascend_pd_runtime.model_facts import parse_model_facts
 from ascend_pd_runtime.plan import plan_document
@@ -309,7 +309,7 @@ def test_every_pod_of_an_instance_is_ready_when_its_leader_is(dsv3: Json) -> Non
 
 
 def test_role_label_is_for_runtime_objects_and_component_says_what_the_rest_is(dsv3: Json) -> None:
-    from ascend_pd_operator.naming import LABEL_COMPONENT, LABEL_ROLE
+    from ascend_pd_operator.api.vocabulary import LABEL_COMPONENT, LABEL_ROLE
 
     children = children_of(dsv3)
     for child in children:

@@ -17,8 +17,9 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from kubernetes import client
 
-from ascend_pd_operator.backoff import Streak
-from ascend_pd_operator.child_watch import (
+from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
+from ascend_pd_operator.kubeio.backoff import Streak
+from ascend_pd_operator.kubeio.child_watch import (
     ChildWatch,
     Expired,
     NodeWatch,
@@ -28,9 +29,8 @@ from ascend_pd_operator.child_watch import (
     selector_for,
     slim_pod,
 )
-from ascend_pd_operator.kube import Kube, KubeError, iter_lines
-from ascend_pd_operator.live_cache import LiveCache
-from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+from ascend_pd_operator.kubeio.kube import Kube, KubeError, iter_lines
+from ascend_pd_operator.kubeio.live_cache import LiveCache
 
 Json = dict[str, Any]
 
@@ -473,7 +473,7 @@ def test_an_out_of_service_taint_queues_the_deployments_on_the_node_and_is_kept(
 def test_a_slim_pod_keeps_when_its_deletion_was_requested():
     """Group recovery dates a deletion by deletionTimestamp minus the grace period; the
     cached (slim) pod dropped the grace period, which moved the request 30 s later."""
-    from ascend_pd_operator.recovery import deletion_requested
+    from ascend_pd_operator.decisions.recovery import deletion_requested
 
     pod = {
         "metadata": {

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_pd_operator import api
-from ascend_pd_operator.cli import main as cli_main
-from ascend_pd_operator.crd import crd, crd_yaml, openapi_schema
-from ascend_pd_operator.crd_cli import COPIES
+from ascend_pd_operator.api import models
+from ascend_pd_operator.api.crd import crd, crd_yaml, openapi_schema
+from ascend_pd_operator.wiring.cli import main as cli_main
+from ascend_pd_operator.wiring.crd_cli import COPIES
 
 from .conftest import ROOT
 
@@ -84,7 +84,7 @@ def test_names_and_printer_columns() -> None:
     spec = crd()["spec"]
     assert spec["names"]["plural"] == "pddeployments"
     assert spec["names"]["shortNames"] == ["pdd"]
-    assert spec["group"] == api.GROUP
+    assert spec["group"] == models.GROUP
     version = spec["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = [c["name"].upper() for c in version["additionalPrinterColumns"]]

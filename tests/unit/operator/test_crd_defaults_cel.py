@@ -18,7 +18,7 @@ import celpy
 import pytest
 import yaml
 
-from ascend_pd_operator import crd
+from ascend_pd_operator.api import crd
 
 Json = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[3]

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ascend_pd_operator import metrics
+from ascend_pd_operator.kubeio import metrics
 
 REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "charts" / "ascend-pd-operator" / "files" / "dashboards" / "ascend-pd.json"

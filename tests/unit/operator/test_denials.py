@@ -17,11 +17,11 @@ from kopf._cogs.clients import api as kopf_api
 from kopf._cogs.clients import auth as kopf_auth
 from kopf._cogs.structs import credentials as kopf_credentials
 
-from ascend_pd_operator.backoff import Backoff
-from ascend_pd_operator.denials import Access, Denials, access_of
-from ascend_pd_operator.handlers import KOPF_RETRY_BACKOFF, KopfDenials, operator_settings
-from ascend_pd_operator.kube import Denied, KubeError, is_transient
-from ascend_pd_operator.supervisor import Supervisor, Unit
+from ascend_pd_operator.kubeio.backoff import Backoff
+from ascend_pd_operator.kubeio.denials import Access, Denials, access_of
+from ascend_pd_operator.kubeio.kube import Denied, KubeError, is_transient
+from ascend_pd_operator.kubeio.supervisor import Supervisor, Unit
+from ascend_pd_operator.wiring.handlers import KOPF_RETRY_BACKOFF, KopfDenials, operator_settings
 from tests.unit.operator.local_api import local_kube, serving
 
 FORBIDDEN = {"kind": "Status", "code": 403, "reason": "Forbidden",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_operator import kube as kube_module
-from ascend_pd_operator.kube import KubeError, retry_after
+from ascend_pd_operator.kubeio import kube as kube_module
+from ascend_pd_operator.kubeio.kube import KubeError, retry_after
 from tests.unit.operator.local_api import local_kube as _kube
 from tests.unit.operator.local_api import serving
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ascend_pd_operator.live_cache import LiveCache, digest, needs_apply
+from ascend_pd_operator.kubeio.live_cache import LiveCache, digest, needs_apply
 
 
 def manifest(replicas: int = 2) -> dict[str, Any]:
@@ -72,8 +72,8 @@ def test_the_cache_keeps_what_the_controller_reads_and_no_more() -> None:
     """Whole children (managed fields, pod templates, layout documents) were most of the
     operator's memory at 100 deployments; readiness, rollouts and the selector check read
     only replicas, selector, metadata and status."""
-    from ascend_pd_operator.rollout import Instance, router_settled
-    from ascend_pd_operator.status import instance_ready
+    from ascend_pd_operator.decisions.rollout import Instance, router_settled
+    from ascend_pd_operator.decisions.status import instance_ready
 
     template = {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "x"}]}}
     sts = {
@@ -126,7 +126,7 @@ def test_listing_by_owner_agrees_with_a_scan_through_any_sequence_of_events() ->
     changing owner, deletions, resync LISTs."""
     import random
 
-    from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+    from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 
     rng = random.Random(7)
     cache, model = LiveCache(), {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from ascend_pd_operator.memory import release_free_memory
+from ascend_pd_operator.kubeio.memory import release_free_memory
 
 
 def test_release_free_memory_trims_on_glibc() -> None:

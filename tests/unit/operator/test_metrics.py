@@ -18,12 +18,12 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_pd_operator import metrics
-from ascend_pd_operator.handlers import worker
-from ascend_pd_operator.kube import Kube, KubeError
-from ascend_pd_operator.metrics import REGISTRY, DeploymentCollector
-from ascend_pd_operator.reconciler import Result
-from ascend_pd_operator.workqueue import RateLimitedQueue
+from ascend_pd_operator.kubeio import metrics
+from ascend_pd_operator.kubeio.kube import Kube, KubeError
+from ascend_pd_operator.kubeio.metrics import REGISTRY, DeploymentCollector
+from ascend_pd_operator.kubeio.workqueue import RateLimitedQueue
+from ascend_pd_operator.wiring.handlers import worker
+from ascend_pd_operator.wiring.reconciler import Result
 
 Json = dict[str, Any]
 
@@ -100,7 +100,7 @@ def _kube(url: str) -> Kube:
 def test_kube_requests_counted_by_verb_kind_and_code(
     throttling_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ascend_pd_operator import kube as kube_module
+    from ascend_pd_operator.kubeio import kube as kube_module
 
     url = throttling_server
     monkeypatch.setattr(kube_module.time, "sleep", lambda _: None)

@@ -12,8 +12,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 PROGRAM = """
 import sys, yaml
-from ascend_pd_operator import run_cli, handlers, reconciler, leader, health, metrics
-from ascend_pd_operator.render_cli import render
+from ascend_pd_operator.wiring import run_cli
+from ascend_pd_operator.wiring import handlers
+from ascend_pd_operator.wiring import reconciler
+from ascend_pd_operator.kubeio import leader
+from ascend_pd_operator.kubeio import health
+from ascend_pd_operator.kubeio import metrics
+from ascend_pd_operator.wiring.render_cli import render
 
 docs = list(yaml.safe_load_all(open(sys.argv[1])))
 resource = next(d for d in docs if d and d.get("kind") == "PDDeployment")

@@ -16,8 +16,8 @@ from typing import Any
 import kopf
 import pytest
 
-from ascend_pd_operator import handlers
-from ascend_pd_operator.backoff import Backoff
+from ascend_pd_operator.kubeio.backoff import Backoff
+from ascend_pd_operator.wiring import handlers
 
 
 def _sigterm_once_kopf_handles_it() -> None:

@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
-from ascend_pd_operator.api import parse_spec
-from ascend_pd_operator.planner import (
+from ascend_pd_operator.api.models import parse_spec
+from ascend_pd_operator.decisions.planner import (
     Failure,
     Observation,
     Outcome,

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_operator import api
-from ascend_pd_operator.handlers import WATCHED_CHILDREN
-from ascend_pd_operator.live_cache import LiveCache, only_status_changed
-from ascend_pd_operator.reconciler import Reconciler
+from ascend_pd_operator.api import models
+from ascend_pd_operator.kubeio.live_cache import LiveCache, only_status_changed
+from ascend_pd_operator.wiring.handlers import WATCHED_CHILDREN
+from ascend_pd_operator.wiring.reconciler import Reconciler
 from reliability.specs import merged
 
 Json = dict[str, Any]
@@ -149,7 +149,7 @@ def world(dsv3: Json) -> tuple[FakeKube, LiveCache, Reconciler]:
     kube = FakeKube()
     cr = copy.deepcopy(dsv3)
     cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
-    kube.objects[(api.KIND, "llm", cr["metadata"]["name"])] = cr
+    kube.objects[(models.KIND, "llm", cr["metadata"]["name"])] = cr
     cache = LiveCache(listed_kinds=WATCHED)
     reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)  # type: ignore[arg-type]
     return kube, cache, reconciler
@@ -159,7 +159,7 @@ def test_unchanged_children_cost_no_writes_and_no_lists(world: Any) -> None:
     kube, cache, reconciler = world
     first = reconciler.reconcile("llm", "dsv3")
     # 9 workloads, Services and the layout; 2 budgets; the router's account, Role, binding
-    assert first.applied == 14 and ("PATCH_STATUS", api.KIND) in kube.writes()
+    assert first.applied == 14 and ("PATCH_STATUS", models.KIND) in kube.writes()
     watch_everything(kube, cache)
     # controllers update a workload's status: resourceVersion moves, generation does not
     sts = kube.objects[("StatefulSet", "llm", "dsv3-prefill-0")]
@@ -215,7 +215,7 @@ def workload(generation: int, version: str, **labels: str) -> Json:
             "resourceVersion": version,
             "labels": {"app": "a", **labels},
             "annotations": {"ours": "1"},
-            "ownerReferences": [{"uid": "u", "kind": api.KIND, "name": "d"}],
+            "ownerReferences": [{"uid": "u", "kind": models.KIND, "name": "d"}],
         },
         "spec": {"replicas": 1},
     }
@@ -298,7 +298,7 @@ def stale_world(dsv3: Json, error: Exception) -> tuple[RefusingKube, Reconciler]
     kube = RefusingKube(error)
     cr = copy.deepcopy(dsv3)
     cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
-    kube.objects[(api.KIND, "llm", "dsv3")] = cr
+    kube.objects[(models.KIND, "llm", "dsv3")] = cr
     reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z")  # type: ignore[arg-type]
     reconciler.reconcile("llm", "dsv3")
     stale = copy.deepcopy(kube.objects[("Service", "llm", "dsv3-prefill-0")])
@@ -309,7 +309,7 @@ def stale_world(dsv3: Json, error: Exception) -> tuple[RefusingKube, Reconciler]
 
 
 def test_a_refused_prune_is_reported_as_that_delete(dsv3: Json) -> None:
-    from ascend_pd_operator.kube import KubeError
+    from ascend_pd_operator.kubeio.kube import KubeError
 
     kube, reconciler = stale_world(dsv3, KubeError(403, "Forbidden", "services is forbidden"))
     result = reconciler.reconcile("llm", "dsv3")
@@ -317,15 +317,15 @@ def test_a_refused_prune_is_reported_as_that_delete(dsv3: Json) -> None:
     assert ready["reason"] == "PruneFailed"
     assert ready["message"].startswith("deleting Service dsv3-prefill-7: ")
     assert "services is forbidden" in ready["message"]
-    assert ("PATCH_STATUS", api.KIND) in kube.calls and ("CREATE", "Event") in kube.calls
+    assert ("PATCH_STATUS", models.KIND) in kube.calls and ("CREATE", "Event") in kube.calls
 
 
 def test_a_transient_prune_error_leaves_the_status_alone(dsv3: Json) -> None:
-    from ascend_pd_operator.kube import KubeError
+    from ascend_pd_operator.kubeio.kube import KubeError
 
     kube, reconciler = stale_world(
         dsv3, KubeError(500, "InternalError", "etcdserver: leader changed")
     )
     with pytest.raises(KubeError):
         reconciler.reconcile("llm", "dsv3")
-    assert ("PATCH_STATUS", api.KIND) not in kube.calls and ("CREATE", "Event") not in kube.calls
+    assert ("PATCH_STATUS", models.KIND) not in kube.calls and ("CREATE", "Event") not in kube.calls

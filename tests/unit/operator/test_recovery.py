@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ascend_pd_operator.recovery import RecoveryPolicy, recover
-from ascend_pd_operator.rollout import Instance
+from ascend_pd_operator.decisions.recovery import RecoveryPolicy, recover
+from ascend_pd_operator.decisions.rollout import Instance
 
 FAILURE_LIMIT = RecoveryPolicy().failure_limit
 

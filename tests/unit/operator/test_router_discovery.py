@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from ascend_pd_operator.api import parse_spec
-from ascend_pd_operator.api_access import resource_for, served_api_version
-from ascend_pd_operator.desired import desired_state
-from ascend_pd_operator.disruption import pdb_api_version, pod_disruption_budget
-from ascend_pd_operator.kube import Kube, new_client, path, server_minor
-from ascend_pd_operator.model_source import resolve_facts
-from ascend_pd_operator.naming import Owner
+from ascend_pd_operator.api.access import resource_for, served_api_version
+from ascend_pd_operator.api.models import parse_spec
+from ascend_pd_operator.api.vocabulary import Owner
+from ascend_pd_operator.builders.desired import desired_state
+from ascend_pd_operator.builders.disruption import pdb_api_version, pod_disruption_budget
+from ascend_pd_operator.builders.model_source import resolve_facts
+from ascend_pd_operator.kubeio.kube import Kube, new_client, path, server_minor
 
 Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", uid="0b6f8d4e-0000-4000-8000-000000000001", generation=3)

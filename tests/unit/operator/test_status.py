@@ -7,16 +7,16 @@ import dataclasses
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
-from ascend_pd_operator.api import parse_spec
-from ascend_pd_operator.desired import desired_state, validate
-from ascend_pd_operator.model_source import (
+from ascend_pd_operator.api.models import parse_spec
+from ascend_pd_operator.api.vocabulary import Owner
+from ascend_pd_operator.builders.desired import desired_state, validate
+from ascend_pd_operator.builders.model_source import (
     InspectorState,
     inspector_job,
     inspector_state,
     resolve_facts,
 )
-from ascend_pd_operator.naming import Owner
-from ascend_pd_operator.status import Findings, compute_status, status_changed
+from ascend_pd_operator.decisions.status import Findings, compute_status, status_changed
 
 Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", uid="u-1", generation=2)
@@ -258,7 +258,7 @@ def test_unreadable_model_makes_the_phase_invalid(dsv3: Json) -> None:
 def test_inspector_job_and_facts_configmap_are_valid_kubernetes(dsv3: Json) -> None:
     import kubernetes_validate
 
-    from ascend_pd_operator.model_source import model_facts_configmap
+    from ascend_pd_operator.builders.model_source import model_facts_configmap
 
     spec = no_inline(dsv3)
     version = kubernetes_validate.latest_version()
@@ -285,7 +285,7 @@ def test_mooncake_on_mla_with_prefill_pp_is_refused_at_reconcile(dsv3: Json) -> 
 
 
 def test_work_queue_keeps_one_entry_per_key() -> None:
-    from ascend_pd_operator.handlers import WorkQueue
+    from ascend_pd_operator.wiring.handlers import WorkQueue
 
     queue = WorkQueue()
     for key in [("a", "x"), ("a", "x"), ("b", "y"), ("a", "x")]:

@@ -18,13 +18,14 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from ascend_pd_operator import api, health
-from ascend_pd_operator import supervisor as supervisor_module
-from ascend_pd_operator.backoff import Backoff
-from ascend_pd_operator.handlers import WatchCheck, WorkQueue, resync_loop
-from ascend_pd_operator.leader import LeaderElector
-from ascend_pd_operator.live_cache import LiveCache
-from ascend_pd_operator.supervisor import Supervisor, Unit
+from ascend_pd_operator.api import models
+from ascend_pd_operator.kubeio import health
+from ascend_pd_operator.kubeio import supervisor as supervisor_module
+from ascend_pd_operator.kubeio.backoff import Backoff
+from ascend_pd_operator.kubeio.leader import LeaderElector
+from ascend_pd_operator.kubeio.live_cache import LiveCache
+from ascend_pd_operator.kubeio.supervisor import Supervisor, Unit
+from ascend_pd_operator.wiring.handlers import WatchCheck, WorkQueue, resync_loop
 
 FAST = Backoff(base=0.01, cap=0.05)
 
@@ -67,7 +68,7 @@ class ListingKube:
         self.calls += 1
         if self.failures:
             raise self.failures.pop(0)
-        if kind != api.KIND:
+        if kind != models.KIND:
             return []
         return [{"metadata": {"namespace": "llm", "name": "dsv3"}}]
 
@@ -328,7 +329,7 @@ def test_a_unit_being_started_is_never_reported_gone(
 def test_a_throttled_unit_restarts_no_sooner_than_retry_after(stop: threading.Event) -> None:
     """The resync's first GET /version answered 429 + Retry-After: 1 came back after the
     supervisor's 0.5 s backoff (the api-faults scenario caught it)."""
-    from ascend_pd_operator.kube import KubeError, wait_at_least
+    from ascend_pd_operator.kubeio.kube import KubeError, wait_at_least
 
     starts: list[float] = []
 

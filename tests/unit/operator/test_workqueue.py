@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import urllib3
 
-from ascend_pd_operator import api
-from ascend_pd_operator.handlers import WorkQueue, worker
-from ascend_pd_operator.kube import KubeError
-from ascend_pd_operator.live_cache import LiveCache
-from ascend_pd_operator.reconciler import Reconciler
-from ascend_pd_operator.workqueue import RateLimitedQueue
+from ascend_pd_operator.api import models
+from ascend_pd_operator.kubeio.kube import KubeError
+from ascend_pd_operator.kubeio.live_cache import LiveCache
+from ascend_pd_operator.kubeio.workqueue import RateLimitedQueue
+from ascend_pd_operator.wiring.handlers import WorkQueue, worker
+from ascend_pd_operator.wiring.reconciler import Reconciler
 
 Json = dict[str, Any]
 
@@ -202,7 +202,7 @@ def ready_world(dsv3: Json) -> tuple[Any, LiveCache, Reconciler]:
     kube = FlakyKube()
     cr = copy.deepcopy(dsv3)
     cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
-    kube.objects[(api.KIND, "llm", cr["metadata"]["name"])] = cr
+    kube.objects[(models.KIND, "llm", cr["metadata"]["name"])] = cr
     cache = LiveCache(listed_kinds=WATCHED)
     reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)
     # reconcile, controllers create the pods, reconcile labels the leaders routable: Ready
@@ -211,7 +211,7 @@ def ready_world(dsv3: Json) -> tuple[Any, LiveCache, Reconciler]:
         run_workload_controllers(kube)
         watch_everything(kube, cache)
     reconciler.reconcile("llm", "dsv3")
-    assert kube.objects[(api.KIND, "llm", "dsv3")]["status"]["phase"] == "Ready"
+    assert kube.objects[(models.KIND, "llm", "dsv3")]["status"]["phase"] == "Ready"
     return kube, cache, reconciler
 
 
@@ -253,7 +253,7 @@ def test_a_transient_error_is_retried_and_leaves_a_ready_status_alone(
     dsv3: Json, error: BaseException
 ) -> None:
     kube, cache, reconciler = ready_world(dsv3)
-    status_before = copy.deepcopy(kube.objects[(api.KIND, "llm", "dsv3")]["status"])
+    status_before = copy.deepcopy(kube.objects[(models.KIND, "llm", "dsv3")]["status"])
     replicas = drift(kube, cache)
     kube.fail_applies = [error, error]  # twice in a row
     kube.calls.clear()
@@ -269,7 +269,7 @@ def test_a_transient_error_is_retried_and_leaves_a_ready_status_alone(
     # while the API failed, the status was not written: it stayed the Ready one (after the
     # apply the StatefulSet rolls out, which the status may then truthfully report)
     succeeded = kube.calls.index(("APPLY", "StatefulSet"))
-    assert ("PATCH_STATUS", api.KIND) not in kube.calls[:succeeded]
+    assert ("PATCH_STATUS", models.KIND) not in kube.calls[:succeeded]
     assert status_before["phase"] == "Ready"
     wait = time.monotonic() + 30
     while queue.failures(("llm", "dsv3")) and time.monotonic() < wait:
@@ -283,8 +283,8 @@ def test_a_spec_the_cluster_refuses_still_becomes_a_condition(dsv3: Json) -> Non
     kube.fail_applies = [KubeError(422, "Invalid", "spec.replicas: Invalid value: -1")]
     queue = WorkQueue(base_delay=0.01)
     queue.add(("llm", "dsv3"))
-    run_worker_until(queue, reconciler, lambda: ("PATCH_STATUS", api.KIND) in kube.calls)
-    status = kube.objects[(api.KIND, "llm", "dsv3")]["status"]
+    run_worker_until(queue, reconciler, lambda: ("PATCH_STATUS", models.KIND) in kube.calls)
+    status = kube.objects[(models.KIND, "llm", "dsv3")]["status"]
     assert status["phase"] != "Ready"
     assert any("Invalid value: -1" in c.get("message", "") for c in status["conditions"])
 
@@ -306,13 +306,13 @@ class ListingFakeKube(FakeKube):  # type: ignore[misc, valid-type]
 
 
 def test_the_resync_repairs_a_child_whose_edit_no_watch_event_reported(dsv3: Json) -> None:
-    from ascend_pd_operator.handlers import resync_once
-    from ascend_pd_operator.naming import LABEL_DEPLOYMENT
+    from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
+    from ascend_pd_operator.wiring.handlers import resync_once
 
     kube = ListingFakeKube()
     cr = copy.deepcopy(dsv3)
     cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
-    kube.objects[(api.KIND, "llm", "dsv3")] = cr
+    kube.objects[(models.KIND, "llm", "dsv3")] = cr
     cache = LiveCache(listed_kinds=WATCHED)
     reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)
     reconciler.reconcile("llm", "dsv3")

@@ -28,7 +28,7 @@ def _render(example: str) -> list[dict]:
     args = [
         sys.executable,
         "-m",
-        "ascend_pd_operator.cli",
+        "ascend_pd_operator.wiring.cli",
         "render",
         "-f",
         str(ROOT / "examples" / example),

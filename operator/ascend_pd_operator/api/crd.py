@@ -1,0 +1,206 @@
+"""The PDDeployment CustomResourceDefinition, generated from the pydantic models.
+
+The pydantic JSON schema is turned into a structural OpenAPI v3 schema: refs
+inlined, ``Optional`` unwrapped (no ``anyOf`` with null), titles dropped,
+free-form maps marked ``x-kubernetes-preserve-unknown-fields``, and the CEL
+rules of ``rules.py`` attached where they apply. ``with_cel=False`` leaves the
+rules out for API servers before 1.25, which reject ``x-kubernetes-validations``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from ascend_pd_operator.api import models
+from ascend_pd_operator.api.rules import RULES, Rule
+
+Json = dict[str, Any]
+
+PRINTER_COLUMNS: list[Json] = [
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+        "description": "Whether every instance and the router are ready.",
+    },
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Phase."},
+    {
+        "name": "Prefill",
+        "type": "integer",
+        "jsonPath": ".spec.prefill.replicas",
+        "description": "Prefill instances.",
+    },
+    {
+        "name": "Decode",
+        "type": "integer",
+        "jsonPath": ".spec.decode.replicas",
+        "description": "Decode instances.",
+    },
+    {
+        "name": "PP",
+        "type": "integer",
+        "jsonPath": ".spec.prefill.parallelism.pipeline",
+        "description": "Prefill pipeline size.",
+    },
+    {
+        "name": "Layers",
+        "type": "integer",
+        "jsonPath": ".status.kvLayout.totalKvLayers",
+        "description": "Target KV layers.",
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+_DROP = {"title", "additionalProperties", "$defs"}
+
+
+def _structural(node: Any, defs: Json) -> Any:
+    """Inline refs, unwrap Optional, keep only what a structural schema allows."""
+    if isinstance(node, list):
+        return [_structural(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    if node.get("x-kubernetes-int-or-string"):
+        return node  # Kubernetes' one structural anyOf (integer or string)
+    if "anyOf" in node:
+        variants = [v for v in node.pop("anyOf") if v.get("type") != "null"]
+        if len(variants) != 1:
+            raise ValueError(f"cannot express anyOf {variants} structurally")
+        node.pop("default", None)  # a null default means "absent"
+        node = {**variants[0], **node}
+    if "$ref" in node:
+        target = defs[node.pop("$ref").split("/")[-1]]
+        node = {**copy.deepcopy(target), **node}
+    free_form = node.get("type") == "object" and node.get("additionalProperties") is True
+    typed_map = node.get("type") == "object" and isinstance(node.get("additionalProperties"), dict)
+    out: Json = {}
+    for key, value in node.items():
+        if key in _DROP:
+            continue
+        # Kubernetes 1.20 rejects `default: ""` (it reads it as null); absent means "" anyway.
+        if key == "default" and value == "":
+            continue
+        if key == "properties":
+            out[key] = {name: _structural(prop, defs) for name, prop in value.items()}
+        else:
+            out[key] = _structural(value, defs)
+    if out.get("default") == {} and "properties" in out:
+        out["default"] = _complete_default(out)
+    if free_form:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    elif typed_map:
+        out["additionalProperties"] = _structural(node["additionalProperties"], defs)
+    return out
+
+
+def _complete_default(schema: Json) -> Json:
+    """The object an empty default becomes after the API server's defaulting: every property
+    with a default, nested ones complete already (children are converted first).
+
+    The API server checks a ``default`` against its node's CEL rules as written, without
+    filling nested defaults in, so ``default: {}`` fails every rule that reads a defaulted
+    key ("no such key"), and the CRD is refused. A complete default lets rules read any
+    defaulted key unguarded, on the default as on a stored object.
+    """
+    return {
+        name: copy.deepcopy(prop["default"])
+        for name, prop in schema["properties"].items()
+        if "default" in prop
+    }
+
+
+def _attach_rules(name: str, schema: Json) -> None:
+    """The CEL of the rules on object ``name``: on its schema, or on its field's."""
+    for rule in (r for r in RULES if r.where == name):
+        node = schema["properties"][rule.field] if rule.field else schema
+        node.setdefault("x-kubernetes-validations", []).append(_cel(rule))
+
+
+def _cel(rule: Rule) -> Json:
+    return {"rule": rule.cel, "message": rule.message}
+
+
+def _schema(model: type[BaseModel], with_cel: bool) -> Json:
+    raw = model.model_json_schema(by_alias=True)
+    defs = raw.get("$defs", {})
+    top = {k: v for k, v in raw.items() if k != "$defs"}
+    if with_cel:
+        for name, schema in defs.items():
+            _attach_rules(name, schema)
+        _attach_rules(model.__name__, top)
+    result: Json = _structural(top, defs)
+    return result
+
+
+def _without_defaults(node: Any) -> Any:
+    """Status is written by the operator whole; defaults there would only add noise."""
+    if isinstance(node, dict):
+        return {k: _without_defaults(v) for k, v in node.items() if k != "default"}
+    if isinstance(node, list):
+        return [_without_defaults(v) for v in node]
+    return node
+
+
+def openapi_schema(with_cel: bool = True) -> Json:
+    """The ``openAPIV3Schema`` of the served version."""
+    root: Json = {
+        "type": "object",
+        "description": "PDDeployment serves one model with SGLang in prefill/decode "
+        "disaggregation on Ascend NPUs; the operator computes and checks the KV layout.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "API version."},
+            "kind": {"type": "string", "description": "Kind."},
+            # The API server allows nothing else here (not even a description).
+            "metadata": {"type": "object"},
+            "spec": _schema(models.PDDeploymentSpec, with_cel),
+            "status": _without_defaults(_schema(models.PDDeploymentStatus, with_cel=False)),
+        },
+    }
+    if with_cel:
+        root["x-kubernetes-validations"] = [_cel(r) for r in RULES if r.where == "root"]
+    return root
+
+
+def crd(with_cel: bool = True) -> Json:
+    """The whole CustomResourceDefinition."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{models.PLURAL}.{models.GROUP}"},
+        "spec": {
+            "group": models.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": models.KIND,
+                "listKind": f"{models.KIND}List",
+                "plural": models.PLURAL,
+                "singular": models.SINGULAR,
+                "shortNames": list(models.SHORT_NAMES),
+                "categories": ["all", "ascendpd"],
+            },
+            "versions": [
+                {
+                    "name": models.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": openapi_schema(with_cel)},
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated by `ascend-pd crd{flag}` from the pydantic models; do not edit.\n"
+
+
+def crd_yaml(with_cel: bool = True) -> str:
+    header = HEADER.format(flag="" if with_cel else " --no-cel")
+    return header + yaml.safe_dump(crd(with_cel), sort_keys=False, width=100)

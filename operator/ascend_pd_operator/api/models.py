@@ -1,0 +1,651 @@
+"""The ``PDDeployment`` API (ascendpd.io/v1alpha1) as pydantic models.
+
+These models are the single definition of the API: the CRD schema is generated
+from them (``crd.py``), the operator and ``ascend-pd render`` parse every custom
+resource with them, and their validators enforce the spec rules of ``rules.py``
+(the same rules the CRD carries as CEL). Field names are camelCase on the wire
+and snake_case in Python; every field has a description for ``kubectl explain``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.functional_validators import PlainValidator
+
+from ascend_pd_operator.api.rules import (
+    ENV_NAME_PATTERN,
+    EXTENDED_RESOURCE_MAX_LENGTH,
+    EXTENDED_RESOURCE_PATTERN,
+    LABEL_VALUE_PATTERN,
+    MAX_ENV,
+    MAX_ENV_NAME_LENGTH,
+    MAX_MAP_ENTRIES,
+    MAX_NAME_PART_LENGTH,
+    MAX_POD_ANNOTATIONS_BYTES,
+    MAX_QUANTITY_LENGTH,
+    MAX_REPLICAS,
+    OWNED_ANNOTATIONS,
+    OWNED_ENV,
+    QUALIFIED_NAME,
+    QUANTITY,
+    QUANTITY_PATTERN,
+    is_quantity,
+    violations,
+)
+
+# The API's identity is vocabulary (owner references name it); the models serve it.
+from ascend_pd_operator.api.vocabulary import API_VERSION as API_VERSION
+from ascend_pd_operator.api.vocabulary import GROUP as GROUP
+from ascend_pd_operator.api.vocabulary import KIND as KIND
+from ascend_pd_operator.api.vocabulary import VERSION as VERSION
+from ascend_pd_runtime.layout import SpeculativeAlgorithm
+
+PLURAL = "pddeployments"
+SINGULAR = "pddeployment"
+SHORT_NAMES = ("pdd",)
+
+Json = dict[str, Any]
+Role = Literal["prefill", "decode"]
+ROLES: tuple[Role, Role] = ("prefill", "decode")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
+    )
+
+    @field_validator("*")
+    @classmethod
+    def _field_rules(cls, value: Any, info: ValidationInfo) -> Any:
+        problems = violations(cls.__name__, value, to_camel(info.field_name or ""))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> Any:
+        problems = violations(type(self).__name__, self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def _sub(cls: type[BaseModel], description: str) -> Any:
+    """A nested object with all-default fields: defaults to ``{}`` in the CRD as well."""
+    return Field(default_factory=cls, description=description, json_schema_extra={"default": {}})
+
+
+def _free(description: str) -> Any:
+    """A free-form Kubernetes object (resources, affinity, ...) passed through as given."""
+    return Field(default_factory=dict, description=description)
+
+
+def _list(description: str, **kwargs: Any) -> Any:
+    """A list defaulting to ``[]`` in the CRD too, so CEL rules can read it unguarded."""
+    extra = {"default": [], **kwargs.pop("json_schema_extra", {})}
+    return Field(default_factory=list, description=description, json_schema_extra=extra, **kwargs)
+
+
+#: A label value: a name of at most 63 characters, or empty (Kubernetes' label syntax).
+LabelValue = Annotated[str, Field(max_length=MAX_NAME_PART_LENGTH, pattern=LABEL_VALUE_PATTERN)]
+#: An annotation value: any text; the bound is the annotations' total (a rule of ``rules``).
+AnnotationValue = Annotated[str, Field(max_length=MAX_POD_ANNOTATIONS_BYTES)]
+
+
+def _quantity(value: Any) -> int | str:
+    if not is_quantity(value):
+        raise ValueError(f"must be a resource quantity: {QUANTITY}")
+    return value  # type: ignore[no-any-return]
+
+
+#: A resource quantity: an integer, or a string as Kubernetes writes one. In the CRD an
+#: int-or-string like Kubernetes' own (a fraction is written as a string).
+Quantity = Annotated[
+    int | str,
+    PlainValidator(_quantity),
+    WithJsonSchema({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "x-kubernetes-int-or-string": True,
+        "minimum": 0,
+        "maxLength": MAX_QUANTITY_LENGTH,
+        "pattern": QUANTITY_PATTERN,
+    }),
+]  # fmt: skip
+
+
+class ResourceRequirements(_Model):
+    """Container resources, as in a pod (core/v1 ResourceRequirements, without claims)."""
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description=f"Resources the container is scheduled with: name to quantity ({QUANTITY}).",
+        json_schema_extra={"default": {}},
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description=f"Most of each resource the container may use: name to quantity ({QUANTITY}).",
+        json_schema_extra={"default": {}},
+    )
+
+    def manifest(self) -> Json:
+        """The pod's ``resources``: only the maps that hold something."""
+        return self.model_dump(by_alias=True, exclude_defaults=True)
+
+
+# --- model ----------------------------------------------------------------------------
+
+
+class ModelConfig(_Model):
+    """Model facts given inline, so no inspection is needed."""
+
+    architecture: str = Field("", description="Architecture, e.g. DeepseekV3ForCausalLM.")
+    num_hidden_layers: int = Field(
+        ..., ge=1, description="Target (non-draft) layers: config.json num_hidden_layers."
+    )
+    num_nextn_predict_layers: int = Field(
+        0, ge=0, description="MTP draft layers: config.json num_nextn_predict_layers."
+    )
+    kv_lora_rank: int = Field(
+        0, ge=0, description="MLA latent width: config.json kv_lora_rank; 0 for MHA models."
+    )
+    qk_rope_head_dim: int = Field(
+        0, ge=0, description="MLA rope width: config.json qk_rope_head_dim (required for MLA)."
+    )
+    index_head_dim: int = Field(
+        0,
+        ge=0,
+        description="DSA indexer width (config.json index_head_dim); > 0 adds the index_k "
+        "buffer group.",
+    )
+
+    def to_config_json(self) -> Json:
+        """The equivalent ``config.json`` subset, for the layout core's parser."""
+        raw: Json = {
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_nextn_predict_layers": self.num_nextn_predict_layers,
+        }
+        if self.architecture:
+            raw["architectures"] = [self.architecture]
+        if self.kv_lora_rank:
+            raw["kv_lora_rank"] = self.kv_lora_rank
+            raw["qk_rope_head_dim"] = self.qk_rope_head_dim
+            if self.index_head_dim:
+                raw["index_head_dim"] = self.index_head_dim
+        return raw
+
+
+class ConfigMapKeyRef(_Model):
+    """A key of a ConfigMap in the PDDeployment's namespace holding config.json."""
+
+    name: str = Field(..., min_length=1, max_length=253, description="ConfigMap name.")
+    key: str = Field("config.json", min_length=1, description="Key holding config.json.")
+
+
+class PVCSource(_Model):
+    """A PersistentVolumeClaim holding the model."""
+
+    claim_name: str = Field(..., min_length=1, description="PersistentVolumeClaim name.")
+    read_only: bool = Field(True, description="Mount read-only.")
+
+
+class HostPathSource(_Model):
+    """A directory on every node holding the model."""
+
+    path: str = Field(..., min_length=1, description="Directory on the node.")
+    type: str = Field("Directory", description="hostPath type (Directory, ...).")
+
+
+class ModelVolume(_Model):
+    """Where the model files come from; exactly one source."""
+
+    persistent_volume_claim: PVCSource | None = Field(
+        None, description="A PersistentVolumeClaim holding the model."
+    )
+    host_path: HostPathSource | None = Field(
+        None, description="A node directory holding the model."
+    )
+
+
+class ModelSpec(_Model):
+    """The model to serve."""
+
+    name: str = Field(..., min_length=1, description="Served model name (the API's model).")
+    path: str = Field(
+        ...,
+        pattern=r"^/",
+        description="Model directory inside the container; config.json lives here.",
+    )
+    volume: ModelVolume | None = Field(
+        None, description="Volume that holds the model, mounted at path; none: in the image."
+    )
+    config: ModelConfig | None = Field(
+        None, description="Model facts given inline; else configMapRef; else inspected."
+    )
+    config_map_ref: ConfigMapKeyRef | None = Field(
+        None, description="ConfigMap key with config.json; used when config is not given."
+    )
+
+
+# --- runtime and speculative ----------------------------------------------------------
+
+
+class Runtime(_Model):
+    """The serving runtime image and the SGLang it carries."""
+
+    image: str = Field(..., min_length=1, description="ascend-pd runtime image.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="Image pull policy of runtime containers."
+    )
+    sglang_version: str = Field(
+        "0.5.23",
+        max_length=64,
+        description="SGLang version in the image; the KV layout rules depend on it.",
+    )
+    transfer_backend: Literal["ascend", "mooncake"] = Field(
+        "ascend", description="KV transfer backend (SGLang --disaggregation-transfer-backend)."
+    )
+
+
+class Speculative(_Model):
+    """Speculative decoding with the model's MTP (draft) layers."""
+
+    algorithm: SpeculativeAlgorithm = Field(
+        "NONE", description="SGLang --speculative-algorithm; NONE disables it."
+    )
+    num_steps: int = Field(3, ge=1, le=64, description="--speculative-num-steps.")
+    eagle_topk: int = Field(1, ge=1, le=64, description="--speculative-eagle-topk.")
+    num_draft_tokens: int = Field(4, ge=1, le=256, description="--speculative-num-draft-tokens.")
+    roles: list[Role] = Field(
+        default_factory=lambda: list(ROLES),
+        min_length=1,
+        max_length=2,
+        description="Roles that run speculative decoding (and hold draft KV layers).",
+        json_schema_extra={"default": ["prefill", "decode"], "x-kubernetes-list-type": "set"},
+    )
+
+    @field_validator("roles")
+    @classmethod
+    def _unique_roles(cls, roles: list[Role]) -> list[Role]:
+        # The CRD declares a set, so the API server refuses duplicates too.
+        if len(set(roles)) != len(roles):
+            raise ValueError(f"roles {roles} has duplicates; list each role once")
+        return roles
+
+
+# --- roles ----------------------------------------------------------------------------
+
+
+class Parallelism(_Model):
+    """Parallel sizes of one instance."""
+
+    tensor: int = Field(1, ge=1, le=1024, description="Tensor parallel size (--tp-size).")
+    pipeline: int = Field(1, ge=1, le=64, description="Pipeline parallel size (--pp-size).")
+    data: int = Field(1, ge=1, le=1024, description="Data parallel size (--dp-size).")
+
+
+class EnvVar(_Model):
+    """An extra env var of the runtime container, as in a pod (core/v1 EnvVar)."""
+
+    name: str = Field(
+        ...,
+        max_length=MAX_ENV_NAME_LENGTH,
+        pattern=ENV_NAME_PATTERN,
+        description="Variable name: letters, digits, '_', '-', '.', not starting with a digit.",
+    )
+    value: str = Field("", description="Value; $(VAR) references expand as in any pod.")
+    value_from: Json | None = Field(
+        None,
+        description="Source of the value instead of value (fieldRef, resourceFieldRef, "
+        "configMapKeyRef or secretKeyRef), passed to the pod as given.",
+    )
+
+
+class RoleSpec(_Model):
+    """One role (prefill or decode): independent instances of tensor × pipeline NPUs."""
+
+    replicas: int = Field(
+        1, ge=0, le=MAX_REPLICAS, description="Independent instances of this role."
+    )
+    parallelism: Parallelism = _sub(Parallelism, "Parallel sizes of every instance.")
+    layer_partition: list[int] = _list(
+        "Layers per pipeline stage (SGLANG_PP_LAYER_PARTITION); empty: SGLang's default.",
+        max_length=64,
+        json_schema_extra={"items": {"type": "integer", "minimum": 1}},
+    )
+    devices_per_node: int = Field(8, ge=1, le=64, description="NPUs per pod; one pod per node.")
+    resources: ResourceRequirements = _sub(
+        ResourceRequirements,
+        "Extra container resources; the NPUs (ascend.resourceName, devicesPerNode of them) "
+        "are added as request and limit, and may not be given here.",
+    )
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description=f"Pod nodeSelector (the model inspector's too). Keys are label keys: "
+        f"{QUALIFIED_NAME}, the prefix in lowercase; values are such names, or empty.",
+    )
+    pod_annotations: dict[str, AnnotationValue] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description="Extra annotations on this role's pods; changing them rolls the role's "
+        f"instances like any template change. Keys are annotation keys: {QUALIFIED_NAME}. "
+        f"Keys and values together at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB. Refused, "
+        f"the operator's: {OWNED_ANNOTATIONS}.",
+    )
+    tolerations: list[Json] = _list("Pod tolerations.")
+    affinity: Json = _free("Pod affinity.")
+    env: list[EnvVar] = _list(
+        f"Extra container env vars. Refused, the operator's: {OWNED_ENV}.",
+        max_length=MAX_ENV,
+    )
+    extra_args: list[str] = _list(
+        "Extra SGLang server arguments; may not set flags the operator manages.",
+        max_length=64,
+        json_schema_extra={"items": {"type": "string", "maxLength": 256}},
+    )
+
+    @property
+    def nodes_per_instance(self) -> int:
+        return self.parallelism.tensor * self.parallelism.pipeline // self.devices_per_node
+
+
+class Router(_Model):
+    """The SGLang router in PD mode in front of all instances."""
+
+    enabled: bool = Field(True, description="Deploy the router.")
+    replicas: int = Field(1, ge=0, le=64, description="Router replicas.")
+    image: str = Field("", description="Router image; empty: the runtime image.")
+    policy: Literal["cache_aware", "round_robin", "random", "power_of_two"] = Field(
+        "cache_aware", description="Routing policy."
+    )
+    port: int = Field(8000, ge=1, le=65535, description="Router HTTP port (and Service port).")
+    resources: ResourceRequirements = _sub(ResourceRequirements, "Router container resources.")
+
+
+class Ascend(_Model):
+    """Ascend NPU and HCCL settings."""
+
+    resource_name: str = Field(
+        "huawei.com/Ascend910",
+        max_length=EXTENDED_RESOURCE_MAX_LENGTH,
+        pattern=EXTENDED_RESOURCE_PATTERN,
+        description="Extended resource name of the NPUs: <domain>/<name>, e.g. "
+        "huawei.com/Ascend910.",
+    )
+    host_network: bool = Field(True, description="Run runtime pods in the host network.")
+    driver_host_path: str = Field(
+        "/usr/local/Ascend/driver", description="Ascend driver directory on the nodes."
+    )
+    hccl_socket_ifname: str = Field("", description="HCCL_SOCKET_IFNAME; empty: HCCL's default.")
+    store_port: int = Field(
+        24666, ge=1, le=65535, description="Memfabric store port on prefill instance 0's leader."
+    )
+    transfer_protocol: str = Field(
+        "sdma", description="Memfabric transfer protocol (ASCEND_MF_TRANSFER_PROTOCOL)."
+    )
+
+
+class Scheduling(_Model):
+    """Pod scheduling."""
+
+    gang: Literal["none", "volcano"] = Field(
+        "none", description="Gang scheduling: volcano creates a PodGroup per instance."
+    )
+    scheduler_name: str = Field("", description="Pod schedulerName; empty: the default.")
+    priority_class_name: str = Field("", description="Pod priorityClassName.")
+
+
+class Rollout(_Model):
+    """How a change reaches running instances: whole instances, a few at a time."""
+
+    max_unavailable: int = Field(
+        1, ge=0, le=MAX_REPLICAS,
+        description="Instances per role that may be down for an update at once.",
+    )  # fmt: skip
+    max_surge: int = Field(
+        0, ge=0, le=MAX_REPLICAS,
+        description="Extra instances per role started with the new spec during a rollout; "
+        "they are removed when it completes.",
+    )  # fmt: skip
+    role_order: list[Role] = Field(
+        default_factory=lambda: list(ROLES),
+        min_length=2,
+        max_length=2,
+        description="The order roles are updated in, each role once: the next role starts "
+        "when the previous one is updated and Ready. A KV-layout change updates both roles "
+        "at once (a new generation needs a Ready instance of each).",
+        json_schema_extra={"default": ["prefill", "decode"], "x-kubernetes-list-type": "set"},
+    )
+
+    @field_validator("role_order")
+    @classmethod
+    def _each_role_once(cls, roles: list[Role]) -> list[Role]:
+        if len(set(roles)) != len(roles):
+            raise ValueError(f"roleOrder {roles} has duplicates; list each role once")
+        return roles
+
+
+#: One day: a node gone longer than that is for an admin to declare out of service.
+MAX_FORCE_DELETE_AFTER_SECONDS = 86400
+
+
+class RecoverySpec(_Model):
+    """What group recovery may do when a node is lost."""
+
+    force_delete_after_seconds: int = Field(
+        0, ge=0, le=MAX_FORCE_DELETE_AFTER_SECONDS,
+        description="Seconds a node may stay unreachable (its Ready condition Unknown) "
+        "before the operator force-deletes (grace period 0) this deployment's runtime pods "
+        "on it, so that their instances start again whole on healthy nodes. 0 (the "
+        "default) or null: never; the pods then stay Terminating, and their instances "
+        "down, until the node returns or is removed (only a force-delete frees a "
+        "StatefulSet pod's name). The trade-off: the lost node may still run the old "
+        "server for a while, which costs that node's NPUs, never data (inference pods "
+        "hold none), and its kubelet stops it when it returns. A node an admin tainted "
+        "node.kubernetes.io/out-of-service has these pods force-deleted at once, whatever "
+        "this field says. At most 86400 (a day).",
+    )  # fmt: skip
+
+    @field_validator("force_delete_after_seconds", mode="before")
+    @classmethod
+    def _null_is_off(cls, value: Any) -> Any:
+        # The API server drops a null (the field is not nullable) and defaults it to 0;
+        # render reads it the same way.
+        return 0 if value is None else value
+
+
+class PDDeploymentSpec(_Model):
+    """A prefill/decode disaggregated SGLang deployment of one model."""
+
+    model: ModelSpec = Field(..., description="The model to serve.")
+    runtime: Runtime = Field(..., description="Runtime image and SGLang version.")
+    speculative: Speculative = _sub(Speculative, "Speculative decoding.")
+    prefill: RoleSpec = Field(..., description="Prefill instances.")
+    decode: RoleSpec = Field(..., description="Decode instances.")
+    router: Router = _sub(Router, "The PD router.")
+    ascend: Ascend = _sub(Ascend, "Ascend NPU settings.")
+    scheduling: Scheduling = _sub(Scheduling, "Scheduling.")
+    rollout: Rollout = _sub(Rollout, "Rollouts: instances updated whole and a few at a time.")
+    recovery: RecoverySpec = _sub(RecoverySpec, "Group recovery on lost nodes.")
+
+    def role(self, role: str) -> RoleSpec:
+        return self.prefill if role == "prefill" else self.decode
+
+
+# --- status ---------------------------------------------------------------------------
+
+
+class Condition(_Model):
+    """A condition with reason and message."""
+
+    type: str = Field(..., description="Condition type.")
+    status: Literal["True", "False", "Unknown"] = Field(..., description="True, False, Unknown.")
+    reason: str = Field("", description="CamelCase reason.")
+    message: str = Field("", description="Human-readable detail.")
+    last_transition_time: str = Field("", description="When status last changed (RFC 3339).")
+    observed_generation: int = Field(0, description="Generation the condition is about.")
+
+
+class StageStatus(_Model):
+    """Layers of one pipeline stage: [startLayer, endLayer)."""
+
+    pp_rank: int = Field(..., description="Pipeline rank.")
+    start_layer: int = Field(..., description="First layer.")
+    end_layer: int = Field(..., description="One past the last layer.")
+
+
+class KVLayoutStatus(_Model):
+    """The computed KV layout (full plan in ConfigMap <name>-kv-layout)."""
+
+    total_kv_layers: int = Field(0, description="Target KV layers (no draft layers).")
+    kv_buf_groups: int = Field(0, description="KV buffer groups per layer.")
+    prefill_draft_layers: int = Field(0, description="Draft layers held by prefill.")
+    decode_draft_layers: int = Field(0, description="Draft layers held by decode.")
+    prefill_stages: list[StageStatus] = _list("Prefill stage layer ranges.")
+    decode_stages: list[StageStatus] = _list("Decode stage layer ranges.")
+    fingerprint: str = Field("", description="Layout fingerprint both sides check.")
+
+
+class RoleStatus(_Model):
+    """Instances of one role."""
+
+    replicas: int = Field(0, description="Desired instances.")
+    ready_replicas: int = Field(0, description="Instances with every pod ready.")
+    nodes_per_instance: int = Field(0, description="Pods (nodes) per instance.")
+    updated_replicas: int = Field(0, description="Instances whose pods run the current spec.")
+    available_replicas: int = Field(
+        0, description="Ready instances of the serving KV-layout generation."
+    )
+    surge_replicas: int = Field(0, description="Extra instances of a rollout's maxSurge.")
+
+
+class RolloutStatus(_Model):
+    """Where the rollout of the current spec stands."""
+
+    phase: Literal["Complete", "Progressing"] = Field(
+        "Complete", description="Complete once every instance runs the current spec."
+    )
+    serving_fingerprint: str = Field(
+        "", description="KV-layout generation the router sends traffic to."
+    )
+    target_fingerprint: str = Field("", description="KV-layout generation of the current spec.")
+    message: str = Field("", description="Progress per role, and what a generation change costs.")
+
+
+class FailureRecord(_Model):
+    """One failure of an instance: where and why."""
+
+    pod: str = Field("", description="The pod that failed.")
+    container: str = Field("", description="The container that ended, if one did.")
+    reason: str = Field("", description="Why: the container's reason, Failed, or Deleted.")
+    exit_code: int | None = Field(None, description="The container's exit code.")
+    message: str = Field("", description="Its termination message.")
+
+
+class ForceDeletion(_Model):
+    """An instance's pods force-deleted because their node was lost."""
+
+    time: str = Field("", description="When the operator force-deleted them.")
+    node: str = Field("", description="The lost node.")
+    reason: str = Field(
+        "", description="NodeUnreachable (past forceDeleteAfterSeconds) or NodeOutOfService."
+    )
+    gone_seconds: int = Field(
+        0,
+        description="How long the node had been gone: since its Ready condition left True "
+        "(or, on a node still Ready, since the out-of-service taint was added).",
+    )
+    pods: list[str] = _list("The pods force-deleted.")
+
+
+class RecoveryRecord(_Model):
+    """Group recovery of one instance: every failure restarts all its pods together."""
+
+    instance: str = Field(..., description="The instance (its StatefulSet).")
+    restarts: int = Field(0, description="Restarts since the operator first restarted it.")
+    window_start: str = Field("", description="Start of the current failure window.")
+    window_restarts: int = Field(0, description="Restarts within the current window.")
+    last_restart_time: str = Field("", description="When it was last restarted.")
+    first_failure: FailureRecord | None = Field(
+        None, description="The first failure of the current window."
+    )
+    last_failure: FailureRecord | None = Field(None, description="The latest failure.")
+    force_deletions: int = Field(0, description="Times its pods on a lost node were force-deleted.")
+    last_force_deletion: ForceDeletion | None = Field(
+        None, description="The latest force-deletion: the node and how long it was gone."
+    )
+
+
+class RouterStatus(_Model):
+    """The router Deployment."""
+
+    replicas: int = Field(0, description="Desired replicas.")
+    ready_replicas: int = Field(0, description="Ready replicas.")
+
+
+class PDDeploymentStatus(_Model):
+    """Observed state."""
+
+    observed_generation: int = Field(0, description="Last generation reconciled.")
+    phase: Literal["Pending", "Progressing", "Ready", "Degraded", "Invalid"] = Field(
+        "Pending", description="Pending, Progressing, Ready, Degraded or Invalid."
+    )
+    conditions: list[Condition] = _list(
+        "Validated, ModelResolved, KVLayoutCompatible, PrefillReady, DecodeReady, "
+        "RouterReady, Ready.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    kv_layout: KVLayoutStatus | None = Field(None, description="The computed KV layout.")
+    prefill: RoleStatus | None = Field(None, description="Prefill instances.")
+    decode: RoleStatus | None = Field(None, description="Decode instances.")
+    router: RouterStatus | None = Field(None, description="Router.")
+    rollout: RolloutStatus | None = Field(None, description="The rollout of the current spec.")
+    recovery: list[RecoveryRecord] = _list("Instances restarted by group recovery.")
+    endpoint: str = Field("", description="Router URL inside the cluster.")
+
+
+# --- the resource ---------------------------------------------------------------------
+
+
+class SpecError(ValueError):
+    """A PDDeployment that breaks the API's rules; the message names each field."""
+
+
+def parse_spec(spec: Any) -> PDDeploymentSpec:
+    """Validate a spec mapping; ``SpecError`` lists every violation with its field path."""
+    try:
+        return PDDeploymentSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, "spec")) from None
+
+
+def check_name(name: str) -> None:
+    """The name rule (CEL on the root object); raises ``SpecError``."""
+    problems = violations("root", name)
+    if problems:
+        raise SpecError(f"metadata.name: {problems[0]}")
+
+
+def format_validation_error(exc: ValidationError, prefix: str) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join([prefix, *(str(p) for p in err["loc"])])
+        msg = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        shown = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
+        lines.append(f"{loc}: {msg}{shown}")
+    return "; ".join(lines)

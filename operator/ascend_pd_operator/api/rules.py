@@ -1,0 +1,520 @@
+"""The spec rules that need no model facts, each written once for both enforcers.
+
+A ``Rule`` carries a CEL expression (the API server's ``x-kubernetes-validations``
+on clusters that have CEL) and a Python predicate (the pydantic validator, which
+the operator runs on every cluster and ``ascend-pd render`` runs offline). Tests
+evaluate both on the same specs, so the two cannot drift apart.
+
+Rules that need model facts (layer partition sums, layout compatibility) run at
+reconcile through the runtime's layout core, never here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator.api.vocabulary import POD_ANNOTATIONS, PREFIX
+from ascend_pd_runtime.layout import (
+    SGLANG_PP_PREFILL_DRAFT,
+    SUPPORTED_SGLANG_MAX,
+    SUPPORTED_SGLANG_MIN,
+    parse_sglang_version,
+)
+
+#: StatefulSet names must leave room for the controller-revision-hash label (63 chars):
+#: 63 - len("-") - 10 (hash) = 52; the longest child is ``<name>-prefill-<index>``.
+MAX_STATEFULSET_NAME = 52
+MAX_REPLICAS = 64
+MAX_NAME_LENGTH = MAX_STATEFULSET_NAME - len("-prefill-") - len(str(MAX_REPLICAS - 1))
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+#: SGLang flags the operator sets itself; a user's extraArgs may not override them.
+MANAGED_FLAGS = (
+    "tp",
+    "tp-size",
+    "tensor-parallel-size",
+    "pp",
+    "pp-size",
+    "pipeline-parallel-size",
+    "dp",
+    "dp-size",
+    "data-parallel-size",
+    "disaggregation-[a-z0-9-]+",
+    "dist-init-addr",
+    "nccl-init-addr",
+    "nnodes",
+    "node-rank",
+    "model",
+    "model-path",
+    "served-model-name",
+    "host",
+    "port",
+    "speculative-algorithm",
+    "speculative-num-steps",
+    "speculative-eagle-topk",
+    "speculative-num-draft-tokens",
+)
+#: A managed flag anywhere in an element: alone, as ``--flag=value``, or after whitespace
+#: (``"--foo --tp-size 4"``: one argv element SGLang would refuse, and whose intent is
+#: an override). Written as CEL string literal text (see CONTROL_CHARACTER_PATTERN).
+_SPACE = "[ \\\\x09-\\\\x0d]"  # space, tab, newline, vertical tab, form feed, return
+MANAGED_FLAG_PATTERN = f"(^|{_SPACE})--(" + "|".join(MANAGED_FLAGS) + f")(=|{_SPACE}|$)"
+#: Control characters (newline, tab, NUL, DEL...): never part of a real argument. The
+#: pattern is the regex text ``[\x00-\x1f\x7f]``; in CEL its backslashes are escaped.
+CONTROL_CHARACTER_PATTERN = "[\\\\x00-\\\\x1f\\\\x7f]"
+
+#: Kubernetes' qualified names (label and annotation keys, extended resources): an optional
+#: DNS-subdomain prefix and '/', then a name of at most 63 characters, alphanumeric at both
+#: ends with '-', '_', '.' inside. A label value is such a name, or empty.
+_DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = f"{_DNS_LABEL}([.]{_DNS_LABEL})*"
+_NAME = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+MAX_PREFIX_LENGTH = 253
+MAX_NAME_PART_LENGTH = 63
+LABEL_KEY_PATTERN = f"^({_DNS_SUBDOMAIN}/)?{_NAME}$"
+#: Kubernetes lowercases an annotation key before checking it: its prefix may hold capitals.
+_ANY_CASE_LABEL = "[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
+ANNOTATION_KEY_PATTERN = f"^({_ANY_CASE_LABEL}([.]{_ANY_CASE_LABEL})*/)?{_NAME}$"
+#: The prefix's length, which a regex of DNS labels cannot bound.
+PREFIX_LENGTH_PATTERN = f"^([^/]{{1,{MAX_PREFIX_LENGTH}}}/)?[^/]*$"
+LABEL_VALUE_PATTERN = f"^({_NAME})?$"
+#: An extended resource name (IsExtendedResourceName): a qualified name with a prefix of at
+#: most 244 characters, since quota's ``requests.<name>`` must stay a qualified name.
+EXTENDED_RESOURCE_PATTERN = f"^{_DNS_SUBDOMAIN}/{_NAME}$"
+EXTENDED_RESOURCE_MAX_LENGTH = 244 + 1 + MAX_NAME_PART_LENGTH
+
+#: A container env var's name as Kubernetes before 1.34 checks it (IsEnvVarName; later
+#: releases accept more, but the operator's StatefulSets must apply on 1.20 too).
+ENV_NAME_PATTERN = "^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+#: Extra env vars per container, and their names' length: bounds the CEL cost estimate needs.
+MAX_ENV = 128
+MAX_ENV_NAME_LENGTH = 256
+
+#: A resource quantity written as a string, as Kubernetes parses one (resource.Quantity),
+#: never negative (a container's resources may not be): digits with an optional fraction,
+#: then a binary (Ki..Ei) or decimal (n, u, m, k, M..E) suffix or a decimal exponent.
+_NUMBER = "(([0-9]+([.][0-9]*)?)|([.][0-9]+))"
+QUANTITY_PATTERN = f"^[+]?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_NUMBER}))?$"
+MAX_QUANTITY_LENGTH = 64
+#: What a quantity is, in words (the pydantic message, the API's descriptions).
+QUANTITY = "an integer or a string such as 500m, 64Gi or 1.5 (a fraction as a string), not negative"
+#: The container resources Kubernetes knows besides extended resources (<domain>/<name>).
+STANDARD_RESOURCE_PATTERN = "^(cpu|memory|ephemeral-storage|hugepages-[^/]+)$"
+
+#: Entries of a map that reaches a pod (podAnnotations, nodeSelector, resources): far more
+#: than a pod needs, and a bound the API server's CEL cost estimate needs.
+MAX_MAP_ENTRIES = 64
+#: Kubernetes allows 256 KiB of annotations per object (keys and values, in bytes); 1 KiB of
+#: it stays free for the annotations the operator adds to a runtime pod itself.
+MAX_POD_ANNOTATIONS_BYTES = 255 * 1024
+#: Annotations under our prefix (or a subdomain of it) are the operator's.
+OWNED_ANNOTATION_PREFIX_PATTERN = "^([^/]*[.])?" + PREFIX.replace(".", "[.]") + "/"
+
+_SUFFIX = "([.+-]?(post|rc|dev)?[0-9]*)?$"
+_lo, _hi = SUPPORTED_SGLANG_MIN[2], SUPPORTED_SGLANG_MAX[2]
+# The supported range is 0.5.10-0.5.23; the pattern is checked against it in tests.
+SUPPORTED_VERSION_PATTERN = "^v?0[.]5[.](1[0-9]|2[0-3])" + _SUFFIX
+#: Versions before 0.5.20 refuse speculative decoding on a PP prefill (the layout core's rule).
+NO_PP_PREFILL_DRAFT_PATTERN = "^v?0[.]5[.]1[0-9]" + _SUFFIX
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule on one schema object (``where`` is the pydantic class name, or ``root``), or
+    on one of its fields (``field``, the wire name): then ``self`` and the checked value are
+    the field's, and both enforcers' messages start with the field's path."""
+
+    where: str
+    cel: str
+    message: str
+    check: Callable[[Any], bool]
+    detail: Callable[[Any], str]
+    field: str = ""
+
+    def violation(self, obj: Any) -> str | None:
+        """The pydantic-side message when ``obj`` breaks the rule, else None."""
+        if self.check(obj):
+            return None
+        return f"{self.message} ({self.detail(obj)})"
+
+
+def _version_supported(text: str) -> bool:
+    v = parse_sglang_version(text)
+    return v is not None and SUPPORTED_SGLANG_MIN <= v <= SUPPORTED_SGLANG_MAX
+
+
+def _version_refuses_pp_prefill_draft(text: str) -> bool:
+    v = parse_sglang_version(text)
+    return v is not None and SUPPORTED_SGLANG_MIN <= v < SGLANG_PP_PREFILL_DRAFT
+
+
+def _role_devices_ok(r: Any) -> bool:
+    p = r.parallelism
+    return bool(p.tensor * p.pipeline % r.devices_per_node == 0)
+
+
+def _spec_spec_ok(s: Any) -> bool:
+    sp = s.speculative
+    return not (
+        sp.algorithm != "NONE"
+        and "prefill" in sp.roles
+        and s.prefill.parallelism.pipeline > 1
+        and _version_refuses_pp_prefill_draft(s.runtime.sglang_version)
+    )
+
+
+def _mooncake_ok(s: Any) -> bool:
+    cfg = s.model.config
+    mla = cfg is not None and cfg.kv_lora_rank > 0
+    return not (
+        s.runtime.transfer_backend == "mooncake" and s.prefill.parallelism.pipeline > 1 and mla
+    )
+
+
+def _regex(cel_literal: str) -> str:
+    """The regex a CEL string literal of ours denotes (CEL unescapes ``\\\\``), for Python:
+    RE2's ``$`` is the end of the text, Python's also matches before a final newline."""
+    return cel_literal.replace("\\\\", "\\").replace("$", "\\Z")
+
+
+def _matching(pattern: str, texts: Iterable[str]) -> list[str]:
+    """The texts a CEL ``matches`` of ``pattern`` (CEL literal text) is true for."""
+    return [t for t in texts if re.search(_regex(pattern), t)]
+
+
+def _managed(args: list[str]) -> list[str]:
+    return _matching(MANAGED_FLAG_PATTERN, args)
+
+
+def _with_control(args: list[str]) -> list[str]:
+    return _matching(CONTROL_CHARACTER_PATTERN, args)
+
+
+def _bad_keys(pattern: str, keys: Collection[str]) -> list[str]:
+    good = set(_matching(pattern, _matching(PREFIX_LENGTH_PATTERN, keys)))
+    return [k for k in keys if k not in good]
+
+
+def _keys_rule(field: str, pattern: str, keys_are: str) -> Rule:
+    """Every key of the RoleSpec map ``field`` is a qualified name of ``pattern``."""
+    return Rule(
+        where="RoleSpec",
+        field=field,
+        cel=f"self.all(k, k.matches('{pattern}') && k.matches('{PREFIX_LENGTH_PATTERN}'))",
+        message=f"keys must be {keys_are}",
+        check=lambda keys: not _bad_keys(pattern, keys),
+        detail=lambda keys: _got(_bad_keys(pattern, keys)),
+    )
+
+
+def _owned_rule(field: str, cel: str, owned: str, found: Callable[[Any], list[str]]) -> Rule:
+    """The RoleSpec field ``field`` sets nothing the operator does (``found`` lists what)."""
+    return Rule(
+        where="RoleSpec",
+        field=field,
+        cel=cel,
+        message=f"may not set {owned}",
+        check=lambda value: not found(value),
+        detail=lambda value: _got(found(value)),
+    )
+
+
+def _cel_list(texts: Iterable[str]) -> str:
+    return "[" + ", ".join(f"'{t}'" for t in texts) + "]"
+
+
+def is_quantity(value: Any) -> bool:
+    """What the schema's int-or-string with QUANTITY_PATTERN accepts."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return False
+    if isinstance(value, int):
+        return value >= 0
+    return len(value) <= MAX_QUANTITY_LENGTH and bool(_matching(QUANTITY_PATTERN, [value]))
+
+
+def _bad_resource_names(names: Collection[str]) -> list[str]:
+    standard = set(_matching(STANDARD_RESOURCE_PATTERN, names))
+    extended = set(_matching(EXTENDED_RESOURCE_PATTERN, names))
+    return [
+        n
+        for n in names
+        if n not in standard
+        and (n not in extended or len(n) > EXTENDED_RESOURCE_MAX_LENGTH or _native_resource(n))
+    ]
+
+
+def _resource_names_rule(field: str) -> Rule:
+    """The keys of a ResourceRequirements map are resource names a container may have."""
+    return Rule(
+        where="ResourceRequirements",
+        field=field,
+        cel=f"self.all(n, n.matches('{STANDARD_RESOURCE_PATTERN}') || "
+        f"(size(n) <= {EXTENDED_RESOURCE_MAX_LENGTH} && n.matches('{EXTENDED_RESOURCE_PATTERN}') "
+        f"&& {_not_native_cel('n')}))",
+        message="keys must be resource names: cpu, memory, ephemeral-storage, hugepages-<size>, "
+        "or an extended resource <domain>/<name> outside kubernetes.io/",
+        check=lambda names: not _bad_resource_names(names),
+        detail=lambda names: _got(_bad_resource_names(names)),
+    )
+
+
+#: The resource maps of both roles (one CEL list cannot hold both: each path has its type).
+_ROLE_RESOURCES = [(r, kind) for r in ("prefill", "decode") for kind in ("requests", "limits")]
+
+
+def _npus_in_resources(s: Any) -> list[str]:
+    npu = s.ascend.resource_name
+    return [
+        f"{role}.resources.{kind}"
+        for role, kind in _ROLE_RESOURCES
+        if npu in getattr(s.role(role).resources, kind)
+    ]
+
+
+def _owned_annotations(keys: Collection[str]) -> list[str]:
+    owned = set(_matching(OWNED_ANNOTATION_PREFIX_PATTERN, keys))
+    return [k for k in keys if k in POD_ANNOTATIONS or k in owned]
+
+
+def _owned_env(env: Iterable[Any]) -> list[str]:
+    return [e.name for e in env if e.name.startswith(ec.PREFIX) or e.name in ec.LAUNCHER_EXPORTS]
+
+
+def _annotations_bytes(annotations: dict[str, str]) -> int:
+    return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+
+
+def _got(items: list[str]) -> str:
+    return f"got {', '.join(map(repr, items))}"
+
+
+#: What the operator owns, in words (the rules' messages, the API's descriptions).
+OWNED_ANNOTATIONS = f"{', '.join(POD_ANNOTATIONS)} (it sets them on pods), any key under {PREFIX}/"
+OWNED_ENV = (
+    f"{ec.PREFIX}* (the launcher's contract), {', '.join(ec.LAUNCHER_EXPORTS)} (the launcher "
+    "sets them from ascend.storePort, ascend.transferProtocol, layerPartition and "
+    "ascend.hcclSocketIfname)"
+)
+#: What a qualified name is, in words (the rules' messages, the API's descriptions).
+QUALIFIED_NAME = (
+    f"an optional DNS-subdomain prefix of at most {MAX_PREFIX_LENGTH} characters and '/', "
+    f"then a name of at most {MAX_NAME_PART_LENGTH} characters: letters, digits, '-', '_' "
+    "and '.', a letter or digit at both ends"
+)
+
+
+def _native_resource(name: str) -> bool:
+    """In Kubernetes' own namespace, or quota's ``requests.`` prefix: not an extended name."""
+    return "kubernetes.io/" in name or name.startswith("requests.")
+
+
+def _not_native_cel(name: str) -> str:
+    """``not _native_resource(name)`` in CEL."""
+    return f"!{name}.contains('kubernetes.io/') && !{name}.startsWith('requests.')"
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        where="root",
+        # The API server already holds names to DNS-1123 subdomains (lowercase, digits,
+        # '-', '.', alphanumeric at both ends); what a DNS label starting with a letter adds
+        # is no '.' and a letter first. Short patterns keep the estimated cost low, since
+        # metadata.name has no maxLength the cost estimator could use.
+        cel=f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && "
+        "!self.metadata.name.contains('.') && self.metadata.name.matches('^[a-z]')",
+        message=f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters "
+        "starting with a letter, so every child name is valid",
+        check=lambda name: bool(re.match(NAME_PATTERN, name)) and len(name) <= MAX_NAME_LENGTH,
+        detail=lambda name: f"got {name!r}, {len(name)} characters",
+    ),
+    Rule(
+        where="RoleSpec",
+        cel="(self.parallelism.tensor * self.parallelism.pipeline) % self.devicesPerNode == 0",
+        message="parallelism.tensor × parallelism.pipeline must be divisible by devicesPerNode "
+        "(one pod per node, devicesPerNode NPUs each)",
+        check=_role_devices_ok,
+        detail=lambda r: (
+            f"{r.parallelism.tensor} × {r.parallelism.pipeline} = "
+            f"{r.parallelism.tensor * r.parallelism.pipeline}, devicesPerNode {r.devices_per_node}"
+        ),
+    ),
+    Rule(
+        where="RoleSpec",
+        cel="size(self.layerPartition) == 0 || "
+        "size(self.layerPartition) == self.parallelism.pipeline",
+        message="layerPartition must be empty or have one entry per pipeline stage",
+        check=lambda r: len(r.layer_partition) in (0, r.parallelism.pipeline),
+        detail=lambda r: (
+            f"{len(r.layer_partition)} entries {r.layer_partition}, "
+            f"pipeline {r.parallelism.pipeline}"
+        ),
+    ),
+    Rule(
+        where="RoleSpec",
+        cel=f"self.extraArgs.all(a, !a.matches('{MANAGED_FLAG_PATTERN}'))",
+        message="extraArgs may not set flags the operator manages (parallel sizes, "
+        "disaggregation, dist-init address, nnodes, node rank, model path, served model "
+        "name, host, port, speculative settings)",
+        check=lambda r: not _managed(r.extra_args),
+        detail=lambda r: f"got {', '.join(_managed(r.extra_args))}",
+    ),
+    Rule(
+        where="RoleSpec",
+        cel=f"self.extraArgs.all(a, !a.matches('{CONTROL_CHARACTER_PATTERN}'))",
+        message="extraArgs elements may not contain control characters (newline, tab, ...): "
+        "each element is one argument, give every flag and value its own element",
+        check=lambda r: not _with_control(r.extra_args),
+        detail=lambda r: _got(_with_control(r.extra_args)),
+    ),
+    _keys_rule("podAnnotations", ANNOTATION_KEY_PATTERN, f"annotation keys: {QUALIFIED_NAME}"),
+    _owned_rule(
+        "podAnnotations",
+        f"self.all(k, !(k in {_cel_list(POD_ANNOTATIONS)}) && "
+        f"!k.matches('{OWNED_ANNOTATION_PREFIX_PATTERN}'))",
+        f"annotations the operator owns: {OWNED_ANNOTATIONS}",
+        _owned_annotations,
+    ),
+    Rule(
+        where="RoleSpec",
+        field="podAnnotations",
+        # Sizes in bytes, as Kubernetes counts; sum() is Kubernetes' list library (a joined
+        # string instead would cost the CEL estimate 100 times its budget).
+        cel="self.map(k, size(bytes(k)) + size(bytes(self[k]))).sum() <= "
+        f"{MAX_POD_ANNOTATIONS_BYTES}",
+        message=f"keys and values may hold at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB "
+        "together: a pod's annotations may hold 256 KiB, and the operator adds its own",
+        check=lambda a: _annotations_bytes(a) <= MAX_POD_ANNOTATIONS_BYTES,
+        detail=lambda a: f"got {_annotations_bytes(a)} bytes",
+    ),
+    _owned_rule(
+        "env",
+        f"self.all(e, !e.name.startsWith('{ec.PREFIX}') && "
+        f"!(e.name in {_cel_list(ec.LAUNCHER_EXPORTS)}))",
+        f"variables the operator owns: {OWNED_ENV}",
+        _owned_env,
+    ),
+    Rule(
+        where="EnvVar",
+        # has(): value has an empty default, which the CRD leaves out (absent means empty).
+        cel="!has(self.valueFrom) || !has(self.value) || size(self.value) == 0",
+        message="value and valueFrom may not both be set",
+        check=lambda e: e.value_from is None or not e.value,
+        detail=lambda e: f"name {e.name!r}",
+    ),
+    _keys_rule(
+        "nodeSelector", LABEL_KEY_PATTERN, f"label keys: {QUALIFIED_NAME}; the prefix in lowercase"
+    ),
+    _resource_names_rule("requests"),
+    _resource_names_rule("limits"),
+    Rule(
+        where="Ascend",
+        # has(): the API server evaluates rules on the schema's defaults as written.
+        cel=f"!has(self.resourceName) || ({_not_native_cel('self.resourceName')})",
+        message="ascend.resourceName must be an extended resource name outside Kubernetes' "
+        "own kubernetes.io/ namespace and the requests. prefix",
+        check=lambda a: not _native_resource(a.resource_name),
+        detail=lambda a: f"got {a.resource_name!r}",
+    ),
+    Rule(
+        where="ModelVolume",
+        cel="has(self.persistentVolumeClaim) != has(self.hostPath)",
+        message="model.volume must set exactly one of persistentVolumeClaim and hostPath",
+        check=lambda v: (v.persistent_volume_claim is None) != (v.host_path is None),
+        detail=lambda v: "both are set" if v.host_path else "neither is set",
+    ),
+    Rule(
+        where="Speculative",
+        cel="self.algorithm == 'NONE' || !('prefill' in self.roles) || 'decode' in self.roles",
+        message="speculative.roles with prefill must include decode: prefill's draft KV "
+        "needs a destination on decode",
+        check=lambda s: s.algorithm == "NONE" or "prefill" not in s.roles or "decode" in s.roles,
+        detail=lambda s: f"roles {s.roles}",
+    ),
+    Rule(
+        where="Rollout",
+        cel="self.maxUnavailable + self.maxSurge >= 1",
+        message="rollout.maxUnavailable and rollout.maxSurge may not both be 0: "
+        "a rollout could never take an instance down nor start a new one",
+        check=lambda r: r.max_unavailable + r.max_surge >= 1,
+        detail=lambda r: f"maxUnavailable {r.max_unavailable}, maxSurge {r.max_surge}",
+    ),
+    Rule(
+        where="Runtime",
+        cel=f"self.sglangVersion.matches('{SUPPORTED_VERSION_PATTERN}')",
+        message=f"runtime.sglangVersion must be a supported SGLang release "
+        f"(0.5.{_lo} to 0.5.{_hi})",
+        check=lambda r: _version_supported(r.sglang_version),
+        detail=lambda r: f"got {r.sglang_version!r}",
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel="self.decode.parallelism.pipeline == 1 || "
+        "self.decode.parallelism.pipeline == self.prefill.parallelism.pipeline",
+        message="decode.parallelism.pipeline must be 1 or equal to prefill.parallelism.pipeline",
+        check=lambda s: s.decode.parallelism.pipeline in (1, s.prefill.parallelism.pipeline),
+        detail=lambda s: (
+            f"decode {s.decode.parallelism.pipeline}, prefill {s.prefill.parallelism.pipeline}"
+        ),
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel="size(self.decode.layerPartition) == 0 || "
+        "self.decode.layerPartition == self.prefill.layerPartition",
+        message="decode.layerPartition must be empty or equal to prefill.layerPartition "
+        "(decode at the prefill's pipeline size uses the prefill's partition)",
+        check=lambda s: (
+            not s.decode.layer_partition or s.decode.layer_partition == s.prefill.layer_partition
+        ),
+        detail=lambda s: f"decode {s.decode.layer_partition}, prefill {s.prefill.layer_partition}",
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel="self.speculative.algorithm == 'NONE' || !('prefill' in self.speculative.roles) || "
+        "self.prefill.parallelism.pipeline == 1 || "
+        f"!self.runtime.sglangVersion.matches('{NO_PP_PREFILL_DRAFT_PATTERN}')",
+        message="SGLang before 0.5.20 refuses speculative decoding on a prefill with pipeline "
+        "size > 1: remove prefill from speculative.roles, use prefill pipeline 1, or "
+        "SGLang >= 0.5.20",
+        check=_spec_spec_ok,
+        detail=lambda s: (
+            f"sglangVersion {s.runtime.sglang_version!r}, prefill pipeline "
+            f"{s.prefill.parallelism.pipeline}, roles {s.speculative.roles}"
+        ),
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel="self.runtime.transferBackend != 'mooncake' || self.prefill.parallelism.pipeline == 1"
+        " || !has(self.model.config) || self.model.config.kvLoraRank == 0",
+        message="transferBackend mooncake with prefill pipeline > 1 on an MLA model is refused "
+        "(it corrupts KV); use transferBackend ascend",
+        check=_mooncake_ok,
+        detail=lambda s: (
+            f"prefill pipeline {s.prefill.parallelism.pipeline}, kvLoraRank "
+            f"{s.model.config.kv_lora_rank if s.model.config else '?'}"
+        ),
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel=" && ".join(
+            f"!(self.ascend.resourceName in self.{role}.resources.{kind})"
+            for role, kind in _ROLE_RESOURCES
+        ),
+        message="prefill.resources and decode.resources may not set the NPUs (the resource "
+        "ascend.resourceName): devicesPerNode sets their request and limit",
+        check=lambda s: not _npus_in_resources(s),
+        detail=lambda s: f"{s.ascend.resource_name} in {', '.join(_npus_in_resources(s))}",
+    ),
+)
+
+
+def rules_for(where: str, field: str = "") -> list[Rule]:
+    """The rules on object ``where``, or on its field ``field`` (the wire name)."""
+    return [r for r in RULES if r.where == where and r.field == field]
+
+
+def violations(where: str, obj: Any, field: str = "") -> list[str]:
+    return [msg for rule in rules_for(where, field) if (msg := rule.violation(obj))]

@@ -1,0 +1,258 @@
+"""Names, labels, ports and owner references of everything the operator creates.
+
+Every builder takes names from here, so ``<name>-prefill-<i>`` is spelled once and
+the router, the env contract and the status all agree on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Json = dict[str, Any]
+
+#: The PDDeployment API's group and version (``models`` serve them; owner references name them).
+GROUP = "ascendpd.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "PDDeployment"
+
+#: Our labels and annotations live under the API group's name.
+PREFIX = GROUP
+#: Every object of ours carries it; the child watches select by it.
+LABEL_DEPLOYMENT = f"{PREFIX}/deployment"
+#: prefill or decode, on runtime objects only (their selectors use it).
+LABEL_ROLE = f"{PREFIX}/role"
+LABEL_INSTANCE = f"{PREFIX}/instance"
+#: What an object is: a role, or one of the COMPONENT_* below.
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+#: The KV-layout fingerprint of a runtime pod's instance: its layout generation.
+LABEL_FINGERPRINT = f"{PREFIX}/kv-fingerprint"
+#: The StatefulSet controller's label naming the template revision a pod was made from.
+LABEL_REVISION = "controller-revision-hash"
+#: On an instance leader's pod while the router may send it traffic: the operator sets it on
+#: pod 0 of each Ready instance of the serving KV-layout generation; the router discovers
+#: pods by it (so only leaders, of one generation). sglang-router 0.3.x adds a matching pod
+#: once it is Running and Ready but drops a worker only when its pod is being deleted
+#: (removing this label, or the pod turning NotReady, does not remove it): a generation
+#: leaves the router by deleting its pods.
+LABEL_ROUTABLE = f"{PREFIX}/routable"
+#: On prefill pods: the bootstrap port the router tells decode to reach (service discovery).
+#: sglang-router 0.3.0 to 0.3.2 read this one name (``from_cli_args`` sets it; no flag
+#: changes it), so it is theirs, not under our prefix.
+ANNOTATION_BOOTSTRAP_PORT = "sglang.ai/bootstrap-port"
+#: Volcano's name of the PodGroup a pod belongs to (with ``scheduling.gang: volcano``).
+ANNOTATION_VOLCANO_GROUP = "scheduling.k8s.io/group-name"
+#: Every annotation the operator sets on runtime pods. A user's podAnnotations may set none
+#: of them (ours would win, the user's value would be lost), nor any key under PREFIX.
+POD_ANNOTATIONS = (ANNOTATION_BOOTSTRAP_PORT, ANNOTATION_VOLCANO_GROUP)
+#: The model path an inspector Job read, and its stored facts describe.
+ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
+#: The PDDeployment generation an inspector Job was started for: a failed inspection is
+#: retried after the next spec change (the user's fix), never in a tight loop.
+ANNOTATION_GENERATION = f"{PREFIX}/generation"
+#: The taint an admin puts on a node that is shut down or lost for good (Kubernetes'
+#: non-graceful node shutdown): its pods may be force-deleted.
+TAINT_OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+FIELD_MANAGER = "ascend-pd-operator"
+MANAGED_BY = "ascend-pd-operator"
+
+COMPONENT_ROUTER = "router"
+COMPONENT_INSPECTOR = "model-inspector"
+COMPONENT_FACTS = "model-facts"
+COMPONENT_KV_LAYOUT = "kv-layout"
+
+#: Ports inside runtime pods (the host's ports under hostNetwork).
+HTTP_PORT = 30000
+DIST_INIT_PORT = 5757
+#: Prefill instance i bootstraps on BOOTSTRAP_PORT_BASE + i: unique per instance, so
+#: instances sharing a host network never collide and the router can tell them apart.
+BOOTSTRAP_PORT_BASE = 8998
+
+ROLES = ("prefill", "decode")
+
+# --- status: condition types, reasons, phases ------------------------------------------
+COND_VALIDATED = "Validated"
+COND_MODEL_RESOLVED = "ModelResolved"
+COND_KV_LAYOUT_COMPATIBLE = "KVLayoutCompatible"
+COND_PREFILL_READY = "PrefillReady"
+COND_DECODE_READY = "DecodeReady"
+COND_ROUTER_READY = "RouterReady"
+COND_READY = "Ready"
+#: False while an instance is in a restart loop (group recovery gave up waiting it out).
+COND_INSTANCES_HEALTHY = "InstancesHealthy"
+
+REASON_VALID = "Valid"
+REASON_INVALID_SPEC = "InvalidSpec"
+#: ModelResolved: where the facts came from ...
+REASON_INLINE = "Inline"
+REASON_CONFIGMAP = "ConfigMap"
+REASON_INSPECTED = "Inspected"
+REASON_LOCAL = "Local"
+#: ... or why there are none.
+REASON_INSPECTING = "InspectingModel"
+REASON_CONFIGMAP_NOT_FOUND = "ConfigMapNotFound"
+REASON_CONFIGMAP_KEY_MISSING = "ConfigMapKeyMissing"
+REASON_INVALID_MODEL_CONFIG = "InvalidModelConfig"
+REASON_INSPECTION_FAILED = "InspectionFailed"
+REASON_NOT_VALIDATED = "NotValidated"
+#: KVLayoutCompatible
+REASON_COMPATIBLE = "Compatible"
+REASON_INVALID_LAYOUT = "InvalidLayout"
+REASON_INCOMPATIBLE = "Incompatible"
+REASON_MODEL_NOT_RESOLVED = "ModelNotResolved"
+#: <Role>Ready and RouterReady
+REASON_INSTANCES_READY = "InstancesReady"
+REASON_INSTANCES_NOT_READY = "InstancesNotReady"
+REASON_ROUTER_READY = "RouterReady"
+REASON_ROUTER_NOT_READY = "RouterNotReady"
+REASON_DISABLED = "Disabled"
+REASON_NOT_APPLIED = "NotApplied"
+#: ``<Role>Ready`` when SGLang's parser refused a pod's command line (the launcher's exit
+#: ``env_contract.EXIT_ARGS_REFUSED``); also the Warning Event's.
+REASON_LAUNCH_REFUSED = "LaunchRefused"
+#: Ready
+REASON_READY = "Ready"
+REASON_NOT_READY = "NotReady"
+#: Ready: the children run, but not every instance runs the current spec yet.
+REASON_ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+#: InstancesHealthy: every instance runs; or one restarted too often (RestartLoop).
+REASON_HEALTHY = "Healthy"
+REASON_RESTART_LOOP = "RestartLoop"
+#: The Event of each group restart.
+REASON_INSTANCE_RESTARTED = "InstanceRestarted"
+#: Why group recovery restarted an instance: a pod's node is not Ready, or an admin took
+#: it out of service (``TAINT_OUT_OF_SERVICE``).
+REASON_NODE_NOT_READY = "NodeNotReady"
+REASON_NODE_OUT_OF_SERVICE = "NodeOutOfService"
+#: Why a node's pods were force-deleted: unreachable past ``forceDeleteAfterSeconds``
+#: (or out of service, above).
+REASON_NODE_UNREACHABLE = "NodeUnreachable"
+#: The Event of each force-deletion of an instance's pods on a lost node.
+REASON_PODS_FORCE_DELETED = "PodsForceDeleted"
+REASON_APPLY_FAILED = "ApplyFailed"
+REASON_PRUNE_FAILED = "PruneFailed"
+
+PHASE_PENDING = "Pending"
+PHASE_PROGRESSING = "Progressing"
+PHASE_READY = "Ready"
+PHASE_DEGRADED = "Degraded"
+PHASE_INVALID = "Invalid"
+
+
+def role_ready_condition(role: str) -> str:
+    """``PrefillReady`` or ``DecodeReady``."""
+    return {"prefill": COND_PREFILL_READY, "decode": COND_DECODE_READY}[role]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The PDDeployment a child belongs to (uid empty when rendering offline)."""
+
+    name: str
+    namespace: str
+    uid: str = ""
+    generation: int = 0
+
+    def reference(self) -> list[Json]:
+        if not self.uid:
+            return []
+        return [
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": self.name,
+                "uid": self.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+
+
+def instance_name(owner: Owner, role: str, index: int) -> str:
+    """StatefulSet, headless Service and PodGroup of one instance."""
+    return f"{owner.name}-{role}-{index}"
+
+
+def leader_host(owner: Owner, role: str, index: int) -> str:
+    sts = instance_name(owner, role, index)
+    return f"{sts}-0.{sts}.{owner.namespace}.svc"
+
+
+def router_name(owner: Owner) -> str:
+    """The router's Deployment and Service, and its ServiceAccount, Role and RoleBinding."""
+    return f"{owner.name}-router"
+
+
+def disruption_budget_name(owner: Owner, role: str) -> str:
+    """The PodDisruptionBudget of one role's runtime pods."""
+    return f"{owner.name}-{role}"
+
+
+def kv_layout_name(owner: Owner) -> str:
+    return f"{owner.name}-kv-layout"
+
+
+def model_facts_name(owner: Owner) -> str:
+    return f"{owner.name}-model-facts"
+
+
+def inspector_name(owner: Owner) -> str:
+    return f"{owner.name}-inspect"
+
+
+def bootstrap_port(index: int) -> int:
+    return BOOTSTRAP_PORT_BASE + index
+
+
+def endpoint(owner: Owner, port: int) -> str:
+    return f"http://{router_name(owner)}.{owner.namespace}.svc:{port}"
+
+
+def selector(owner: Owner, role: str, index: int | None = None) -> dict[str, str]:
+    labels = {LABEL_DEPLOYMENT: owner.name, LABEL_ROLE: role}
+    if index is not None:
+        labels[LABEL_INSTANCE] = str(index)
+    return labels
+
+
+def component_selector(owner: Owner, component: str) -> dict[str, str]:
+    """The labels that select one non-runtime component's pods (the router's)."""
+    return {LABEL_DEPLOYMENT: owner.name, LABEL_COMPONENT: component}
+
+
+def labels(owner: Owner, component: str, index: int | None = None) -> dict[str, str]:
+    """Recommended app.kubernetes.io labels plus ours; the role label on runtime objects
+    (``component`` a role) only."""
+    ours = (
+        selector(owner, component, index) if component in ROLES else {LABEL_DEPLOYMENT: owner.name}
+    )
+    return {
+        "app.kubernetes.io/name": "ascend-pd",
+        "app.kubernetes.io/instance": owner.name,
+        LABEL_COMPONENT: component,
+        "app.kubernetes.io/part-of": "ascend-pd",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        **ours,
+    }
+
+
+def metadata(
+    owner: Owner,
+    name: str,
+    component: str,
+    index: int | None = None,
+    annotations: dict[str, str] | None = None,
+) -> Json:
+    meta: Json = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": labels(owner, component, index),
+    }
+    if annotations:
+        meta["annotations"] = annotations
+    refs = owner.reference()
+    if refs:
+        meta["ownerReferences"] = refs
+    return meta

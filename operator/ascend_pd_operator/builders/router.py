@@ -1,0 +1,174 @@
+"""Pure builders of the PD router: a Deployment running the SGLang router in PD mode, its
+Service ``<name>-router``, and the ServiceAccount, Role and RoleBinding it discovers
+workers with.
+
+The router finds its workers itself (sglang-router's Kubernetes service discovery): it
+watches the pods of its namespace and routes to those matching its prefill or decode
+selector (this PDDeployment, the role, and ``vocabulary.LABEL_ROUTABLE``, which the operator
+puts on instance leaders only) once they are Running and Ready, reading a prefill's
+bootstrap port from its ``vocabulary.ANNOTATION_BOOTSTRAP_PORT``. Nothing in its arguments
+depends on how many instances there are, so scaling a role never changes the router's
+Deployment and never restarts it. Its ServiceAccount may only read pods, in its own
+namespace.
+
+Its selectors also name the serving KV-layout generation (``LABEL_FINGERPRINT``), so one
+router never pairs a prefill and a decode of two generations. When a new generation has a
+Ready prefill and decode instance (``rollout.decide``), the Deployment is rolled to the new
+selectors: the new router pod serves the new generation while the old one still serves the
+old, and the Service moves over as the new pod turns Ready. The Deployment carries the
+generation it routes to as a label, which is how the operator knows which one serves.
+
+What sglang-router 0.3.0 to 0.3.2 do with a discovered pod (their ``service_discovery``):
+a pod is added when it matches a selector and is Running with condition Ready, at
+``http://<podIP>:--service-discovery-port``; it is removed only when it is being deleted
+while it still matches (taking the label off, or the pod turning NotReady, keeps it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ascend_pd_operator.api.models import PDDeploymentSpec
+from ascend_pd_operator.api.vocabulary import (
+    COMPONENT_ROUTER,
+    HTTP_PORT,
+    LABEL_FINGERPRINT,
+    LABEL_ROUTABLE,
+    ROLES,
+    Owner,
+    component_selector,
+    metadata,
+    router_name,
+    selector,
+)
+from ascend_pd_operator.builders.workloads import scheduling_fields
+
+Json = dict[str, Any]
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+#: The service discovery's pod watch (a list, then a watch; get for good measure).
+ROUTER_POD_VERBS = ("get", "list", "watch")
+
+
+def discovery_selector(owner: Owner, role: str, serving: str) -> dict[str, str]:
+    """The labels of the pods the router routes ``role`` requests to: the routable leaders
+    of the serving generation."""
+    return {**selector(owner, role), LABEL_ROUTABLE: "true", LABEL_FINGERPRINT: serving}
+
+
+def _selector_args(labels: dict[str, str]) -> list[str]:
+    # sglang-router takes ``key=value`` words after the flag (nargs="+"), one per label.
+    return [f"{k}={v}" for k, v in labels.items()]
+
+
+def router_args(owner: Owner, spec: PDDeploymentSpec, serving: str) -> list[str]:
+    """The same for every replica count: the router discovers the instances."""
+    args = [
+        "--pd-disaggregation",
+        "--service-discovery",
+        "--service-discovery-namespace", owner.namespace,
+        "--service-discovery-port", str(HTTP_PORT),
+    ]  # fmt: skip
+    for role in ROLES:
+        args += [f"--{role}-selector", *_selector_args(discovery_selector(owner, role, serving))]
+    args += ["--policy", spec.router.policy, "--host", "0.0.0.0", "--port", str(spec.router.port)]
+    return args
+
+
+def router_deployment(owner: Owner, spec: PDDeploymentSpec, serving: str) -> Json:
+    name = router_name(owner)
+    meta = metadata(owner, name, COMPONENT_ROUTER)
+    meta["labels"] = {**meta["labels"], LABEL_FINGERPRINT: serving}
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10}
+    container: Json = {
+        "name": "router",
+        "image": spec.router.image or spec.runtime.image,
+        "imagePullPolicy": spec.runtime.image_pull_policy,
+        "command": ["python3", "-m", "sglang_router.launch_router"],
+        "args": router_args(owner, spec, serving),
+        "ports": [{"name": "http", "containerPort": spec.router.port, "protocol": "TCP"}],
+        "readinessProbe": probe,
+        "livenessProbe": {**probe, "failureThreshold": 6},
+    }
+    if resources := spec.router.resources.manifest():
+        container["resources"] = resources
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": spec.router.replicas,
+            "selector": {"matchLabels": component_selector(owner, COMPONENT_ROUTER)},
+            "template": {
+                "metadata": {"labels": meta["labels"]},
+                "spec": {
+                    # The discovery's pod watch authenticates with this account's token.
+                    "serviceAccountName": name,
+                    "automountServiceAccountToken": True,
+                    "containers": [container],
+                    **{
+                        k: v for k, v in scheduling_fields(spec).items() if k == "priorityClassName"
+                    },
+                },
+            },
+        },
+    }
+
+
+def router_service(owner: Owner, spec: PDDeploymentSpec) -> Json:
+    meta = metadata(owner, router_name(owner), COMPONENT_ROUTER)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "type": "ClusterIP",
+            "selector": component_selector(owner, COMPONENT_ROUTER),
+            "ports": [
+                {"name": "http", "port": spec.router.port, "targetPort": "http", "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def router_service_account(owner: Owner) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(owner, router_name(owner), COMPONENT_ROUTER),
+        # Only the router's pod needs the token (its template asks for it).
+        "automountServiceAccountToken": False,
+    }
+
+
+def router_role(owner: Owner) -> Json:
+    """Read pods in the router's namespace: all the service discovery does with the API."""
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "Role",
+        "metadata": metadata(owner, router_name(owner), COMPONENT_ROUTER),
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": list(ROUTER_POD_VERBS)}],
+    }
+
+
+def router_role_binding(owner: Owner) -> Json:
+    name = router_name(owner)
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(owner, name, COMPONENT_ROUTER),
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
+    }
+
+
+def router_children(owner: Owner, spec: PDDeploymentSpec, serving: str) -> list[Json]:
+    """Everything the router needs, in apply order: its identity before its pod;
+    ``serving``: the KV-layout generation it routes to."""
+    return [
+        router_service_account(owner),
+        router_role(owner),
+        router_role_binding(owner),
+        router_service(owner, spec),
+        router_deployment(owner, spec, serving),
+    ]

@@ -1,0 +1,282 @@
+"""Pure builders of the runtime workloads: per instance a headless Service, a StatefulSet
+(one pod per node, pod 0 leads distributed init) and, with Volcano, a PodGroup.
+
+The pod template carries the env contract (``ascend_pd_runtime.env_contract``) the
+launcher reads; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator.api.models import EnvVar, PDDeploymentSpec
+from ascend_pd_operator.api.vocabulary import (
+    ANNOTATION_BOOTSTRAP_PORT,
+    ANNOTATION_VOLCANO_GROUP,
+    DIST_INIT_PORT,
+    HTTP_PORT,
+    LABEL_FINGERPRINT,
+    Owner,
+    bootstrap_port,
+    instance_name,
+    kv_layout_name,
+    leader_host,
+    metadata,
+    selector,
+)
+from ascend_pd_runtime.layout import KVLayout
+from ascend_pd_runtime.plan import layout_fingerprint
+
+Json = dict[str, Any]
+
+CONTAINER = "sglang"
+VOLCANO_SCHEDULER = "volcano"
+PODGROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
+
+
+def launch_values(
+    owner: Owner, spec: PDDeploymentSpec, layout: KVLayout, role: str, index: int
+) -> ec.LaunchEnv:
+    """The env contract values of one instance (pod name and IP come from the pod)."""
+    r = spec.role(role)
+    sp = spec.speculative
+    doc_fingerprint = layout_fingerprint(layout)
+    return ec.LaunchEnv(
+        role=role,
+        deployment=owner.name,
+        namespace=owner.namespace,
+        instance=index,
+        pod_name="",
+        pod_ip="",
+        model_path=spec.model.path,
+        served_model_name=spec.model.name,
+        nnodes=r.nodes_per_instance,
+        dist_init_addr=f"{leader_host(owner, role, index)}:{DIST_INIT_PORT}",
+        tp_size=r.parallelism.tensor,
+        pp_size=r.parallelism.pipeline,
+        dp_size=r.parallelism.data,
+        devices_per_node=r.devices_per_node,
+        port=HTTP_PORT,
+        bootstrap_port=bootstrap_port(index) if role == "prefill" else None,
+        transfer_backend=spec.runtime.transfer_backend,
+        transfer_protocol=spec.ascend.transfer_protocol,
+        store_url=f"tcp://{leader_host(owner, 'prefill', 0)}:{spec.ascend.store_port}",
+        hccl_socket_ifname=spec.ascend.hccl_socket_ifname,
+        prefill_pp=spec.prefill.parallelism.pipeline,
+        decode_pp=spec.decode.parallelism.pipeline,
+        layer_partition=tuple(spec.prefill.layer_partition),
+        sglang_version=spec.runtime.sglang_version,
+        speculative_algorithm=sp.algorithm,
+        speculative_roles=tuple(sp.roles),
+        speculative_num_steps=sp.num_steps,
+        speculative_eagle_topk=sp.eagle_topk,
+        speculative_num_draft_tokens=sp.num_draft_tokens,
+        kv_layout_file=f"{ec.KV_LAYOUT_MOUNT_DIR}/{ec.KV_LAYOUT_KEY}",
+        kv_fingerprint=doc_fingerprint,
+        total_kv_layers=layout.facts.total_kv_layers,
+        kv_buf_groups=layout.facts.kv_buf_groups,
+        extra_args=tuple(r.extra_args),
+    )
+
+
+def _env(values: ec.LaunchEnv, user_env: list[EnvVar]) -> list[Json]:
+    env: list[Json] = [{"name": k, "value": v} for k, v in ec.launch_env(values).items()]
+    env += [
+        {"name": ec.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": ec.POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    # The API refuses a user's variable of the contract's (the env rule of ``rules``).
+    return env + [e.model_dump(by_alias=True, exclude_defaults=True) for e in user_env]
+
+
+def _ports(role: str, index: int) -> list[Json]:
+    ports = [
+        {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+        {"name": "dist-init", "containerPort": DIST_INIT_PORT, "protocol": "TCP"},
+    ]
+    if role == "prefill":
+        ports.append(
+            {"name": "bootstrap", "containerPort": bootstrap_port(index), "protocol": "TCP"}
+        )
+    return ports
+
+
+def _resources(spec: PDDeploymentSpec, role: str) -> Json:
+    r = spec.role(role).resources
+    npus = {spec.ascend.resource_name: str(spec.role(role).devices_per_node)}
+    return {"requests": {**r.requests, **npus}, "limits": {**r.limits, **npus}}
+
+
+def _volumes(owner: Owner, spec: PDDeploymentSpec) -> tuple[list[Json], list[Json]]:
+    volumes: list[Json] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {
+            "name": "ascend-driver",
+            "hostPath": {"path": spec.ascend.driver_host_path, "type": "Directory"},
+        },
+        {"name": "kv-layout", "configMap": {"name": kv_layout_name(owner)}},
+    ]
+    mounts: list[Json] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "ascend-driver", "mountPath": spec.ascend.driver_host_path, "readOnly": True},
+        {"name": "kv-layout", "mountPath": ec.KV_LAYOUT_MOUNT_DIR, "readOnly": True},
+    ]
+    model = model_volume(spec)
+    if model:
+        volumes.insert(0, model[0])
+        mounts.insert(0, model[1])
+    return volumes, mounts
+
+
+def model_volume(spec: PDDeploymentSpec) -> tuple[Json, Json] | None:
+    """(volume, mount) of the model, or None when the model is in the image."""
+    v = spec.model.volume
+    if v is None:
+        return None
+    if v.persistent_volume_claim is not None:
+        pvc = v.persistent_volume_claim
+        source: Json = {
+            "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": pvc.read_only}
+        }
+        read_only = pvc.read_only
+    else:
+        assert v.host_path is not None
+        source = {"hostPath": {"path": v.host_path.path, "type": v.host_path.type}}
+        read_only = True
+    volume = {"name": "model", **source}
+    mount = {"name": "model", "mountPath": spec.model.path, "readOnly": read_only}
+    return volume, mount
+
+
+def scheduling_fields(spec: PDDeploymentSpec) -> Json:
+    """schedulerName / priorityClassName for every pod the operator creates."""
+    s = spec.scheduling
+    out: Json = {}
+    scheduler = s.scheduler_name or (VOLCANO_SCHEDULER if s.gang == "volcano" else "")
+    if scheduler:
+        out["schedulerName"] = scheduler
+    if s.priority_class_name:
+        out["priorityClassName"] = s.priority_class_name
+    return out
+
+
+def readiness_probe(owner: Owner, role: str, index: int) -> Json:
+    """Ready when the instance leader's SGLang answers /health.
+
+    Only pod 0 of a multi-node SGLang instance serves HTTP, and it answers /health only
+    once every rank is up, so every pod of the instance asks the leader: the instance
+    becomes ready (and routable) as a whole.
+    """
+    url = f"http://{leader_host(owner, role, index)}:{HTTP_PORT}/health"
+    check = f"import urllib.request; urllib.request.urlopen('{url}', timeout=4)"
+    return {
+        "exec": {"command": ["python3", "-c", check]},
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 3,
+    }
+
+
+def pod_template(
+    owner: Owner, spec: PDDeploymentSpec, layout: KVLayout, role: str, index: int
+) -> Json:
+    r = spec.role(role)
+    values = launch_values(owner, spec, layout, role, index)
+    volumes, mounts = _volumes(owner, spec)
+    annotations: dict[str, str] = dict(r.pod_annotations)
+    if role == "prefill":
+        # The router's service discovery reads the bootstrap port it hands decode here.
+        annotations[ANNOTATION_BOOTSTRAP_PORT] = str(bootstrap_port(index))
+    if spec.scheduling.gang == "volcano":
+        annotations[ANNOTATION_VOLCANO_GROUP] = instance_name(owner, role, index)
+    container: Json = {
+        "name": CONTAINER,
+        "image": spec.runtime.image,
+        "imagePullPolicy": spec.runtime.image_pull_policy,
+        "command": ["ascend-pd-runtime", "launch"],
+        "env": _env(values, r.env),
+        "ports": _ports(role, index),
+        "resources": _resources(spec, role),
+        "volumeMounts": mounts,
+        "readinessProbe": readiness_probe(owner, role, index),
+    }
+    pod_spec: Json = {
+        "automountServiceAccountToken": False,
+        "hostNetwork": spec.ascend.host_network,
+        "dnsPolicy": "ClusterFirstWithHostNet" if spec.ascend.host_network else "ClusterFirst",
+        "terminationGracePeriodSeconds": 60,
+        "containers": [container],
+        "volumes": volumes,
+        **scheduling_fields(spec),
+    }
+    if r.node_selector:
+        pod_spec["nodeSelector"] = dict(r.node_selector)
+    if r.tolerations:
+        pod_spec["tolerations"] = list(r.tolerations)
+    if r.affinity:
+        pod_spec["affinity"] = dict(r.affinity)
+    meta = metadata(owner, "", role, index, annotations)
+    # Not in the selector (immutable): the label changes with each layout generation.
+    labels = {**meta["labels"], LABEL_FINGERPRINT: values.kv_fingerprint}
+    return {
+        "metadata": {"labels": labels, "annotations": meta.get("annotations", {})},
+        "spec": pod_spec,
+    }
+
+
+def headless_service(owner: Owner, role: str, index: int) -> Json:
+    """Stable DNS for every pod, published before readiness so pod 0 resolves at init."""
+    name = instance_name(owner, role, index)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner, name, role, index),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector(owner, role, index),
+            "ports": [
+                {"name": p["name"], "port": p["containerPort"], "protocol": p["protocol"]}
+                for p in _ports(role, index)
+            ],
+        },
+    }
+
+
+def statefulset(
+    owner: Owner, spec: PDDeploymentSpec, layout: KVLayout, role: str, index: int
+) -> Json:
+    name = instance_name(owner, role, index)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": metadata(owner, name, role, index),
+        "spec": {
+            "serviceName": name,
+            "replicas": spec.role(role).nodes_per_instance,
+            "podManagementPolicy": "Parallel",
+            # The operator replaces an instance's pods together (``rollout``): a template
+            # change alone must not roll one pod of a running group.
+            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": selector(owner, role, index)},
+            "template": pod_template(owner, spec, layout, role, index),
+        },
+    }
+
+
+def podgroup(owner: Owner, spec: PDDeploymentSpec, role: str, index: int) -> Json:
+    """Volcano gang: the instance starts only when all its nodes can."""
+    r = spec.role(role)
+    group: Json = {
+        "minMember": r.nodes_per_instance,
+        "minResources": {spec.ascend.resource_name: str(r.nodes_per_instance * r.devices_per_node)},
+    }
+    if spec.scheduling.priority_class_name:
+        group["priorityClassName"] = spec.scheduling.priority_class_name
+    return {
+        "apiVersion": PODGROUP_API_VERSION,
+        "kind": "PodGroup",
+        "metadata": metadata(owner, instance_name(owner, role, index), role, index),
+        "spec": group,
+    }

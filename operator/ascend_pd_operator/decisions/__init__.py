@@ -1,0 +1,7 @@
+"""Pure decisions on one observation of a PDDeployment and its children.
+
+``rollout`` (whole instances, KV-layout generations, routing), ``recovery`` (restart a
+failed instance whole, with backoff; force-delete on a lost node), ``status`` (conditions,
+phase, layout summary) and ``planner``, which joins them into one plan: what to apply, what
+to delete, the status and the events. No I/O, no clock of their own: time is an input.
+"""

@@ -1,0 +1,468 @@
+"""Observation → Plan: everything one reconcile decides, with no I/O.
+
+The reconciler reads the world into an ``Observation`` (``reconciler.observe``), this
+module turns it into a ``Plan`` and the reconciler's executor carries the plan out.
+``ascend-pd render`` and the reliability audit call the same ``plan``, so the model facts,
+the layout and the children are chosen in one place for all three.
+
+A plan says, in the order the executor performs them:
+
+1. the model inspector's writes (start its Job; restart it: delete the Job and the stored
+   facts; store the facts it found),
+2. the children to apply (the apply order of ``desired.build_children``),
+3. the children to delete (owned, of a pruned kind, no longer desired; the inspector's
+   Job and facts ConfigMap are kept across spec changes; and a workload whose label
+   selector, which the API server never lets change, differs from the desired one: it is
+   deleted here and created anew by the reconcile its deletion triggers),
+4. the instances to update or restart: all pods of each deleted together (``rollout.decide``,
+   ``recovery.recover``), pods on a lost node with grace period 0,
+5. the routable label on instance leaders (the router's discovery),
+6. the status,
+7. the Warning Events.
+
+A rejected spec, unusable model facts or an incompatible layout plan no child write: the
+running children stay exactly as they were. The status in a plan describes the children as
+observed; once the executor has written, ``conclude`` recomputes status and events from
+what the API server answered (a created StatefulSet exists, an edited one has a new
+generation) and from the step that failed, if one did.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ascend_pd_operator.api.vocabulary import (
+    COMPONENT_FACTS,
+    COMPONENT_INSPECTOR,
+    COMPONENT_ROUTER,
+    COND_INSTANCES_HEALTHY,
+    COND_KV_LAYOUT_COMPATIBLE,
+    COND_MODEL_RESOLVED,
+    COND_READY,
+    COND_VALIDATED,
+    LABEL_COMPONENT,
+    LABEL_FINGERPRINT,
+    LABEL_ROLE,
+    LABEL_ROUTABLE,
+    REASON_APPLY_FAILED,
+    REASON_INSPECTING,
+    REASON_INSTANCE_RESTARTED,
+    REASON_LAUNCH_REFUSED,
+    REASON_NOT_READY,
+    REASON_PODS_FORCE_DELETED,
+    REASON_PRUNE_FAILED,
+    ROLES,
+    Owner,
+    inspector_name,
+    router_name,
+)
+from ascend_pd_operator.api.vocabulary import model_facts_name as facts_cm_name
+from ascend_pd_operator.builders.desired import (
+    Desired,
+    Validation,
+    child_key,
+    desired_state,
+    validate,
+)
+from ascend_pd_operator.builders.model_source import (
+    FactsResolution,
+    inspector_job,
+    inspector_state,
+    model_facts_configmap,
+    resolve_facts,
+)
+from ascend_pd_operator.decisions.recovery import (
+    DEFAULT_POLICY,
+    Recovery,
+    RecoveryPolicy,
+    parse_time,
+    recover,
+)
+from ascend_pd_operator.decisions.rollout import Decision, decide, instances
+from ascend_pd_operator.decisions.status import Findings, compute_status
+from ascend_pd_runtime.model_facts import ModelFacts
+from ascend_pd_runtime.plan import layout_fingerprint
+
+Json = dict[str, Any]
+
+#: Kinds of children the operator prunes when no longer desired.
+PRUNED_KINDS = (
+    "StatefulSet", "Service", "Deployment", "ConfigMap", "PodGroup",
+    "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget",
+)  # fmt: skip
+#: Kinds whose live objects the status reads (instance and router readiness).
+STATUS_KINDS = ("StatefulSet", "Deployment")
+#: Components kept across spec changes (they cache the model inspection).
+KEPT_COMPONENTS = (COMPONENT_FACTS, COMPONENT_INSPECTOR)
+#: Conditions whose False status (with a reason worth telling) posts a Warning Event.
+EVENT_CONDITIONS = (
+    COND_VALIDATED, COND_KV_LAYOUT_COMPATIBLE, COND_MODEL_RESOLVED, COND_READY,
+    COND_INSTANCES_HEALTHY,
+)  # fmt: skip
+#: Reasons that are progress, not a problem: no Event.
+QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one reconcile read; ``reconciler.observe`` fills it, tests build it."""
+
+    #: The PDDeployment as read (metadata, spec, status).
+    resource: Json
+    #: ``spec.model.configMapRef``'s ConfigMap (None: not found or not asked for).
+    user_configmap: Json | None = None
+    #: The inspector's stored result, ``<name>-model-facts``.
+    facts_configmap: Json | None = None
+    #: The inspector Job and its pods (their termination message is its result).
+    inspector_job: Json | None = None
+    inspector_pods: list[Json] = field(default_factory=list)
+    #: Our labelled children per kind (ownership is checked here, by uid).
+    children: Mapping[str, list[Json]] = field(default_factory=dict)
+    #: The runtime pods, read while an instance is not ready (they may carry a refusal).
+    pods: list[Json] = field(default_factory=list)
+    #: Facts given offline (``ascend-pd render --model-config``): they win over the rest.
+    local_facts: ModelFacts | None = None
+    #: Runtime pods deleted lately, as last seen (group recovery tells who deleted them).
+    gone_pods: list[Json] = field(default_factory=list)
+    #: uids of the pods this operator deleted lately (the watch may not show it yet).
+    our_deletions: frozenset[str] = frozenset()
+    #: Those of them it force-deleted: gone from the API server, whatever the watch says.
+    our_force_deletions: frozenset[str] = frozenset()
+    #: The nodes of our pods as the node watch keeps them (``recovery.slim_node``).
+    nodes: Mapping[str, Json] = field(default_factory=dict)
+    #: How group recovery backs off (the operator's flags).
+    recovery_policy: RecoveryPolicy = DEFAULT_POLICY
+    #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
+    #: PodDisruptionBudgets' apiVersion depends on it.
+    server_minor: int | None = None
+
+    @property
+    def owner(self) -> Owner:
+        meta = self.resource["metadata"]
+        return Owner(
+            name=str(meta.get("name", "")),
+            namespace=str(meta.get("namespace") or "default"),
+            uid=str(meta.get("uid", "")),
+            generation=int(meta.get("generation", 0) or 0),
+        )
+
+    @property
+    def previous(self) -> Json:
+        return dict(self.resource.get("status") or {})
+
+    def owned(self, kind: str) -> list[Json]:
+        """Our children of ``kind`` whose controller is this PDDeployment (this uid)."""
+        uid = self.owner.uid
+        return [
+            item
+            for item in self.children.get(kind, [])
+            if any(ref.get("uid") == uid for ref in item["metadata"].get("ownerReferences") or [])
+        ]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One API write of the plan: apply ``manifest``, or delete ``kind``/``name``."""
+
+    verb: str  # "apply" | "delete" | "label" (a merge patch of labels)
+    kind: str
+    name: str
+    manifest: Json | None = None
+    #: A delete's grace period (None: the object's own; 0: a force-delete).
+    grace_period_seconds: int | None = None
+
+    def describe(self) -> str:
+        verb = {"apply": "applying", "delete": "deleting", "label": "labelling"}[self.verb]
+        if self.verb == "delete" and self.grace_period_seconds == 0:
+            verb = "force-deleting"
+        return f"{verb} {self.kind} {self.name}"
+
+
+def label(kind: str, name: str, labels: dict[str, str | None]) -> Write:
+    return Write("label", kind, name, {"metadata": {"labels": labels}})
+
+
+def apply(manifest: Json) -> Write:
+    return Write("apply", manifest["kind"], manifest["metadata"]["name"], manifest)
+
+
+def delete(kind: str, name: str) -> Write:
+    return Write("delete", kind, name)
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A write the API server refused (not transiently): which, its HTTP status, why."""
+
+    write: Write
+    status: int | None
+    error: str
+
+    def message(self) -> str:
+        if self.write.kind == "PodGroup" and self.write.verb == "apply" and self.status == 404:
+            return (
+                f"{self.write.describe()}: scheduling.gang is volcano but the cluster has no "
+                "PodGroup API (scheduling.volcano.sh/v1beta1); install Volcano or set "
+                "scheduling.gang: none"
+            )
+        return f"{self.write.describe()}: {self.error}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What carrying out steps 1 to 3 taught: the objects the applies returned (or the
+    watched objects standing in for them) and the write that failed, if one did."""
+
+    live: Mapping[tuple[str, str], Json] = field(default_factory=dict)
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    observation: Observation
+    now: str
+    validation: Validation
+    facts: FactsResolution | None
+    desired: Desired | None
+    #: Step 1: the model inspector's writes.
+    inspector: tuple[Write, ...]
+    #: Step 2: the children to apply, in apply order.
+    applies: tuple[Write, ...]
+    #: Step 3: the children no longer desired.
+    deletes: tuple[Write, ...]
+    #: Step 6: the status (camelCase, as stored).
+    status: Json
+    #: Step 7: the Warning Events to post.
+    events: tuple[Event, ...]
+    #: Step 4: the pods of the instances updated now, deleted together.
+    restarts: tuple[Write, ...] = ()
+    #: Step 5: routable labels set or removed on instance leaders.
+    routing: tuple[Write, ...] = ()
+    #: The rollout as decided (None: no children are written).
+    rollout: Decision | None = None
+    #: The failed instances restarted now, and the recovery records.
+    recovery: Recovery | None = None
+
+    @property
+    def requeue_after(self) -> float | None:
+        """Reconcile again after this long (a restart waiting for its backoff)."""
+        return self.recovery.requeue_after if self.recovery else None
+
+    @property
+    def ok(self) -> bool:
+        """Children are written: the spec, model facts and layout all passed."""
+        return self.desired is not None and self.desired.ok
+
+
+def choose_facts(obs: Observation, spec: Any) -> FactsResolution:
+    """The model facts: the one place the operator, render and the audit choose them."""
+    state = None
+    if obs.inspector_job is not None:
+        state = inspector_state(obs.inspector_job, obs.inspector_pods)
+    return resolve_facts(
+        spec,
+        local_facts=obs.local_facts,
+        user_configmap=obs.user_configmap,
+        facts_configmap=obs.facts_configmap,
+        inspector=state,
+        generation=obs.owner.generation,
+    )
+
+
+def plan(obs: Observation, now: str) -> Plan:
+    """The plan for one observation at time ``now``."""
+    owner = obs.owner
+    validation = validate(owner, obs.resource.get("spec"))
+    spec = validation.spec
+    facts = desired = None
+    inspector: tuple[Write, ...] = ()
+    applies: tuple[Write, ...] = ()
+    deletes: tuple[Write, ...] = ()
+    restarts: tuple[Write, ...] = ()
+    routing: tuple[Write, ...] = ()
+    decision: Decision | None = None
+    recovery: Recovery | None = None
+    if spec is not None:
+        facts = choose_facts(obs, spec)
+        if facts.start_inspector:
+            inspector = (apply(inspector_job(owner, spec)),)
+        elif facts.restart_inspector:
+            inspector = (
+                delete("Job", inspector_name(owner)),
+                delete("ConfigMap", facts_cm_name(owner)),
+            )
+        elif facts.store_config is not None:
+            inspector = (apply(model_facts_configmap(owner, spec, facts.store_config)),)
+        if facts.facts is not None:
+            desired = desired_state(owner, spec, facts.facts, obs.server_minor)
+        if desired is not None and desired.ok:
+            assert desired.layout is not None
+            pods = observed_pods(obs)
+            by_role = instances(owner, spec, obs.owned("StatefulSet"), pods)
+            router = next((d for d in obs.owned("Deployment")
+                           if d["metadata"]["name"] == router_name(owner)), None)  # fmt: skip
+            decision = decide(
+                spec, by_role, layout_fingerprint(desired.layout), router, router_generations(obs)
+            )
+            gone = runtime_pods(obs.gone_pods) + [p for p in pods if p["metadata"].get(
+                "deletionTimestamp")]  # fmt: skip
+            recovery = recover(
+                by_role, gone, obs.our_deletions, obs.previous.get("recovery") or [],
+                parse_time(now) or dt.datetime.now(dt.UTC), obs.recovery_policy,
+                obs.nodes, spec.recovery.force_delete_after_seconds,
+            )  # fmt: skip
+            rolling = any(decision.surge.values()) or decision.serving != decision.target
+            if rolling and facts.facts is not None:
+                desired = desired_state(owner, spec, facts.facts, obs.server_minor,
+                                        decision.surge, decision.serving)  # fmt: skip
+            replaced = _selector_changed(obs, desired)
+            applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
+            deletes = _prunes(obs, desired) + tuple(delete(*key) for key in replaced)
+            # A failed group restarts whatever the rollout's budget: it serves nothing.
+            restarted = recovery.restarts + tuple(
+                r for r in decision.restarts if r[0] not in {n for n, _ in recovery.restarts}
+            )
+            restarts = _pod_deletes(restarted, recovery.force_deletes)
+            routing = tuple(label("Pod", pod, {LABEL_ROUTABLE: v}) for pod, v in decision.routing)
+    draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
+                 restarts, routing, decision, recovery)  # fmt: skip
+    return conclude(draft, Outcome())
+
+
+#: Workload kinds whose ``spec.selector`` the API server refuses to change.
+IMMUTABLE_SELECTOR_KINDS = ("Deployment", "StatefulSet")
+
+
+def _selector_changed(obs: Observation, desired: Desired) -> list[tuple[str, str]]:
+    """(kind, name) of owned workloads whose live selector is not the desired one (e.g. the
+    router's, after the component label replaced the role label): an apply would be refused
+    as immutable, so they are replaced."""
+    out = []
+    for manifest in desired.children:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        if kind not in IMMUTABLE_SELECTOR_KINDS:
+            continue
+        for item in obs.owned(kind):
+            live = (item.get("spec") or {}).get("selector")
+            if item["metadata"]["name"] == name and live and live != manifest["spec"]["selector"]:
+                out.append((kind, name))
+    return out
+
+
+def _prunes(obs: Observation, desired: Desired) -> tuple[Write, ...]:
+    wanted = {child_key(m)[1:] for m in desired.children}
+    out = []
+    for kind in PRUNED_KINDS:
+        for item in obs.owned(kind):
+            component = (item["metadata"].get("labels") or {}).get(LABEL_COMPONENT)
+            name = item["metadata"]["name"]
+            if component not in KEPT_COMPONENTS and (kind, name) not in wanted:
+                out.append(delete(kind, name))
+    return tuple(out)
+
+
+def conclude(draft: Plan, outcome: Outcome) -> Plan:
+    """The plan with status and events for what the writes produced (or where they failed)."""
+    obs = draft.observation
+    live = {(kind, o["metadata"]["name"]): o for kind in STATUS_KINDS for o in obs.owned(kind)}
+    live.update({key: obj for key, obj in outcome.live.items() if key[0] in STATUS_KINDS})
+    failure = outcome.failure
+    findings = Findings(
+        owner=obs.owner,
+        spec=draft.validation.spec,
+        validation_error=draft.validation.error,
+        facts=draft.facts,
+        desired=draft.desired,
+        children=live,
+        previous=obs.previous,
+        write_error=failure.message() if failure else "",
+        write_error_reason=_failure_reason(failure),
+        pods=runtime_pods(obs.pods),
+        rollout=draft.rollout,
+        recovery=draft.recovery,
+    )
+    status = compute_status(findings, now=draft.now)
+    recovery = draft.recovery or Recovery()
+    restarted = tuple(
+        Event("Warning", REASON_INSTANCE_RESTARTED, message) for _, message in recovery.events
+    ) + tuple(Event("Warning", REASON_PODS_FORCE_DELETED, message)
+              for _, message in recovery.force_events)  # fmt: skip
+    return replace(draft, status=status, events=tuple(events(obs.previous, status)) + restarted)
+
+
+def _failure_reason(failure: Failure | None) -> str:
+    if failure is None:
+        return ""
+    return REASON_PRUNE_FAILED if failure.write.verb == "delete" else REASON_APPLY_FAILED
+
+
+def _pod_deletes(
+    restarted: tuple[tuple[str, tuple[tuple[str, str], ...]], ...],
+    forced: tuple[tuple[str, str], ...],
+) -> tuple[Write, ...]:
+    """Step 4: every pod of the instances restarted now, and the pods on lost nodes; each
+    pod once, by uid, with grace period 0 where it is force-deleted."""
+    pods = [member for _, members in restarted for member in members]
+    pods += [pod for pod in forced if pod not in pods]
+    return tuple(
+        Write("delete", "Pod", name, {"metadata": {"uid": uid}},
+              0 if (name, uid) in forced else None)
+        for name, uid in pods
+    )  # fmt: skip
+
+
+def observed_pods(obs: Observation) -> list[Json]:
+    """The runtime pods, those we deleted marked as going even if the watch has not said so
+    yet (a rollout must not count an instance it just took down as serving), those we
+    force-deleted left out (they are gone)."""
+    out = []
+    for pod in runtime_pods(obs.pods):
+        meta = pod["metadata"]
+        if meta.get("uid") in obs.our_force_deletions:
+            continue
+        if meta.get("uid") in obs.our_deletions and not meta.get("deletionTimestamp"):
+            pod = {**pod, "metadata": {**meta, "deletionTimestamp": "(deleted by us)"}}
+        out.append(pod)
+    return out
+
+
+def router_generations(obs: Observation) -> frozenset[str]:
+    """The KV-layout generations the router's running pods route to."""
+    return frozenset(
+        (p["metadata"].get("labels") or {}).get(LABEL_FINGERPRINT, "")
+        for p in obs.pods
+        if (p["metadata"].get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_ROUTER
+        and not p["metadata"].get("deletionTimestamp")
+    ) - {""}
+
+
+def runtime_pods(pods: list[Json]) -> list[Json]:
+    """The prefill and decode pods among ``pods``."""
+    return [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) in ROLES]
+
+
+def events(previous: Json, status: Json) -> list[Event]:
+    """A Warning Event when a rule rejects the spec or the layout, a write fails, or SGLang
+    refuses a pod's command line: once per message (the previous status has it)."""
+    before = {c["type"]: c for c in previous.get("conditions") or []}
+    out = []
+    for cond in status["conditions"]:
+        if cond["type"] not in EVENT_CONDITIONS and cond["reason"] != REASON_LAUNCH_REFUSED:
+            continue
+        if cond["status"] != "False" or cond["reason"] in QUIET_REASONS:
+            continue
+        old = before.get(cond["type"])
+        if old and old.get("message") == cond["message"] and old.get("status") == "False":
+            continue
+        out.append(Event("Warning", cond["reason"], f"{cond['type']}: {cond['message']}"))
+    return out

@@ -1,0 +1,390 @@
+"""Watches of our children that the API server filters by our label: only our objects travel.
+
+kopf filters ``labels=`` in Python after receiving every object of a kind, so an operator
+beside 5,000 unrelated pods would parse and drop each of them and every change to them.
+kopf cannot send a label selector, so children are watched here directly, one ``ChildWatch``
+per kind and namespace (or one per kind with ``--all-namespaces``), each asking for
+``ascendpd.io/deployment`` (pods: only the model inspector's), and kopf keeps the
+PDDeployment watch alone.
+
+A ``ChildWatch`` is a reflector in the style of client-go's: list (the list's
+resourceVersion), then watch from the last resourceVersion seen (bookmarks keep it fresh on a
+quiet watch), re-watch when the server ends a watch, re-list when the server says the version
+is too old (410 Gone) or after any error, waiting with capped exponential backoff between
+failures. A re-list replaces what this watch knew: an object that vanished while the watch
+was down is reported gone. Every change feeds the ``LiveCache`` and puts the owning
+PDDeployment on the work queue, as kopf's child handler did.
+
+``run(stop)`` is the whole long-lived loop: it returns once ``stop`` is set and may be
+started again after an exception (each start re-lists).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from ascend_pd_operator.api.vocabulary import (
+    COMPONENT_INSPECTOR,
+    COMPONENT_ROUTER,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_ROLE,
+    ROLES,
+)
+from ascend_pd_operator.decisions.recovery import slim_node
+from ascend_pd_operator.decisions.status import launch_refusal
+from ascend_pd_operator.kubeio import metrics
+from ascend_pd_operator.kubeio.backoff import Streak
+from ascend_pd_operator.kubeio.kube import KubeError, wait_at_least
+from ascend_pd_operator.kubeio.live_cache import LiveCache
+
+Json = dict[str, Any]
+Key = tuple[str, str]
+log = logging.getLogger(__name__)
+
+#: The server ends each watch after a random time in this range (client-go: 5 to 10 minutes),
+#: so the watches of one operator do not all reconnect at once.
+WATCH_TIMEOUT_RANGE = (300, 600)
+#: A watch that ends sooner than this without an event counts as a failure (backoff).
+MIN_WATCH_SECONDS = 1.0
+#: A working watch hears something (an event, a bookmark, or the server ending it and a new
+#: list) at least this often; the supervisor's health check allows this much silence.
+WATCH_SILENCE_SECONDS = WATCH_TIMEOUT_RANGE[1] + 30.0
+
+
+def selector_for(kind: str) -> str:
+    """The label selector the API server applies for ``kind``: every child of ours (every
+    node: none of them is ours)."""
+    return "" if kind == "Node" else LABEL_DEPLOYMENT
+
+
+def pod_with_news(pod: Json) -> bool:
+    """The pods the operator keeps: runtime pods (their template revision, generation and
+    readiness drive rollouts and routing), the router's (the generation each routes to),
+    the inspector's pod (its termination message is
+    the inspection's result) and any pod whose command SGLang refused."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return (
+        labels.get(LABEL_ROLE) in ROLES
+        or labels.get(LABEL_COMPONENT) in (COMPONENT_INSPECTOR, COMPONENT_ROUTER)
+        or bool(launch_refusal(pod))
+    )
+
+
+#: What recovery and rollouts read of a pod's metadata (deletionGracePeriodSeconds dates a
+#: deletion request: ``recovery.deletion_requested``).
+POD_METADATA = (
+    "name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds",
+)  # fmt: skip
+
+
+def slim_pod(pod: Json) -> Json:
+    """What the controller reads of a pod, and no more: a full pod is ~10 KiB of spec and
+    managed fields the operator never looks at."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    return {
+        "metadata": {k: meta[k] for k in POD_METADATA if k in meta},
+        "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName", "")},
+        "status": {
+            **{k: status[k] for k in ("phase", "reason", "message") if k in status},
+            "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"],
+            "containerStatuses": [
+                {k: c[k] for k in ("name", "ready", "restartCount", "state", "lastState") if k in c}
+                for c in status.get("containerStatuses") or []
+            ],
+        },
+    }
+
+
+#: kind -> which of our objects of that kind the operator keeps (default: all)
+KEEP: dict[str, Callable[[Json], bool]] = {"Pod": pod_with_news}
+#: kind -> the part of a kept object the cache holds (default: all of it)
+SLIM: dict[str, Callable[[Json], Json]] = {"Pod": slim_pod, "Node": slim_node}
+
+
+class Transport(Protocol):
+    """What a watch needs of the API (``kube.Kube`` in the operator, a fake in tests)."""
+
+    def list_versioned(
+        self, kind: str, namespace: str | None, selector: str
+    ) -> tuple[list[Json], str]: ...
+
+    def watch(
+        self,
+        kind: str,
+        namespace: str | None,
+        selector: str,
+        resource_version: str,
+        timeout_seconds: int,
+    ) -> Iterator[Json]: ...
+
+
+class Queue(Protocol):
+    def add(self, key: Key) -> None: ...
+
+
+class Heartbeat(Protocol):
+    """A supervised unit as a watch sees it: it reports progress, and why it has none."""
+
+    def beat(self) -> None: ...
+
+    def failed(self, exc: BaseException) -> None: ...
+
+
+class Expired(Exception):
+    """The server no longer has the resourceVersion the watch asked for (410 Gone)."""
+
+
+class WatchError(Exception):
+    """The watch stream reported an error other than 410 (an ERROR event)."""
+
+
+class ChildWatch:
+    """List and watch one kind in one namespace (None: all), feeding the cache and queue."""
+
+    def __init__(
+        self,
+        kind: str,
+        namespace: str | None,
+        transport: Transport,
+        queue: Queue,
+        cache: LiveCache | None = None,
+        backoff: Streak | None = None,
+        timeout_range: tuple[int, int] = WATCH_TIMEOUT_RANGE,
+    ) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.selector = selector_for(kind)
+        self.keep = KEEP.get(kind)
+        self.transport = transport
+        self.queue = queue
+        self.cache = cache
+        self.backoff = backoff or Streak()
+        self.timeout_range = timeout_range
+        #: The resourceVersion to continue from: the last list's, event's or bookmark's.
+        self.resource_version = ""
+        #: (namespace, name) -> (resourceVersion, owner) of every object this watch knows.
+        self.known: dict[Key, tuple[str, str]] = {}
+        #: Told of every successful list or event (the supervised unit's beat).
+        self.heartbeat: Heartbeat | None = None
+
+    @property
+    def name(self) -> str:
+        return f"watch {self.kind} in {self.namespace or 'all namespaces'}"
+
+    # --- the long-lived loop -----------------------------------------------------------
+    def supervised(self, stop: threading.Event) -> Callable[[Heartbeat], None]:
+        """The body of this watch's supervised unit: ``run`` reporting progress to it."""
+
+        def body(unit: Heartbeat) -> None:
+            self.heartbeat = unit
+            self.run(stop)
+
+        return body
+
+    def _progress(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.beat()
+
+    def run(self, stop: threading.Event) -> None:
+        """List, then watch until ``stop``; re-list after 410 and after every failure."""
+        must_list = True
+        while not stop.is_set():
+            try:
+                if must_list:
+                    self.relist()
+                    must_list = False
+                if self.watch_once(stop):
+                    self.backoff.reset()
+                    continue
+                # Ended at once without a single event: do not hammer the server.
+                delay = self.backoff.next()
+            except Expired:
+                # The normal way a long-lost watch resumes: list again, at once the first time.
+                must_list = True
+                if self.backoff.failures == 0:
+                    self.backoff.failures = 1
+                    log.info("%s: resourceVersion %s expired; listing again",
+                             self.name, self.resource_version)  # fmt: skip
+                    continue
+                delay = self.backoff.next()
+                log.warning("%s: expired again; listing in %.1f s", self.name, delay)
+            except Exception as exc:  # any failure: back off, then list again
+                must_list = True
+                if self.heartbeat is not None:
+                    self.heartbeat.failed(exc)
+                delay = max(self.backoff.next(), wait_at_least(exc))
+                log.warning("%s failed (%s: %s); listing again in %.1f s",
+                            self.name, type(exc).__name__, exc, delay)  # fmt: skip
+            if stop.wait(delay):
+                return
+
+    def watch_once(self, stop: threading.Event) -> bool:
+        """One watch request from ``resource_version`` until the server ends it or ``stop``;
+        True when it delivered an event or lasted a while (the connection works)."""
+        timeout = random.randint(*self.timeout_range)
+        started = time.monotonic()
+        delivered = False
+        events = self.transport.watch(
+            self.kind, self.namespace, self.selector, self.resource_version, timeout
+        )
+        try:
+            for event in events:
+                self.handle(event)
+                delivered = True
+                if stop.is_set():
+                    break
+        except KubeError as exc:
+            if exc.status == 410:
+                raise Expired(str(exc)) from exc
+            raise
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()  # a generator left early releases its connection now
+        return delivered or time.monotonic() - started >= MIN_WATCH_SECONDS
+
+    # --- pure bookkeeping (unit-tested with a fake transport) --------------------------
+    def relist(self) -> None:
+        """List anew and replace what this watch knew: new, changed and vanished objects
+        are reported; unchanged ones are not."""
+        items, version = self.transport.list_versioned(self.kind, self.namespace, self.selector)
+        current: set[Key] = set()
+        for obj in items:
+            current.add(_key(obj))
+            self._seen(obj)
+        for key in [k for k in self.known if k not in current]:
+            metrics.DEPLOYMENTS.child_gone(self.kind, *key)
+            self._gone(key)
+        self.resource_version = version
+        self._progress()
+
+    def handle(self, event: Json) -> None:
+        """Apply one watch event; raise Expired (410) or WatchError for an ERROR event."""
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            message = f"{code} {obj.get('reason', '')}: {obj.get('message', '')}"
+            if code == 410:
+                raise Expired(message)
+            raise WatchError(message)
+        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if kind in ("ADDED", "MODIFIED"):
+            self._seen(obj)
+        elif kind == "DELETED":
+            metrics.DEPLOYMENTS.child_gone(self.kind, *_key(obj))
+            slim = SLIM.get(self.kind)
+            if self.cache is not None and slim is not None and _key(obj) in self.known:
+                self.cache.seen({**slim(obj), "kind": self.kind})  # its last state, for the record
+            self._gone(_key(obj))
+        elif kind != "BOOKMARK":  # a bookmark carries nothing but its resourceVersion
+            raise WatchError(f"unknown watch event type {kind!r}")
+        if version:
+            self.resource_version = version
+        self._progress()
+
+    def _seen(self, obj: Json) -> None:
+        meta = obj["metadata"]
+        key = _key(obj)
+        version = str(meta.get("resourceVersion", ""))
+        owner = (meta.get("labels") or {}).get(LABEL_DEPLOYMENT, "")
+        metrics.DEPLOYMENTS.child_seen(self.kind, obj)  # every pod: restarts per instance
+        if self.known.get(key, ("", ""))[0] == version:
+            return  # a re-list of an unchanged object: nothing new
+        if self.keep is not None and not self.keep(obj):
+            if key in self.known:
+                self._gone(key)  # it was news and is no longer: forget it like a deletion
+            return
+        if self.cache is not None:
+            # List items carry no kind; the cache keys by it.
+            slim = SLIM.get(self.kind)
+            self.cache.seen({**(slim(obj) if slim else obj), "kind": self.kind})
+        if owner:
+            self.queue.add((key[0], owner))
+        # Recorded last: if reporting failed, the next list reports the object again.
+        self.known[key] = (version, owner)
+
+    def _gone(self, key: Key) -> None:
+        _, owner = self.known.get(key, ("", ""))
+        if self.cache is not None:
+            self.cache.gone(self.kind, *key)
+        if owner:
+            self.queue.add((key[0], owner))
+        self.known.pop(key, None)
+
+
+class NodeWatch(ChildWatch):
+    """Nodes, cluster-wide: when one's Ready condition or out-of-service taint changes,
+    every PDDeployment with a pod on it is reconciled (its group recovery reads them). A
+    heartbeat that changes nothing else queues nothing."""
+
+    def __init__(self, transport: Transport, queue: Queue, cache: LiveCache) -> None:
+        super().__init__("Node", None, transport, queue, cache)
+        self.node_cache = cache
+
+    def _seen(self, obj: Json) -> None:
+        name = str(obj["metadata"]["name"])
+        before = self.node_cache.listed_one("Node", "", name)
+        super()._seen(obj)
+        after = self.node_cache.listed_one("Node", "", name)
+        if before is None or after is None or _facts(before) != _facts(after):
+            self._queue_owners(name)
+
+    def _gone(self, key: Key) -> None:
+        super()._gone(key)
+        self._queue_owners(key[1])
+
+    def _queue_owners(self, node: str) -> None:
+        for namespace, owner in self.node_cache.owners_on_node(node):
+            self.queue.add((namespace, owner))
+
+
+def _facts(node: Json) -> Json:
+    """What group recovery reads of a (slim) node: all of it but its resourceVersion."""
+    return {k: v for k, v in node.items() if k != "metadata"}
+
+
+def _key(obj: Json) -> Key:
+    meta = obj["metadata"]
+    return (str(meta.get("namespace", "")), str(meta["name"]))
+
+
+def child_watches(
+    kinds: Iterable[str],
+    namespaces: Iterable[str] | None,
+    transport: Transport,
+    queue: Queue,
+    cache: LiveCache | None = None,
+) -> list[ChildWatch]:
+    """One watch per kind and namespace (per kind alone when ``namespaces`` is None)."""
+    scopes: list[str | None] = list(namespaces) if namespaces else [None]
+    return [ChildWatch(k, ns, transport, queue, cache) for k in kinds for ns in scopes]
+
+
+def start_child_watches(
+    kinds: Iterable[str],
+    namespaces: Iterable[str] | None,
+    api_client: Any,
+    queue: Queue,
+    cache: LiveCache | None,
+) -> list[ChildWatch]:
+    """Every child watch, on a connection pool of their own sized for them (each watch
+    holds a connection; the reconciler's pool stays free). The caller runs each one as a
+    supervised unit (``ChildWatch.supervised``)."""
+    from ascend_pd_operator.kubeio.kube import Kube, watch_client
+
+    kinds = list(kinds)
+    count = len(kinds) * (len(list(namespaces)) if namespaces else 1)
+    transport = Kube(watch_client(api_client, count + 1))
+    watches = child_watches(kinds, namespaces, transport, queue, cache)
+    if cache is not None:
+        watches.append(NodeWatch(transport, queue, cache))
+    return watches

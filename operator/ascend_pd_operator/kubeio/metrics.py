@@ -1,0 +1,352 @@
+"""Every Prometheus metric the operator exports, and the small hooks that feed them.
+
+The other modules call one hook each where something happens (a reconcile ends, a key
+enters or leaves the work queue, an API request is answered, a watch reports a child);
+the metric names, labels and buckets live here alone, so the dashboard and
+docs/operator.md have one place to agree with. ``serve`` exposes ``REGISTRY`` on its own
+port with prometheus_client (never a hand-written exposition format).
+
+Per-PDDeployment series are produced at scrape time by ``DeploymentCollector`` from
+what the reconciles and the child watches last reported, so a deleted PDDeployment's
+series vanish with it and label cardinality stays bounded by the PDDeployments and
+their instances that exist now.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, LABEL_INSTANCE, LABEL_ROLE, ROLES
+
+Json = dict[str, Any]
+
+#: Every operator metric starts with this; the per-deployment ones with ``ascend_pd_``.
+PREFIX = "ascend_pd_operator"
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+
+# --- the reconcile loop -------------------------------------------------------------------
+#: ``result``: ok, gone (the PDDeployment no longer exists), conflict, transient, error.
+RECONCILE_RESULTS = ("ok", "gone", "conflict", "transient", "error")
+RECONCILE_DURATION = Histogram(
+    f"{PREFIX}_reconcile_duration_seconds",
+    "Duration of one reconcile of one PDDeployment, by result.",
+    ["result"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+
+# --- the work queue -----------------------------------------------------------------------
+QUEUE_DEPTH = Gauge(
+    f"{PREFIX}_workqueue_depth", "Keys waiting in the work queue now.", registry=REGISTRY
+)
+QUEUE_DELAYED = Gauge(
+    f"{PREFIX}_workqueue_delayed",
+    "Keys waiting for their retry backoff before they enter the queue.",
+    registry=REGISTRY,
+)
+QUEUE_ADDS = Counter(f"{PREFIX}_workqueue_adds", "Keys put on the work queue.", registry=REGISTRY)
+QUEUE_WAIT = Histogram(
+    f"{PREFIX}_workqueue_wait_seconds",
+    "Time a key waited in the queue before a worker took it.",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60),
+    registry=REGISTRY,
+)
+QUEUE_RETRIES = Counter(
+    f"{PREFIX}_workqueue_retries",
+    "Failed reconciles queued again after their key's backoff.",
+    registry=REGISTRY,
+)
+
+# --- the API server -----------------------------------------------------------------------
+API_REQUESTS = Counter(
+    f"{PREFIX}_api_requests",
+    "Requests to the Kubernetes API by verb, kind and HTTP status code "
+    '(code "error": no answer, e.g. the connection failed).',
+    ["verb", "kind", "code"],
+    registry=REGISTRY,
+)
+APPLIES = Counter(
+    f"{PREFIX}_applies", "Server-side applies of children, by kind.", ["kind"], registry=REGISTRY
+)
+DELETES = Counter(
+    f"{PREFIX}_deletes", "Deletions of children, by kind.", ["kind"], registry=REGISTRY
+)
+
+
+def _initialise() -> None:
+    """Series for every result and every kind the operator may write, from the start: a
+    rate over a series that appears only at its first event would miss that event."""
+    from ascend_pd_operator.api.access import RESOURCES
+
+    for result in RECONCILE_RESULTS:
+        RECONCILE_DURATION.labels(result)
+    for res in RESOURCES:
+        if "patch" in res.verbs:
+            APPLIES.labels(res.kind)
+        if "delete" in res.verbs:
+            DELETES.labels(res.kind)
+
+
+_initialise()
+
+
+# --- hooks --------------------------------------------------------------------------------
+def observe_reconcile(result: str, seconds: float) -> None:
+    RECONCILE_DURATION.labels(result).observe(seconds)
+
+
+def observe_request(verb: str, kind: str, code: int | str) -> None:
+    API_REQUESTS.labels(verb, kind, str(code)).inc()
+
+
+def observe_write(verb: str, kind: str) -> None:
+    """A child applied (``apply``) or deleted (``delete``)."""
+    (APPLIES if verb == "apply" else DELETES).labels(kind).inc()
+
+
+def request_verb(method: str, url: str, query: list[tuple[str, str]] | None, ctype: str) -> str:
+    """The Kubernetes verb of one request (get/list/watch/create/apply/patch/delete)."""
+    params = dict(query or [])
+    if method == "GET":
+        if params.get("watch") == "true":
+            return "watch"
+        return "get" if _named(url) else "list"
+    if method == "PATCH":
+        return "apply" if ctype == "application/apply-patch+yaml" else "patch"
+    return {"POST": "create", "PUT": "update", "DELETE": "delete"}.get(method, method.lower())
+
+
+def request_kind(url: str) -> str:
+    """The kind a request path names (``/apis/apps/v1/namespaces/x/statefulsets/y``:
+    StatefulSet), from the operator's resource table; "other" for any other path."""
+    from ascend_pd_operator.api.access import RESOURCES
+
+    plural, _ = _resource_path(url)
+    return next((r.kind for r in RESOURCES if r.plural == plural), "other")
+
+
+def _named(url: str) -> bool:
+    return _resource_path(url)[1]
+
+
+def _resource_path(url: str) -> tuple[str, bool]:
+    """(plural, names one object) of ``/api/v1/...`` or ``/apis/<group>/<version>/...``."""
+    parts = [p for p in url.split("?", 1)[0].split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    return (rest[0] if rest else "", len(rest) >= 2)
+
+
+# --- per PDDeployment -----------------------------------------------------------------------
+@dataclass
+class Instance:
+    """One instance's StatefulSet as the watch last reported it, and its pods' restarts."""
+
+    deployment: str
+    role: str
+    ready: bool = False
+    updated: bool = True
+    pod_restarts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Deployment:
+    """What the last reconcile of one PDDeployment computed, and its spec's SGLang."""
+
+    status: Json = field(default_factory=dict)
+    sglang_version: str = ""
+
+
+def statefulset_updated(sts: Json) -> bool:
+    """Every pod of the StatefulSet runs its current template (no rollout under way)."""
+    spec, status = sts.get("spec") or {}, sts.get("status") or {}
+    meta = sts.get("metadata") or {}
+    want = int(spec.get("replicas", 1) or 0)
+    if int(status.get("observedGeneration", 0) or 0) < int(meta.get("generation", 0) or 0):
+        return False
+    update = status.get("updateRevision")
+    if update and status.get("currentRevision") != update:
+        return False
+    return int(status.get("updatedReplicas", want) or 0) >= want
+
+
+def pod_restarts(pod: Json) -> int:
+    containers = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(int(c.get("restartCount", 0) or 0) for c in containers)
+
+
+class DeploymentCollector(Collector):
+    """The per-PDDeployment gauges, built from the latest reports at every scrape."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._deployments: dict[tuple[str, str], Deployment] = {}
+        #: (namespace, instance StatefulSet name) -> Instance
+        self._instances: dict[tuple[str, str], Instance] = {}
+        #: (namespace, pod name) -> instance key, to forget a deleted pod
+        self._pods: dict[tuple[str, str], tuple[str, str]] = {}
+
+    # --- fed by the worker, the PDDeployment watch and the child watches ----------------
+    def deployment_status(self, namespace: str, name: str, status: Json | None) -> None:
+        """The status a reconcile computed; None: the PDDeployment is gone."""
+        with self._lock:
+            if status is None:
+                self._forget_locked(namespace, name)
+            else:
+                self._deployments.setdefault((namespace, name), Deployment()).status = status
+
+    def deployment_spec(self, namespace: str, name: str, spec: Json | None) -> None:
+        """The spec kopf's watch reported; None: the PDDeployment was deleted."""
+        with self._lock:
+            if spec is None:
+                self._forget_locked(namespace, name)
+                return
+            version = str(((spec.get("runtime") or {}).get("sglangVersion")) or "")
+            self._deployments.setdefault((namespace, name), Deployment()).sglang_version = version
+
+    def child_seen(self, kind: str, obj: Json) -> None:
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        role = labels.get(LABEL_ROLE)
+        if role not in ROLES or LABEL_DEPLOYMENT not in labels:
+            return
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        if kind == "StatefulSet":
+            with self._lock:
+                inst = self._instances.setdefault(
+                    (namespace, name), Instance(labels[LABEL_DEPLOYMENT], role)
+                )
+                inst.ready = _instance_ready(obj)
+                inst.updated = statefulset_updated(obj)
+        elif kind == "Pod" and LABEL_INSTANCE in labels:
+            sts = f"{labels[LABEL_DEPLOYMENT]}-{role}-{labels[LABEL_INSTANCE]}"
+            with self._lock:
+                inst = self._instances.setdefault(
+                    (namespace, sts), Instance(labels[LABEL_DEPLOYMENT], role)
+                )
+                inst.pod_restarts[name] = pod_restarts(obj)
+                self._pods[(namespace, name)] = (namespace, sts)
+
+    def child_gone(self, kind: str, namespace: str, name: str) -> None:
+        with self._lock:
+            if kind == "StatefulSet":
+                self._instances.pop((namespace, name), None)
+                self._pods = {p: i for p, i in self._pods.items() if i != (namespace, name)}
+            elif kind == "Pod":
+                key = self._pods.pop((namespace, name), None)
+                inst = self._instances.get(key) if key else None
+                if inst is not None:
+                    inst.pod_restarts.pop(name, None)
+
+    def _forget_locked(self, namespace: str, name: str) -> None:
+        self._deployments.pop((namespace, name), None)
+        mine = [k for k, i in self._instances.items() if k[0] == namespace and i.deployment == name]
+        for key in mine:
+            self._instances.pop(key, None)
+        self._pods = {p: i for p, i in self._pods.items() if i not in mine}
+
+    def forget_all(self) -> None:
+        with self._lock:
+            self._deployments.clear()
+            self._instances.clear()
+            self._pods.clear()
+
+    # --- scrape ---------------------------------------------------------------------------
+    def collect(self) -> Iterator[Metric]:
+        labels = ["namespace", "pddeployment"]
+        desired = GaugeMetricFamily(
+            "ascend_pd_instances_desired", "Instances the spec asks for, per role.",
+            labels=[*labels, "role"])  # fmt: skip
+        ready = GaugeMetricFamily(
+            "ascend_pd_instances_ready", "Instances with every pod ready, per role.",
+            labels=[*labels, "role"])  # fmt: skip
+        updated = GaugeMetricFamily(
+            "ascend_pd_instances_updated",
+            "Instances whose StatefulSet runs its current template, per role.",
+            labels=[*labels, "role"])  # fmt: skip
+        restarts = GaugeMetricFamily(
+            "ascend_pd_instance_restarts",
+            "Container restarts summed over the instance's current pods.",
+            labels=[*labels, "role", "instance"])  # fmt: skip
+        rollout = GaugeMetricFamily(
+            "ascend_pd_rollout_in_progress",
+            "1 while some instance's StatefulSet is not at its update revision.",
+            labels=labels)  # fmt: skip
+        compatible = GaugeMetricFamily(
+            "ascend_pd_kv_layout_compatible",
+            "1 when the prefill and decode KV layouts are compatible (KVLayoutCompatible).",
+            labels=labels)  # fmt: skip
+        info = InfoMetricFamily(
+            "ascend_pd_deployment",
+            "The KV layout and SGLang of a PDDeployment.",
+            labels=labels)  # fmt: skip
+        with self._lock:
+            deployments = {k: Deployment(dict(v.status), v.sglang_version)
+                           for k, v in self._deployments.items()}  # fmt: skip
+            instances = {k: Instance(v.deployment, v.role, v.ready, v.updated, dict(v.pod_restarts))
+                         for k, v in self._instances.items()}  # fmt: skip
+        for (namespace, name), dep in sorted(deployments.items()):
+            status = dep.status
+            mine = {k[1]: v for k, v in instances.items()
+                    if k[0] == namespace and v.deployment == name}  # fmt: skip
+            for role in ROLES:
+                role_status = status.get(role) or {}
+                want = int(role_status.get("replicas", 0) or 0)
+                desired.add_metric([namespace, name, role], want)
+                ready.add_metric([namespace, name, role],
+                                 int(role_status.get("readyReplicas", 0) or 0))  # fmt: skip
+                of_role = [(n, i) for n, i in mine.items() if i.role == role]
+                updated.add_metric([namespace, name, role], sum(i.updated for _, i in of_role))
+                for sts, inst in sorted(of_role):
+                    restarts.add_metric([namespace, name, role, sts],
+                                        sum(inst.pod_restarts.values()))  # fmt: skip
+            rollout.add_metric([namespace, name], int(any(not i.updated for i in mine.values())))
+            cond: Json = next((c for c in status.get("conditions") or []
+                         if c.get("type") == "KVLayoutCompatible"), {})  # fmt: skip
+            compatible.add_metric([namespace, name], int(cond.get("status") == "True"))
+            layout = status.get("kvLayout") or {}
+            info.add_metric(
+                [namespace, name],
+                {
+                    "fingerprint": str(layout.get("fingerprint", "")),
+                    "total_kv_layers": str(layout.get("totalKvLayers", "")),
+                    "kv_buf_groups": str(layout.get("kvBufGroups", "")),
+                    "prefill_pp": str(len(layout.get("prefillStages") or []) or ""),
+                    "sglang_version": dep.sglang_version,
+                },
+            )
+        yield from (desired, ready, updated, restarts, rollout, compatible, info)
+
+
+def _instance_ready(sts: Json) -> bool:
+    from ascend_pd_operator.decisions.status import instance_ready
+
+    return instance_ready(sts)
+
+
+DEPLOYMENTS = DeploymentCollector()
+REGISTRY.register(DEPLOYMENTS)
+
+
+def serve(port: int, host: str = "0.0.0.0") -> Any:
+    """Expose ``REGISTRY`` at ``http://host:port/metrics`` from a daemon thread."""
+    return start_http_server(port, addr=host, registry=REGISTRY)

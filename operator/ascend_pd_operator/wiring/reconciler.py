@@ -1,0 +1,333 @@
+"""One level-based reconcile of one PDDeployment: observe, plan, execute.
+
+``observe`` reads everything the reconcile needs (I/O only), ``planner.plan`` decides
+(pure), ``Reconciler.execute`` carries the plan out in numbered steps:
+
+1. the model inspector's writes, 2. the applies, 3. the prunes, 4. the status patch,
+5. the Warning Events.
+
+Every trigger (create, update, resume, child event, resync) runs the same function, so a
+deleted or edited child is restored on the next event. A write the API server refuses
+stops the writes; the status then names the write (``applying StatefulSet x: ...``,
+``deleting Service y: ...``). A transient API error (``is_transient``: a conflict, 429,
+5xx, the API server unreachable) is raised before the status is written, so it never
+turns a Ready deployment Degraded; the work queue retries it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ascend_pd_operator.api import models
+from ascend_pd_operator.api.vocabulary import (
+    COMPONENT_INSPECTOR,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    Owner,
+    inspector_name,
+)
+from ascend_pd_operator.api.vocabulary import model_facts_name as facts_cm_name
+from ascend_pd_operator.decisions.planner import (
+    PRUNED_KINDS,
+    Event,
+    Failure,
+    Observation,
+    Outcome,
+    Plan,
+    Write,
+    conclude,
+    plan,
+)
+from ascend_pd_operator.decisions.recovery import DEFAULT_POLICY, RecoveryPolicy
+from ascend_pd_operator.decisions.status import merge_patch, status_changed
+from ascend_pd_operator.kubeio.kube import Kube, KubeError, NotFound, is_transient
+from ascend_pd_operator.kubeio.live_cache import LiveCache
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+#: The executor's steps, numbered as the plan orders them (log lines name them).
+STEPS = {
+    1: "inspector", 2: "apply", 3: "prune", 4: "update instances", 5: "routing",
+    6: "status", 7: "events",
+}  # fmt: skip
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Result:
+    """What one reconcile did: the status it computed, how many children it applied and
+    deleted, the plan it carried out and the write that failed (if one did)."""
+
+    status: Json
+    applied: int
+    deleted: int
+    plan: Plan | None = None
+    failure: Failure | None = None
+
+    @property
+    def requeue_after(self) -> float | None:
+        return self.plan.requeue_after if self.plan else None
+
+
+# --- observe --------------------------------------------------------------------------
+
+
+def observe(kube: Kube, cache: LiveCache | None, namespace: str, name: str) -> Observation | None:
+    """Everything a reconcile of ``namespace/name`` reads; None once it is gone or going."""
+    resource = kube.get(models.KIND, namespace, name)
+    if resource is None or resource["metadata"].get("deletionTimestamp"):
+        return None  # garbage collection removes the children
+    return observe_resource(kube, cache, resource)
+
+
+def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Observation:
+    """The rest of the observation of an already read PDDeployment."""
+    meta = resource["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    model = ((resource.get("spec") or {}).get("model")) or {}
+    user_cm = facts_cm = job = None
+    inspector_pods: list[Json] = []
+    ref = model.get("configMapRef") if isinstance(model, dict) else None
+    if isinstance(model, dict) and model.get("config") is not None:
+        pass  # the facts are in the spec
+    elif isinstance(ref, dict) and ref.get("name"):
+        user_cm = kube.get("ConfigMap", namespace, str(ref["name"]))
+    else:
+        owner = Owner(name, namespace)
+        facts_cm = kube.get("ConfigMap", namespace, facts_cm_name(owner))
+        job = kube.get("Job", namespace, inspector_name(owner))
+        if job is not None:
+            # A LIST, not the cache: the Job can report success before the pod watch has
+            # delivered the pod whose termination message holds the result.
+            selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}={COMPONENT_INSPECTOR}"
+            inspector_pods = kube.list("Pod", namespace, selector)
+    children = {kind: _children(kube, cache, namespace, name, kind) for kind in PRUNED_KINDS}
+    # The runtime pods: their templates and generations drive rollouts and routing.
+    gone: list[Json] = []
+    nodes: dict[str, Json] = {}
+    if cache is not None:  # the pod watch keeps our pods, slimmed (child_watch.slim_pod)
+        pods = cache.listed("Pod", namespace, {LABEL_DEPLOYMENT: name})
+        gone = cache.tombstones("Pod", namespace, {LABEL_DEPLOYMENT: name})
+        for node in {(p.get("spec") or {}).get("nodeName") for p in pods} - {None, ""}:
+            watched = cache.listed_one("Node", "", str(node))  # the node watch's, slimmed
+            if watched is not None:
+                nodes[str(node)] = watched
+    else:
+        pods = kube.list("Pod", namespace, f"{LABEL_DEPLOYMENT}={name}")
+    return Observation(
+        resource=resource,
+        user_configmap=user_cm,
+        facts_configmap=facts_cm,
+        inspector_job=job,
+        inspector_pods=inspector_pods,
+        children=children,
+        pods=pods,
+        gone_pods=gone,
+        nodes=nodes,
+        server_minor=kube.server_minor,
+    )
+
+
+def _children(
+    kube: Kube, cache: LiveCache | None, namespace: str, name: str, kind: str
+) -> list[Json]:
+    labels = {LABEL_DEPLOYMENT: name, LABEL_MANAGED_BY: MANAGED_BY}
+    if cache is not None and kind in cache.listed_kinds:
+        # A LIST per kind per reconcile dominated reconcile time at 100 deployments.
+        return cache.listed(kind, namespace, labels)
+    return kube.list(kind, namespace, ",".join(f"{k}={v}" for k, v in labels.items()))
+
+
+# --- plan and execute -----------------------------------------------------------------
+
+
+class ExpectedGone:
+    """uids of the pods this operator deleted, for ``TTL_SECONDS`` (client-go's
+    "expectations"): a reconcile that runs before the watch delivered a deletion must not
+    count that instance as serving (a rollout would take down one instance too many), and
+    group recovery must know which deletions were not ours. A force-deleted pod is gone at
+    once: one reconcile too early would force-delete it (and post its Event) again."""
+
+    TTL_SECONDS = 600.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        #: uid -> (until, force-deleted)
+        self._uids: dict[str, tuple[float, bool]] = {}
+        self._guard = threading.Lock()
+
+    def add(self, uid: str, forced: bool = False) -> None:
+        with self._guard:
+            self._uids[uid] = (self._clock() + self.TTL_SECONDS, forced)
+
+    def uids(self, forced_only: bool = False) -> frozenset[str]:
+        with self._guard:
+            now = self._clock()
+            for uid in [u for u, (until, _) in self._uids.items() if until < now]:
+                del self._uids[uid]
+            return frozenset(u for u, (_, forced) in self._uids.items()
+                             if forced or not forced_only)  # fmt: skip
+
+
+class Reconciler:
+    def __init__(
+        self,
+        kube: Kube,
+        clock: Callable[[], str] = utc_now,
+        cache: LiveCache | None = None,
+        recovery: RecoveryPolicy = DEFAULT_POLICY,
+    ) -> None:
+        self.recovery = recovery
+        self.kube = kube
+        self.clock = clock
+        #: Fed by the watches; without it every child is applied on every reconcile.
+        self.cache = cache
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        #: Pods this operator deleted that the watch may still report as running.
+        self.expected_gone = ExpectedGone()
+        self._locks_guard = threading.Lock()
+
+    def _lock(self, key: tuple[str, str]) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def reconcile(self, namespace: str, name: str) -> Result | None:
+        with self._lock((namespace, name)):
+            observation = observe(self.kube, self.cache, namespace, name)
+            if observation is None:
+                return None
+            observation = replace(
+                observation,
+                our_deletions=self.expected_gone.uids(),
+                our_force_deletions=self.expected_gone.uids(forced_only=True),
+                recovery_policy=self.recovery,
+            )
+            return self.execute(plan(observation, self.clock()))
+
+    def execute(self, todo: Plan) -> Result:
+        """Carry out ``todo`` step by step; transient API errors propagate (no status)."""
+        owner = todo.observation.owner
+        live: dict[tuple[str, str], Json] = {}
+        applied = deleted = 0
+        written: list[str] = []  # for the log line: which children a reconcile applied
+        failure: Failure | None = None
+        steps = (
+            (1, todo.inspector), (2, todo.applies), (3, todo.deletes),
+            (4, todo.restarts), (5, todo.routing),
+        )  # fmt: skip
+        for step, writes in steps:
+            for write in writes:
+                try:
+                    obj, wrote = self._write(owner.namespace, write, cached=step == 2)
+                except KubeError as exc:
+                    if is_transient(exc):
+                        # A conflict, throttling or a server error says nothing about the
+                        # spec: leave the status as it is and let the queue retry the key.
+                        raise
+                    failure = Failure(write, exc.status, str(exc))
+                    log.warning("%s/%s: step %d (%s): %s", owner.namespace, owner.name,
+                                step, STEPS[step], failure.message())  # fmt: skip
+                    break
+                if step == 2:
+                    applied += wrote
+                    if wrote:
+                        written.append(f"{write.kind} {write.name}")
+                    live[(write.kind, write.name)] = obj
+                elif step == 3:
+                    deleted += 1
+            if failure is not None:
+                break
+        done = todo
+        if applied or failure is not None:
+            # Apply responses are newer than the observation; the status describes them.
+            done = conclude(todo, Outcome(live=live, failure=failure))
+        self._patch_status(done)  # step 6
+        for event in done.events:  # step 7
+            self.event(todo.observation.resource, event)
+        if applied or deleted:
+            log.info("%s/%s: applied %d (%s), deleted %d", owner.namespace, owner.name,
+                     applied, ", ".join(written) or "-", deleted)  # fmt: skip
+        return Result(done.status, applied, deleted, done, failure)
+
+    def _write(self, namespace: str, write: Write, cached: bool) -> tuple[Json, int]:
+        """Perform one write: (the object it left, 1 if a request was sent). ``cached``:
+        skip an apply the watches' cache says would change nothing (the children's)."""
+        if write.verb == "delete" and write.manifest is not None:  # a pod, by uid
+            uid = str(write.manifest["metadata"]["uid"])
+            log.info("%s %s/%s (uid %s)", write.describe(), namespace, write.name, uid)
+            try:
+                self.kube.delete(write.kind, namespace, write.name, uid,
+                                 write.grace_period_seconds)  # fmt: skip
+            except KubeError as exc:
+                if exc.status != 409:  # 409: already replaced by a new pod; nothing to do
+                    raise
+            self.expected_gone.add(uid, forced=write.grace_period_seconds == 0)
+            return {}, 1
+        if write.verb == "delete":
+            log.info("deleting %s %s/%s", write.kind, namespace, write.name)
+            self.kube.delete(write.kind, namespace, write.name)
+            return {}, 1
+        assert write.manifest is not None
+        if write.verb == "label":
+            labels = write.manifest["metadata"]["labels"]
+            log.info("labelling %s %s/%s: %s", write.kind, namespace, write.name, labels)
+            with contextlib.suppress(NotFound):  # the pod went meanwhile: nothing to route
+                self.kube.patch_labels(write.kind, namespace, write.name, labels)
+            return {}, 1
+        if cached and self.cache is not None:
+            unchanged = self.cache.unchanged(write.manifest)
+            if unchanged is not None:
+                return unchanged, 0
+        obj = self.kube.apply(write.manifest)
+        if cached and self.cache is not None:
+            self.cache.applied(write.manifest, obj)
+        return obj, 1
+
+    def _patch_status(self, done: Plan) -> None:
+        owner, previous, status = done.observation.owner, done.observation.previous, done.status
+        if not status_changed(previous, status):
+            return
+        patch = merge_patch({k: v for k, v in previous.items() if k != "kopf"}, status)
+        # Deleted meanwhile: garbage collection does the rest.
+        with contextlib.suppress(NotFound):
+            self.kube.patch_status(models.KIND, owner.namespace, owner.name, patch)
+
+    def event(self, resource: Json, event: Event) -> None:
+        meta = resource["metadata"]
+        now = self.clock()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": models.API_VERSION,
+                "kind": models.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "source": {"component": MANAGED_BY},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.kube.create("Event", meta["namespace"], body)
+        except KubeError as exc:  # an event is best effort; the condition carries the message
+            log.warning("could not post event %s: %s", event.reason, exc)

@@ -1,0 +1,107 @@
+"""``ascend-pd render -f CR.yaml [--model-config config.json]``: every child, offline.
+
+Runs the operator's own planner (``planner.plan``) with no cluster: exit 0 and the
+manifests on stdout; 1 on a spec that breaks a rule or a missing/unusable model
+config; 2 when the layout is incompatible. Messages go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ascend_pd_operator.api import models
+from ascend_pd_operator.api.vocabulary import REASON_INVALID_LAYOUT, REASON_INVALID_MODEL_CONFIG
+from ascend_pd_operator.decisions.planner import Observation, plan
+from ascend_pd_runtime.errors import BadInput
+from ascend_pd_runtime.model_facts import load_model_facts
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INCOMPATIBLE = 0, 1, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-f", "--filename", required=True, help="PDDeployment YAML ('-': stdin)")
+    parser.add_argument(
+        "--model-config",
+        help="config.json (or model directory) when spec.model.config is not given",
+    )
+    parser.add_argument("--namespace", help="namespace when the CR has none (default)")
+
+
+def load_documents(text: str) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    if not any(d.get("kind") == models.KIND for d in docs):
+        raise BadInput(f"no {models.KIND} found (kinds: {[d.get('kind') for d in docs]})")
+    return docs
+
+
+def render(
+    resource: dict[str, Any],
+    model_config: str | None,
+    namespace: str | None,
+    configmaps: list[dict[str, Any]] | None = None,
+) -> tuple[int, list[dict[str, Any]], str]:
+    """(exit code, manifests, message) for one PDDeployment: the operator's own plan for
+    it, observed offline (its ConfigMaps from the same file, --model-config's facts)."""
+    meta = dict(resource.get("metadata") or {})
+    meta["namespace"] = meta.get("namespace") or namespace or "default"
+    resource = {**resource, "metadata": meta}
+    name = str(meta.get("name", ""))
+    # A ConfigMap applied from the same file is what the operator would read.
+    ref = ((resource.get("spec") or {}).get("model") or {}).get("configMapRef") or {}
+    found = [
+        cm
+        for cm in configmaps or []
+        if cm.get("metadata", {}).get("name") == ref.get("name")
+        and cm.get("metadata", {}).get("namespace", meta["namespace"]) == meta["namespace"]
+    ]
+    local = load_model_facts(Path(model_config)) if model_config else None
+    observation = Observation(
+        resource, user_configmap=found[0] if found else None, local_facts=local
+    )
+    todo = plan(observation, now="")
+    if todo.validation.spec is None:
+        return EXIT_BAD_INPUT, [], f"{name}: invalid: {todo.validation.error}"
+    facts = todo.facts
+    if facts is None or facts.facts is None:
+        if facts is not None and (found or facts.reason == REASON_INVALID_MODEL_CONFIG):
+            return EXIT_BAD_INPUT, [], f"{name}: {facts.message}"
+        return (
+            EXIT_BAD_INPUT,
+            [],
+            f"{name}: spec.model.config is not given; pass --model-config config.json "
+            "(the operator would read spec.model.configMapRef or inspect the model)",
+        )
+    desired = todo.desired
+    if desired is None or not desired.ok:
+        reason, message = (desired.reason, desired.message) if desired else ("", "")
+        code = EXIT_BAD_INPUT if reason == REASON_INVALID_LAYOUT else EXIT_INCOMPATIBLE
+        return code, [], f"{name}: KV layout {reason}: {message}"
+    return EXIT_OK, [w.manifest for w in todo.applies if w.manifest is not None], ""
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
+        docs = load_documents(text)
+        configmaps = [d for d in docs if d.get("kind") == "ConfigMap"]
+        worst = EXIT_OK
+        out: list[dict[str, Any]] = []
+        for resource in (d for d in docs if d.get("kind") == models.KIND):
+            code, manifests, message = render(
+                resource, args.model_config, args.namespace, configmaps
+            )
+            if message:
+                print(f"error: {message}", file=sys.stderr)
+            worst = max(worst, code)
+            out += manifests
+    except (OSError, yaml.YAMLError, BadInput) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if worst == EXIT_OK:
+        print(yaml.safe_dump_all(out, sort_keys=False, width=100), end="")
+    return worst
