@@ -2,7 +2,8 @@
 
 It forwards every request to the real kube-apiserver and, at seeded rates,
 answers instead with 409 Conflict (writes only), 429 Too Many Requests with
-``Retry-After``, 500, delays a request, or cuts a watch stream mid-flight. It
+``Retry-After``, 500, delays a request, cuts a watch stream mid-flight, or severs the
+client after one chosen request (every later one refused, as if it died). It
 counts what passed through (writes per verb, faults, how soon a client came
 back after a 429, watch requests per path and label selector) so reliability
 scenarios, tests and the idle-cost benchmark read their numbers from one place
@@ -18,6 +19,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import ssl
 import threading
 import time
@@ -48,6 +50,10 @@ class FaultPlan:
     slow_seconds: float = 0.5
     watch_cut_rate: float = 0.0
     watch_cut_after_seconds: float = 2.0
+    #: A regular expression over "METHOD path": the first request it matches still passes,
+    #: and every request after it is answered 503, as if the client had died right after
+    #: sending it (a kill at the worst moment). "" never severs.
+    sever_after: str = ""
     seed: int = 0
 
 
@@ -63,6 +69,8 @@ class Stats:
     retry_after_violators: list[str] = field(default_factory=list)
     #: watch requests per "path labelSelector=..." (which watches a client asks for)
     watches: Counter[str] = field(default_factory=Counter)
+    #: "METHOD path?query" of the request after which the proxy severed ("" until then)
+    severed_after: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +82,7 @@ class Stats:
             "retry_after_violations": self.retry_after_violations,
             "retry_after_violators": self.retry_after_violators[-20:],
             "watches": dict(self.watches),
+            "severed_after": self.severed_after,
         }
 
 
@@ -115,8 +124,18 @@ class FaultProxy:
             return web.json_response(self.stats.as_dict())
         if request.path == CONFIG_PATH and request.method == "PUT":
             self.plan = FaultPlan(**{**asdict(self.plan), **(await request.json())})
+            self.stats.severed_after = ""
             return web.json_response(asdict(self.plan))
         self.stats.requests += 1
+        if self.stats.severed_after:
+            self.stats.faults["severed"] += 1
+            return _status(503, "ServiceUnavailable", "injected: severed after "
+                           f"{self.stats.severed_after}")  # fmt: skip
+        if self.plan.sever_after and re.fullmatch(
+            self.plan.sever_after, f"{request.method} {request.path}"
+        ):
+            # set before forwarding: nothing the client sends after this one gets through
+            self.stats.severed_after = f"{request.method} {request.path_qs}"
         # The same request again (query included): a LIST and a WATCH of one path are two.
         # The same client (token and User-Agent) asking again: two parts of one process may
         # send the same request independently, and only one of them was told to wait.

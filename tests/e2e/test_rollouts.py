@@ -13,12 +13,14 @@ import itertools
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from kubernetes import client
 from pdd_e2e import Operator, apply, example, pdd_doc
 
+from ascend_pd_dev.faultproxy import FaultProxy
 from ascend_pd_dev.kubelet_sim import crash_pod, set_node_ready
 from ascend_pd_dev.sim_annotations import READY_AFTER as READY_AFTER_ANNOTATION
 from reliability.rollout_watch import LABEL_FINGERPRINT, Sampler, pod_ready
@@ -185,6 +187,42 @@ def test_a_deleted_worker_restarts_its_whole_instance_and_only_it(
     assert any(e["reason"] == "InstanceRestarted" and "dsv3-prefill-1" in e["message"]
                for e in events)  # fmt: skip
     print(f"group recovery: every pod of the instance replaced {took:.1f} s after the delete")
+
+
+def test_an_operator_killed_mid_restart_leaves_no_instance_half_restarted(
+    kubectl: Any, namespace: str, api_client: Any, wait_until: Any, counting_proxy: FaultProxy,
+    proxied_operator: Any, proxy_stats: Any,
+) -> None:  # fmt: skip
+    """The worst moment for the operator to die in group recovery is right after the first
+    pod deletion of a restart. Sent as one request per pod, the restart left the instance's
+    other pod on its old generation: a mixed group that serves nothing until an operator
+    comes back. One request for the whole instance cannot be cut in half."""
+    docs = _three_prefill_instances_of_two_nodes(namespace)
+    pdd_doc(docs)["spec"]["prefill"]["replicas"] = 2
+    operator = proxied_operator(30.0)
+    apply(kubectl, docs)
+    wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready")
+    before = _uids(api_client, namespace)
+    sick = {"dsv3-prefill-1-0", "dsv3-prefill-1-1"}
+    # every pod deletion the operator sends: the first passes, nothing after it
+    counting_proxy.plan = replace(
+        counting_proxy.plan, sever_after=r"DELETE /api/v1/namespaces/[^/]+/pods(/[^/]+)?"
+    )
+    crash_pod(api_client, namespace, "dsv3-prefill-1-1", exit_code=137, message="NPU fault")
+    wait_until(lambda: proxy_stats()["severed_after"], "the operator's first pod deletion")
+    operator.kill()
+    print(f"severed after {proxy_stats()['severed_after']}; the operator SIGKILLed")
+
+    def replaced() -> bool:
+        now = _uids(api_client, namespace)
+        return sick <= set(now) and all(now[p] != before[p] for p in sick)
+
+    # with no operator left, only what that one request deleted is ever recreated
+    wait_until(replaced, "every pod of dsv3-prefill-1 replaced, no operator running", timeout=90)
+    now = _uids(api_client, namespace)
+    assert {p: u for p, u in now.items() if p not in sick} == {
+        p: u for p, u in before.items() if p not in sick
+    }, "another instance was touched"
 
 
 def test_repeated_crashes_back_off_and_end_in_a_restart_loop_condition(

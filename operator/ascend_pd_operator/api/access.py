@@ -59,7 +59,9 @@ RESOURCES: tuple[Resource, ...] = (
     # get/list/watch (so the operator must hold them); delete: an instance is updated and
     # restarted by deleting its pods together, and its pods on a lost node force-deleted
     # (grace period 0); patch: the routable label on leaders.
-    Resource("Pod", "", "v1", "pods", ("get", "list", "watch", "delete", "patch")),
+    Resource(
+        "Pod", "", "v1", "pods", ("get", "list", "watch", "delete", "deletecollection", "patch")
+    ),
     Resource("Event", "", "v1", "events", ("create", "patch")),
     Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", _CHILD, optional=True),
     # Group recovery restarts an instance whose pod's node is NotReady or out of service

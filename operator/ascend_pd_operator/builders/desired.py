@@ -77,6 +77,34 @@ class Desired:
         return self.layout is not None and self.layout.compatible and not self.reason
 
 
+def desired_layout(spec: PDDeploymentSpec, facts: ModelFacts) -> Desired:
+    """The layout alone, or its failure: what a rollout decides on before any child is
+    built (its surge and the router's generation shape the children)."""
+    try:
+        layout = plan_layout(spec, facts)
+    except BadInput as exc:
+        return Desired(None, reason=REASON_INVALID_LAYOUT, message=str(exc))
+    if not layout.compatible:
+        return Desired(layout, reason=REASON_INCOMPATIBLE, message="; ".join(layout.problems))
+    return Desired(layout)
+
+
+def with_children(
+    desired: Desired,
+    owner: Owner,
+    spec: PDDeploymentSpec,
+    server_minor: int | None = None,
+    surge: Mapping[str, int] | None = None,
+    serving: str | None = None,
+) -> Desired:
+    """``desired`` with its children, built once (a failed layout has none)."""
+    if not desired.ok:
+        return desired
+    assert desired.layout is not None
+    children = build_children(owner, spec, desired.layout, server_minor, surge, serving)
+    return Desired(desired.layout, children)
+
+
 def desired_state(
     owner: Owner,
     spec: PDDeploymentSpec,
@@ -85,16 +113,11 @@ def desired_state(
     surge: Mapping[str, int] | None = None,
     serving: str | None = None,
 ) -> Desired:
-    """``server_minor``: the API server's Kubernetes minor version (1.x), where a child's
-    apiVersion depends on it; None when not known (rendering offline). ``surge``: extra
-    instances per role during a rollout; ``serving``: the generation the router routes to."""
-    try:
-        layout = plan_layout(spec, facts)
-    except BadInput as exc:
-        return Desired(None, reason=REASON_INVALID_LAYOUT, message=str(exc))
-    if not layout.compatible:
-        return Desired(layout, reason=REASON_INCOMPATIBLE, message="; ".join(layout.problems))
-    return Desired(layout, build_children(owner, spec, layout, server_minor, surge, serving))
+    """The layout and every child. ``server_minor``: the API server's Kubernetes minor
+    version (1.x), where a child's apiVersion depends on it; None when not known
+    (rendering offline). ``surge``: extra instances per role during a rollout;
+    ``serving``: the generation the router routes to."""
+    return with_children(desired_layout(spec, facts), owner, spec, server_minor, surge, serving)
 
 
 def layout_request(spec: PDDeploymentSpec) -> LayoutRequest:

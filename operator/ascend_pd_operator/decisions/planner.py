@@ -44,7 +44,9 @@ from ascend_pd_operator.api.vocabulary import (
     COND_READY,
     COND_VALIDATED,
     LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
     LABEL_FINGERPRINT,
+    LABEL_INSTANCE,
     LABEL_ROLE,
     LABEL_ROUTABLE,
     REASON_APPLY_FAILED,
@@ -64,8 +66,9 @@ from ascend_pd_operator.builders.desired import (
     Desired,
     Validation,
     child_key,
-    desired_state,
+    desired_layout,
     validate,
+    with_children,
 )
 from ascend_pd_operator.builders.model_source import (
     FactsResolution,
@@ -134,7 +137,6 @@ class Observation:
     #: The nodes of our pods as the node watch keeps them (``recovery.slim_node``).
     nodes: Mapping[str, Json] = field(default_factory=dict)
     #: How group recovery backs off (the operator's flags).
-    recovery_policy: RecoveryPolicy = DEFAULT_POLICY
     #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
     #: PodDisruptionBudgets' apiVersion depends on it.
     server_minor: int | None = None
@@ -167,7 +169,9 @@ class Observation:
 class Write:
     """One API write of the plan: apply ``manifest``, or delete ``kind``/``name``."""
 
-    verb: str  # "apply" | "delete" | "label" (a merge patch of labels)
+    #: "apply" | "delete" | "label" (a merge patch of labels) | "restart" (delete every pod
+    #: matching the manifest's labels, one request: ``name`` is the instance)
+    verb: str
     kind: str
     name: str
     manifest: Json | None = None
@@ -175,6 +179,8 @@ class Write:
     grace_period_seconds: int | None = None
 
     def describe(self) -> str:
+        if self.verb == "restart":
+            return f"restarting instance {self.name} (deleting its pods in one request)"
         verb = {"apply": "applying", "delete": "deleting", "label": "labelling"}[self.verb]
         if self.verb == "delete" and self.grace_period_seconds == 0:
             verb = "force-deleting"
@@ -191,6 +197,10 @@ def apply(manifest: Json) -> Write:
 
 def delete(kind: str, name: str) -> Write:
     return Write("delete", kind, name)
+
+
+def restart(instance: str, selector: dict[str, str]) -> Write:
+    return Write("restart", "Pod", instance, {"metadata": {"labels": selector}})
 
 
 @dataclass(frozen=True)
@@ -279,8 +289,9 @@ def choose_facts(obs: Observation, spec: Any) -> FactsResolution:
     )
 
 
-def plan(obs: Observation, now: str) -> Plan:
-    """The plan for one observation at time ``now``."""
+def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) -> Plan:
+    """The plan for one observation at time ``now``, under the operator's recovery
+    ``policy`` (its configuration: the same for every observation)."""
     owner = obs.owner
     validation = validate(owner, obs.resource.get("spec"))
     spec = validation.spec
@@ -304,7 +315,7 @@ def plan(obs: Observation, now: str) -> Plan:
         elif facts.store_config is not None:
             inspector = (apply(model_facts_configmap(owner, spec, facts.store_config)),)
         if facts.facts is not None:
-            desired = desired_state(owner, spec, facts.facts, obs.server_minor)
+            desired = desired_layout(spec, facts.facts)
         if desired is not None and desired.ok:
             assert desired.layout is not None
             pods = observed_pods(obs)
@@ -318,13 +329,11 @@ def plan(obs: Observation, now: str) -> Plan:
                 "deletionTimestamp")]  # fmt: skip
             recovery = recover(
                 by_role, gone, obs.our_deletions, obs.previous.get("recovery") or [],
-                parse_time(now) or dt.datetime.now(dt.UTC), obs.recovery_policy,
+                parse_time(now) or dt.datetime.now(dt.UTC), policy,
                 obs.nodes, spec.recovery.force_delete_after_seconds,
             )  # fmt: skip
-            rolling = any(decision.surge.values()) or decision.serving != decision.target
-            if rolling and facts.facts is not None:
-                desired = desired_state(owner, spec, facts.facts, obs.server_minor,
-                                        decision.surge, decision.serving)  # fmt: skip
+            desired = with_children(desired, owner, spec, obs.server_minor, decision.surge,
+                                    decision.serving)  # fmt: skip
             replaced = _selector_changed(obs, desired)
             applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
             deletes = _prunes(obs, desired) + tuple(delete(*key) for key in replaced)
@@ -332,7 +341,7 @@ def plan(obs: Observation, now: str) -> Plan:
             restarted = recovery.restarts + tuple(
                 r for r in decision.restarts if r[0] not in {n for n, _ in recovery.restarts}
             )
-            restarts = _pod_deletes(restarted, recovery.force_deletes)
+            restarts = _restarts(restarted, recovery.force_deletes, pods)
             routing = tuple(label("Pod", pod, {LABEL_ROUTABLE: v}) for pod, v in decision.routing)
     draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
                  restarts, routing, decision, recovery)  # fmt: skip
@@ -403,22 +412,27 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
 def _failure_reason(failure: Failure | None) -> str:
     if failure is None:
         return ""
-    return REASON_PRUNE_FAILED if failure.write.verb == "delete" else REASON_APPLY_FAILED
+    return (
+        REASON_PRUNE_FAILED if failure.write.verb in ("delete", "restart") else REASON_APPLY_FAILED
+    )
 
 
-def _pod_deletes(
+def _restarts(
     restarted: tuple[tuple[str, tuple[tuple[str, str], ...]], ...],
     forced: tuple[tuple[str, str], ...],
+    pods: list[Json],
 ) -> tuple[Write, ...]:
-    """Step 4: every pod of the instances restarted now, and the pods on lost nodes; each
-    pod once, by uid, with grace period 0 where it is force-deleted."""
-    pods = [member for _, members in restarted for member in members]
-    pods += [pod for pod in forced if pod not in pods]
-    return tuple(
-        Write("delete", "Pod", name, {"metadata": {"uid": uid}},
-              0 if (name, uid) in forced else None)
-        for name, uid in pods
-    )  # fmt: skip
+    """Step 4: each instance restarted now, as one request that deletes all its pods (by the
+    instance's labels: an operator that dies mid-step cannot leave half an instance
+    restarted), then each pod on a lost node once, by uid, with grace period 0."""
+    labels = {p["metadata"]["name"]: p["metadata"].get("labels") or {} for p in pods}
+    writes = []
+    for name, members in restarted:
+        member = next(labels[pod] for pod, _ in members if pod in labels)
+        selector = {k: member[k] for k in (LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_INSTANCE)}
+        writes.append(restart(name, selector))
+    writes += [Write("delete", "Pod", name, {"metadata": {"uid": uid}}, 0) for name, uid in forced]
+    return tuple(writes)
 
 
 def observed_pods(obs: Observation) -> list[Json]:

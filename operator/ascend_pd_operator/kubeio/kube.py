@@ -442,6 +442,25 @@ class Kube:
             self.request("DELETE", path(self.resource(kind), namespace, name), body=body)
             metrics.observe_write("delete", kind)
 
+    def delete_collection(
+        self, kind: str, namespace: str, labels: dict[str, str]
+    ) -> tuple[str, ...]:
+        """Delete every ``kind`` in ``namespace`` carrying ``labels``, in one request (the API
+        server deletes them all, whether or not this process lives to see the answer); the
+        uids it deleted."""
+        body: Json = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+        }
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        answer = self.request("DELETE", path(self.resource(kind), namespace), body=body,
+                              query=[("labelSelector", selector)])  # fmt: skip
+        uids = tuple(str(item["metadata"]["uid"]) for item in answer.get("items") or [])
+        for _ in uids:
+            metrics.observe_write("delete", kind)
+        return uids
+
     def patch_labels(
         self, kind: str, namespace: str, name: str, labels: dict[str, str | None]
     ) -> Json:

@@ -213,9 +213,8 @@ class Reconciler:
                 observation,
                 our_deletions=self.expected_gone.uids(),
                 our_force_deletions=self.expected_gone.uids(forced_only=True),
-                recovery_policy=self.recovery,
             )
-            return self.execute(plan(observation, self.clock()))
+            return self.execute(plan(observation, self.clock(), self.recovery))
 
     def execute(self, todo: Plan) -> Result:
         """Carry out ``todo`` step by step; transient API errors propagate (no status)."""
@@ -275,6 +274,13 @@ class Reconciler:
                 if exc.status != 409:  # 409: already replaced by a new pod; nothing to do
                     raise
             self.expected_gone.add(uid, forced=write.grace_period_seconds == 0)
+            return {}, 1
+        if write.verb == "restart":
+            assert write.manifest is not None
+            selector = write.manifest["metadata"]["labels"]
+            log.info("%s %s", write.describe(), namespace)
+            for uid in self.kube.delete_collection(write.kind, namespace, selector):
+                self.expected_gone.add(uid)
             return {}, 1
         if write.verb == "delete":
             log.info("deleting %s %s/%s", write.kind, namespace, write.name)

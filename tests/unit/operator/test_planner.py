@@ -416,7 +416,14 @@ def test_an_out_of_service_node_restarts_the_instance_and_force_deletes_only_its
     nodes = {"npu-1": watched_node("True", "2025-12-01T00:00:00Z"),
              "npu-3": watched_node("True", "2025-12-31T23:59:55Z", True)}  # fmt: skip
     p = plan(Observation(cr, pods=pods, nodes=nodes), NOW)
-    assert [(w.name, w.grace_period_seconds) for w in p.restarts] == [
-        ("dsv3-prefill-0-0", None), ("dsv3-prefill-0-1", 0)]  # fmt: skip
+    # the whole instance in one request (by its labels), then the lost node's pod forced
+    lost_uid = "uid-dsv3-prefill-0-1"
+    instance = {"metadata": {"labels": {"ascendpd.io/deployment": "dsv3",
+                                        "ascendpd.io/role": "prefill",
+                                        "ascendpd.io/instance": "0"}}}  # fmt: skip
+    assert p.restarts == (
+        Write("restart", "Pod", "dsv3-prefill-0", instance),
+        Write("delete", "Pod", "dsv3-prefill-0-1", {"metadata": {"uid": lost_uid}}, 0),
+    )
     told = [e.reason for e in p.events if e.reason in ("InstanceRestarted", "PodsForceDeleted")]
     assert told == ["InstanceRestarted", "PodsForceDeleted"]
