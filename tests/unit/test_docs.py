@@ -43,7 +43,9 @@ def test_troubleshooting_names_every_launcher_exit_code() -> None:
         launcher.EXIT_LAYOUT_MISMATCH,
         launcher.EXIT_UNRESOLVED,
         ec.EXIT_ARGS_REFUSED,
+        ec.EXIT_CONTRACT_VERSION,
     }
+    assert codes == set(ec.LAUNCHER_EXITS)  # the status names each one's meaning
     table = TROUBLESHOOTING.split("## Launcher exit codes", 1)[1].split("\n## ", 1)[0]
     rows = {int(m) for m in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
     assert rows == codes
