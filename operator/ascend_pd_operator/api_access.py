@@ -60,7 +60,9 @@ RESOURCES: tuple[Resource, ...] = (
     # restarted by deleting its pods together, and its pods on a lost node force-deleted
     # (grace period 0); patch: the routable label on leaders.
     Resource("Pod", "", "v1", "pods", ("get", "list", "watch", "delete", "patch")),
-    Resource("Event", "", "v1", "events", ("create", "patch")),
+    # create/patch: our Warning Events; list/watch: the StatefulSet controller's
+    # FailedCreate Events (a refused pod), which the status names (``child_watch``).
+    Resource("Event", "", "v1", "events", ("create", "patch", "list", "watch")),
     Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", _CHILD, optional=True),
     # Group recovery restarts an instance whose pod's node is NotReady or out of service
     # (its taint), and times a node's loss by its Ready condition: read-only.
