@@ -574,3 +574,16 @@ def test_kube_list_and_watch_send_a_field_selector(
     fields = "involvedObject.kind=StatefulSet,reason=FailedCreate"
     list(kube.watch("Event", "ns", "", "4", 300, field_selector=fields))
     assert queries[-1]["fieldSelector"] == [fields] and "labelSelector" not in queries[-1]
+
+
+def test_the_operator_watches_failed_creates_once_per_scope_beside_its_children() -> None:
+    from ascend_pd_operator.child_watch import start_child_watches
+
+    api = client.ApiClient(client.Configuration())
+    scoped = start_child_watches(["Pod", "Job"], ["a", "b"], api, Queue(), LiveCache())
+    assert sorted((w.kind, w.namespace) for w in scoped if isinstance(w, EventWatch)) == [
+        ("Event", "a"), ("Event", "b")]  # fmt: skip
+    assert [w.name for w in scoped if w.kind == "Event"] == ["watch Event in a", "watch Event in b"]
+    cluster = start_child_watches(["Pod"], None, api, Queue(), LiveCache())
+    assert [(w.kind, w.namespace) for w in cluster] == [("Pod", None), ("Node", None),
+                                                        ("Event", None)]  # fmt: skip
