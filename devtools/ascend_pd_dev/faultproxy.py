@@ -67,7 +67,8 @@ class Stats:
     retry_after_violations: int = 0
     #: "METHOD path?query after N s" of each request that came back too soon (the culprit)
     retry_after_violators: list[str] = field(default_factory=list)
-    #: watch requests per "path labelSelector=..." (which watches a client asks for)
+    #: watch requests per "path labelSelector=...[ fieldSelector=...]" (which watches a
+    #: client asks for)
     watches: Counter[str] = field(default_factory=Counter)
     #: "METHOD path?query" of the request after which the proxy severed ("" until then)
     severed_after: str = ""
@@ -155,7 +156,9 @@ class FaultProxy:
         is_write = request.method in WRITE_METHODS
         if is_watch:
             selector = request.query.get("labelSelector", "")
-            self.stats.watches[f"{request.path} labelSelector={selector}"] += 1
+            fields = request.query.get("fieldSelector", "")
+            also = f" fieldSelector={fields}" if fields else ""
+            self.stats.watches[f"{request.path} labelSelector={selector}{also}"] += 1
         if is_write and self._roll(self.plan.conflict_rate):
             self.stats.faults["409"] += 1
             return _status(409, "Conflict", "injected conflict: the object has been modified")

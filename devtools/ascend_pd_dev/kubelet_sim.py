@@ -11,7 +11,12 @@ for the scheduler and the kubelets of N Ascend nodes, and does only what those d
   (cpu, memory, pods, ``huawei.com/Ascend910``, any resource) against what the node has left,
   its ``nodeSelector``, required node affinity and required pod anti-affinity on
   ``kubernetes.io/hostname``; a pod that fits nowhere stays Pending with condition
-  ``PodScheduled=False, reason=Unschedulable`` saying why;
+  ``PodScheduled=False, reason=Unschedulable`` saying why. Volumes are not looked at (the
+  examples mount a PVC ``models`` no test creates), unless the pod or its namespace is
+  annotated ``kubelet-sim.ascend-pd.dev/check-claims: "true"``: then a pod whose
+  PersistentVolumeClaim does not exist, or is being deleted, stays Pending with the 1.20
+  scheduler's message (``persistentvolumeclaim "models" not found``); binding is not
+  simulated (an existing claim is taken as bound);
 - reports every bound pod Running and Ready (after the readiness delay below) with a loopback
   pod IP (127.1.0.1 and up; a ``hostNetwork`` pod gets its node's 127.0.1.x; no traffic is ever
   sent to any of them; the endpoints controller refuses loopback addresses, so a Service lists
@@ -51,6 +56,12 @@ Failures and time, so rollouts and group recovery can be watched (every annotati
   at once for the first restart, then 10 s doubling to 5 min, counted from ``restartCount``),
   and ready after the readiness delay. Under restart policy Never (or OnFailure and exit 0)
   the container stays terminated and, once every container has, the pod Failed (Succeeded);
+- image pull: ``kubelet-sim.ascend-pd.dev/unpullable-images`` on a pod names images (comma-
+  separated) the registry does not have: a container of one of them never starts, as a kubelet
+  shows it: state ``waiting`` ``ErrImagePull`` (the registry's answer) for the kubelet's first
+  back-off (``PULL_BACKOFF_SECONDS`` from the pod's start), then ``ImagePullBackOff``
+  (``Back-off pulling image "<image>"``); pod Pending, not ready (a kubelet goes on
+  alternating the two at each retry; kubelet-sim keeps the second);
 - pod failure: ``kubelet-sim.ascend-pd.dev/fail`` (``"true"`` or ``{"exitCode", "reason",
   "message", "podReason", "podMessage"}``) ends a running pod: phase Failed, every container
   terminated with that exit. Restart policy Never: nothing more, as a kubelet shows a pod whose
@@ -108,6 +119,11 @@ CRASH_ANNOTATION = sim_annotations.CRASH
 CRASH_HANDLED_ANNOTATION = sim_annotations.CRASH_HANDLED
 FAIL_ANNOTATION = sim_annotations.FAIL
 NOT_READY_ANNOTATION = sim_annotations.NOT_READY
+UNPULLABLE_ANNOTATION = sim_annotations.UNPULLABLE_IMAGES
+CHECK_CLAIMS_ANNOTATION = sim_annotations.CHECK_CLAIMS
+#: A failed pull shows ErrImagePull this long, then ImagePullBackOff (the kubelet's first
+#: image back-off).
+PULL_BACKOFF_SECONDS = 10.0
 OUTCOMES = ("ready", "unready", "crash", "succeed", "fail")
 ASCEND_RESOURCE = "huawei.com/Ascend910"
 NODE_PREFIX = "sim-ascend-"
@@ -471,6 +487,51 @@ def choose_node(pod: Obj, nodes: list[Obj], pods: list[Obj]) -> tuple[str | None
     return None, f"0/{len(nodes)} nodes are available: {details}."
 
 
+def claim_names(pod: Obj) -> list[str]:
+    """The PersistentVolumeClaims ``pod``'s volumes name."""
+    return [
+        str(v["persistentVolumeClaim"].get("claimName", ""))
+        for v in pod.get("spec", {}).get("volumes") or []
+        if v.get("persistentVolumeClaim")
+    ]
+
+
+def checks_claims(pod: Obj, namespace_annotations: Mapping[str, str]) -> bool:
+    """Whether ``pod`` (or its namespace) asked for the scheduler's claim check."""
+    notes = pod.get("metadata", {}).get("annotations") or {}
+    value = notes.get(CHECK_CLAIMS_ANNOTATION, namespace_annotations.get(CHECK_CLAIMS_ANNOTATION))
+    return str(value or "").strip().lower() == "true"
+
+
+def claim_problem(pod: Obj, claims: Mapping[tuple[str, str], Obj]) -> str:
+    """Why the 1.20 scheduler would not place ``pod`` for its claims (its own words, from
+    ``podPassesBasicChecks``), or "" (``claims``: (namespace, name) -> the claim)."""
+    namespace = pod["metadata"].get("namespace", "default")
+    for name in claim_names(pod):
+        claim = claims.get((namespace, name))
+        if claim is None:
+            return f'persistentvolumeclaim "{name}" not found'
+        if claim.get("metadata", {}).get("deletionTimestamp"):
+            return f'persistentvolumeclaim "{name}" is being deleted'
+    return ""
+
+
+def pull_failure(image: str, waited: float) -> Obj:
+    """The ``waiting`` state of a container whose image the registry lacks, ``waited``
+    seconds after its pod started: the pull's error, then the kubelet's back-off."""
+    if waited >= PULL_BACKOFF_SECONDS:
+        return {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}
+    return {"reason": "ErrImagePull", "message": (
+        f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": not '
+        f"found (kubelet-sim: {UNPULLABLE_ANNOTATION})")}  # fmt: skip
+
+
+def unpullable_images(pod: Obj) -> set[str]:
+    """The images a test says the registry lacks (``UNPULLABLE_ANNOTATION``)."""
+    text = (pod.get("metadata", {}).get("annotations") or {}).get(UNPULLABLE_ANNOTATION) or ""
+    return {image.strip() for image in str(text).split(",") if image.strip()}
+
+
 def _node_order(name: str) -> tuple[int, str]:
     suffix = name.removeprefix(NODE_PREFIX)
     return (int(suffix), name) if suffix.isdigit() else (1 << 30, name)
@@ -718,6 +779,12 @@ def desired_status(
             "imageID": f"kubelet-sim://{container.get('image', '')}",
             "containerID": f"{cid_base}/{name}",
         }
+        if phase == "Running" and name in pulling:
+            # never pulled, never started: a kubelet shows ErrImagePull, then backs off
+            waiting = pull_failure(container.get("image", ""), now - (parse_iso(start) or now))
+            entry.update(ready=False, started=False, restartCount=restarts, imageID="",
+                         state={"waiting": waiting})  # fmt: skip
+            return entry, False
         if view is not None:
             entry.update(ready=view.ready and outcome_ready, started=view.started,
                          restartCount=view.restart_count, state=view.state)  # fmt: skip
@@ -784,6 +851,15 @@ def desired_status(
 
     # the checked containers' state counts while the outcome says the pod runs
     runs_checks, outcome_ready = phase == "Running", ready
+    # containers whose image was never pulled: only those that never ran
+    lacking = unpullable_images(pod)
+    pulling = {
+        c.get("name", "")
+        for c in containers
+        if c.get("image") in lacking
+        and not (previous.get(c.get("name")) or {}).get("lastState")
+        and "running" not in ((previous.get(c.get("name")) or {}).get("state") or {})
+    }
     pod_message = message
     results = [container_status(c) for c in containers]
     statuses = [entry for entry, _ in results]
@@ -803,6 +879,10 @@ def desired_status(
         waiting = [e["name"] for e in statuses if not e["ready"]]
         ready, reason = False, "ContainersNotReady"
         message = f"containers with unready status: [{' '.join(waiting)}]"
+    if phase == "Running" and pulling:
+        # a container never created: the pod has not started running (a kubelet: Pending)
+        phase, ready, reason = "Pending", False, "ContainersNotReady"
+        message = f"containers with unready status: [{' '.join(sorted(pulling))}]"
     containers_ready, cr_reason, cr_message = ready, reason, message
     if phase == "Running" and node_readiness != "True":
         # the node lifecycle controller flips only the pod's Ready condition
@@ -860,6 +940,8 @@ def desired_status(
         # the containers ended on their own: a kubelet gives the pod no reason
         status["reason"] = reason if pod_message else None
         status["message"] = pod_message
+    elif pulling and phase == "Pending":
+        pass  # a kubelet gives a pod waiting for its image no reason
     elif phase != "Running" or pod_message:
         status["reason"] = reason
         status["message"] = pod_message or f"kubelet-sim: outcome {outcome!r}"
@@ -1042,8 +1124,10 @@ class Simulator:
         pending_keys = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pending}
         for key in set(self._unschedulable) - pending_keys:
             del self._unschedulable[key]
+        checked, claims = self._claims_checked(pending)
         for pod in pending:
-            self._schedule(pod, nodes, pods)
+            asked = pod["metadata"].get("uid") in checked
+            self._schedule(pod, nodes, pods, claim_problem(pod, claims) if asked else "")
         readiness = {n["metadata"]["name"]: node_readiness(n) for n in nodes}
         # an unreachable node's kubelet does nothing: its pods are only marked NotReady
         reachable = {name for name, ready in readiness.items() if ready != "Unknown"}
@@ -1075,6 +1159,29 @@ class Simulator:
             events, self._checks.events = self._checks.events, []
             for pod, kind, reason, message in events:
                 self._event(pod, kind, reason, message)
+
+    def _claims_checked(self, pending: list[Obj]) -> tuple[set[str], dict[tuple[str, str], Obj]]:
+        """(uids of the pending pods whose claims are checked, the claims by (namespace,
+        name)); listed only while such a pod waits, so a cluster without one pays nothing."""
+        with_claims = [p for p in pending if claim_names(p)]
+        if not with_claims:
+            return set(), {}
+        namespaces = {
+            n["metadata"]["name"]: n["metadata"].get("annotations") or {}
+            for n in self._list(self.api.list_namespace)
+        }
+        asked = {
+            str(p["metadata"].get("uid"))
+            for p in with_claims
+            if checks_claims(p, namespaces.get(p["metadata"]["namespace"], {}))
+        }
+        if not asked:
+            return set(), {}
+        claims = {
+            (c["metadata"]["namespace"], c["metadata"]["name"]): c
+            for c in self._list(self.api.list_persistent_volume_claim_for_all_namespaces)
+        }
+        return asked, claims
 
     def _pods_asking_for_checks(self, pods: list[Obj], names: set[str]) -> set[str]:
         """Uids of our live pods with a launcher container that ask for its check."""
@@ -1120,12 +1227,14 @@ class Simulator:
             pods=pods,
         )
 
-    def _schedule(self, pod: Obj, nodes: list[Obj], pods: list[Obj]) -> None:
+    def _schedule(self, pod: Obj, nodes: list[Obj], pods: list[Obj], blocked: str = "") -> None:
+        """Bind ``pod`` where it fits, or record why it fits nowhere (``blocked``: why it
+        cannot be placed at all, as a scheduler's basic checks say)."""
         from kubernetes.client.exceptions import ApiException
 
         meta = pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
-        chosen, message = choose_node(pod, nodes, pods)
+        chosen, message = (None, blocked) if blocked else choose_node(pod, nodes, pods)
         if chosen is None:
             if self._unschedulable.get(key) != message:
                 self._unschedulable[key] = message

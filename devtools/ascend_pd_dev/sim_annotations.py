@@ -20,6 +20,12 @@ CRASH = PREFIX + "crash"
 CRASH_HANDLED = PREFIX + "crash-handled"
 #: pod, set by a test: the pod fails for good ("true" or a JSON object)
 FAIL = PREFIX + "fail"
+#: pod, set by a test: images the registry does not have, comma-separated; a container of
+#: one of them waits in ErrImagePull, then ImagePullBackOff, as a kubelet shows it
+UNPULLABLE_IMAGES = PREFIX + "unpullable-images"
+#: pod or namespace: "true" to schedule as the 1.20 scheduler does a pod whose
+#: PersistentVolumeClaim is missing or being deleted (Pending, the scheduler's message)
+CHECK_CLAIMS = PREFIX + "check-claims"
 #: Node, set by a test: "true" (the kubelet reports NotReady) or "unknown" (it is unreachable)
 NOT_READY = PREFIX + "not-ready"
 #: Node, written by kubelet-sim: the pid of the kubelet-sim process serving it

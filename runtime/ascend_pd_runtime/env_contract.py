@@ -35,6 +35,15 @@ The launcher exits ``EXIT_ARGS_REFUSED`` when the installed SGLang's parser refu
 the command it built, after writing the parser's message and the offending argument
 to ``ASCEND_PD_TERMINATION_LOG`` (default ``/dev/termination-log``); the operator
 shows that termination message in the PDDeployment's status.
+
+The contract has a version (``CONTRACT_VERSION``, written by ``launch_env`` on every
+runtime pod). The launcher reads it before any other variable and exits
+``EXIT_CONTRACT_VERSION`` naming both versions when it is not one it speaks
+(``SPOKEN_CONTRACT_VERSIONS``): an operator and a runtime image of different ascend-pd
+versions may name or encode the other variables differently, and an error about one of
+them would hide the real cause. Bump ``CONTRACT`` for any change an older launcher would
+misread (a variable renamed, re-encoded or newly required); a new optional variable with
+a default needs no bump.
 """
 
 from __future__ import annotations
@@ -44,12 +53,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import BadInput
+from .errors import BadInput, ContractMismatch
 from .layout import SPECULATIVE_ALGORITHMS, LayoutRequest
 from .partition import format_partition, parse_partition
 
 PREFIX = "ASCEND_PD_"
 
+# --- the contract itself ----------------------------------------------------------------
+CONTRACT_VERSION = "ASCEND_PD_CONTRACT_VERSION"  #: the version of this contract, decimal
+#: The version ``launch_env`` writes.
+CONTRACT = 1
+#: The versions ``read_launch_env`` reads (a later launcher may read older ones too).
+SPOKEN_CONTRACT_VERSIONS = (1,)
 # --- identity -------------------------------------------------------------------------
 ROLE = "ASCEND_PD_ROLE"  #: prefill | decode
 DEPLOYMENT = "ASCEND_PD_DEPLOYMENT"  #: the PDDeployment's name
@@ -111,9 +126,28 @@ INSPECT_OUTPUT = "ASCEND_PD_INSPECT_OUTPUT"
 # --- launcher failures --------------------------------------------------------------------
 #: Where the launcher writes why it exits (default ``DEFAULT_TERMINATION_LOG``).
 TERMINATION_LOG = "ASCEND_PD_TERMINATION_LOG"
-#: The launcher's exit code when SGLang's own parser refuses the command line; the
-#: operator reports the container's termination message as LaunchRefused.
+#: The launcher's exit codes (every one with a termination message saying why):
+#: bad input (a variable of this contract, the KV layout file or the model's config.json);
+EXIT_BAD_INPUT = 1
+#: the model on disk gives another KV layout than the operator computed;
+EXIT_LAYOUT_MISMATCH = 3
+#: the instance leader's or the memfabric store's host did not resolve in time;
+EXIT_UNRESOLVED = 4
+#: SGLang's own parser refused the command line (the operator: LaunchRefused);
 EXIT_ARGS_REFUSED = 5
+#: the pod's contract version is not one this launcher speaks (the operator:
+#: EnvContractMismatch).
+EXIT_CONTRACT_VERSION = 6
+#: What each exit means, in a few words: the operator's status says it beside the code.
+LAUNCHER_EXITS = {
+    EXIT_BAD_INPUT: "bad input: an env contract variable, the KV layout file or the "
+    "model's config.json",
+    EXIT_LAYOUT_MISMATCH: "the model's KV layout differs from the operator's",
+    EXIT_UNRESOLVED: "the instance leader's or the store's host did not resolve",
+    EXIT_ARGS_REFUSED: "SGLang's parser refused the command line",
+    EXIT_CONTRACT_VERSION: "the runtime image speaks another env contract version than the "
+    "operator",
+}
 
 #: Where the operator mounts the ``<name>-kv-layout`` ConfigMap, and its key.
 KV_LAYOUT_MOUNT_DIR = "/etc/ascend-pd/kv-layout"
@@ -222,6 +256,7 @@ def launch_env(values: LaunchEnv) -> dict[str, str]:
     """Encode a ``LaunchEnv`` as env vars (the operator's side; pod name/IP excluded,
     they come from the downward API)."""
     env = {
+        CONTRACT_VERSION: str(CONTRACT),
         ROLE: values.role,
         DEPLOYMENT: values.deployment,
         NAMESPACE: values.namespace,
@@ -259,7 +294,9 @@ def launch_env(values: LaunchEnv) -> dict[str, str]:
 
 
 def read_launch_env(environ: Mapping[str, str]) -> LaunchEnv:
-    """Read and check the launcher's env vars; ``BadInput`` names the variable and value."""
+    """Read and check the launcher's env vars; ``BadInput`` names the variable and value,
+    ``ContractMismatch`` both contract versions (checked first: see the module's docstring)."""
+    check_contract_version(environ)
     r = _Reader(environ)
     role = r.choice(ROLE, ROLES)
     algorithm = r.choice(SPECULATIVE_ALGORITHM, SPECULATIVE_ALGORITHMS, default="NONE")
@@ -307,6 +344,36 @@ def read_launch_env(environ: Mapping[str, str]) -> LaunchEnv:
         kv_buf_groups=r.integer(KV_BUF_GROUPS, minimum=1),
         extra_args=tuple(r.json_strings(EXTRA_ARGS)),
     )
+
+
+def check_contract_version(environ: Mapping[str, str]) -> int:
+    """The pod's contract version, if this launcher speaks it; else ``ContractMismatch``
+    naming the pod's version and the ones spoken here."""
+    spoken = ", ".join(str(v) for v in SPOKEN_CONTRACT_VERSIONS)
+    here = f"this runtime image's launcher speaks version {spoken}"
+    fix = (
+        "use the runtime image of the operator's ascend-pd version, or the operator of the "
+        "image's (docs/upgrade.md)"
+    )
+    raw = environ.get(CONTRACT_VERSION)
+    if raw is None or raw == "":
+        raise ContractMismatch(
+            f"env contract version mismatch: {CONTRACT_VERSION} is not set, so the pod was "
+            f"made by an operator older than versioned env contracts; {here}; {fix}"
+        )
+    if not raw.isdigit():
+        raise ContractMismatch(
+            f"env contract version mismatch: {CONTRACT_VERSION} {raw!r} is not a version "
+            f"(a decimal integer); {here}; {fix}"
+        )
+    version = int(raw)
+    if version not in SPOKEN_CONTRACT_VERSIONS:
+        which = "newer" if version > max(SPOKEN_CONTRACT_VERSIONS) else "older"
+        raise ContractMismatch(
+            f"env contract version mismatch: the operator wrote version {version} "
+            f"({CONTRACT_VERSION}), {here} (the operator is {which} than the image); {fix}"
+        )
+    return version
 
 
 @dataclass(frozen=True)

@@ -21,3 +21,7 @@ class ModelConfigError(BadInput):
 
 class LayoutMismatch(AscendPDError):
     """Two sides disagree about the KV layout; transferring would misplace KV."""
+
+
+class ContractMismatch(AscendPDError):
+    """The operator wrote another version of the env contract than the launcher speaks."""

@@ -10,9 +10,10 @@ whether it accepts the command (``sglang_args``): SGLang's flags drift between
 releases and ``extraArgs`` are free text, and a refusal should end the pod at once,
 not after the model started loading. Then it execs SGLang so signals reach it.
 
-Exit codes (the operator reads ``EXIT_ARGS_REFUSED``): 1 bad input (the env contract
-or the kv-layout file), 3 the KV layout differs from the operator's, 4 the leader or
-store host did not resolve, 5 SGLang's parser refused the command line. Every failure
+Exit codes (``env_contract.LAUNCHER_EXITS``; the operator shows each in the status): 1 bad
+input (the env contract or the kv-layout file), 3 the KV layout differs from the operator's,
+4 the leader or store host did not resolve, 5 SGLang's parser refused the command line, 6 the
+pod's env contract version is not one this launcher speaks (checked first). Every failure
 is also written as the container's termination message (``TERMINATION_LOG``), so
 ``kubectl describe pod`` and the PDDeployment's status show it.
 """
@@ -33,14 +34,21 @@ from pathlib import Path
 from typing import Any
 
 from . import env_contract, sglang_args
-from .env_contract import EXIT_ARGS_REFUSED, LaunchEnv, read_launch_env
-from .errors import BadInput, LayoutMismatch
+from .env_contract import (
+    EXIT_ARGS_REFUSED,
+    EXIT_BAD_INPUT,
+    EXIT_CONTRACT_VERSION,
+    EXIT_LAYOUT_MISMATCH,
+    EXIT_UNRESOLVED,
+    LaunchEnv,
+    read_launch_env,
+)
+from .errors import BadInput, ContractMismatch, LayoutMismatch
 from .layout import KVLayout, StageLayout, compute_layout
 from .model_facts import load_model_facts
 from .partition import format_partition
 from .plan import plan_document
 
-EXIT_BAD_INPUT, EXIT_LAYOUT_MISMATCH, EXIT_UNRESOLVED = 1, 3, 4
 #: A termination message is at most 4096 bytes; kubelet truncates the rest.
 TERMINATION_MESSAGE_LIMIT = 4096
 #: The arguments of ``python -m sglang.launch_server`` start after these three.
@@ -98,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         launch = plan_launch(
             os.environ, resolver=retrying_resolver(args.resolve_timeout), python=args.python
         )
+    except ContractMismatch as exc:
+        return _fail(EXIT_CONTRACT_VERSION, str(exc))
     except LayoutMismatch as exc:
         return _fail(EXIT_LAYOUT_MISMATCH, f"KV layout mismatch: {exc}")
     except BadInput as exc:

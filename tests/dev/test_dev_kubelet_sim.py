@@ -243,6 +243,8 @@ class FakeCore:
         self.nodes: dict[str, dict] = {}
         self.pods: dict[tuple[str, str], dict] = {}
         self.events: list[dict] = []
+        self.namespaces: dict[str, dict] = {}
+        self.claims: list[dict] = []
         self.status_writes = 0
         self.node_status_writes = 0
 
@@ -304,7 +306,13 @@ class FakeCore:
         self.events.append(body)
 
     def list_namespace(self, _preload_content: bool = True) -> Response:
-        return Response({"items": []})
+        return Response({"items": [{"metadata": {"name": name, "annotations": notes}}
+                                   for name, notes in self.namespaces.items()]})  # fmt: skip
+
+    def list_persistent_volume_claim_for_all_namespaces(
+        self, _preload_content: bool = True
+    ) -> Response:
+        return Response({"items": copy.deepcopy(self.claims)})
 
     # what a launcher check reads; no pod here has a launcher container
     read_namespaced_config_map = read_namespaced_secret = read_namespaced_service = None
@@ -603,3 +611,83 @@ def test_on_a_not_ready_node_an_unready_container_keeps_its_own_reason() -> None
     reasons = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert reasons["Ready"] == ("False", "NodeNotReady")
     assert reasons["ContainersReady"] == ("False", "ContainersNotReady")
+
+
+# --------------------------------------------------------------------------- images and claims
+
+
+def test_an_unpullable_image_waits_in_err_image_pull_then_image_pull_back_off() -> None:
+    simulator, api, clock = sim()
+    p = running_pod(simulator, api, metadata={"annotations": {
+        ks.UNPULLABLE_ANNOTATION: "registry.example.com/other:2, img:1"}})  # fmt: skip
+    assert p["status"]["phase"] == "Pending"
+    assert "reason" not in p["status"]  # a kubelet gives such a pod no reason
+    assert container(p)["ready"] is False and container(p)["started"] is False
+    waiting = container(p)["state"]["waiting"]
+    assert waiting["reason"] == "ErrImagePull" and '"img:1": not found' in waiting["message"]
+    assert cond(p, "Ready")["status"] == "False"
+    assert cond(p, "Ready")["message"] == "containers with unready status: [main]"
+    clock.t = T0 + 9.9
+    simulator.step()
+    assert container(api.pod("p"))["state"]["waiting"]["reason"] == "ErrImagePull"
+    clock.t = T0 + 10
+    simulator.step()
+    assert container(api.pod("p"))["state"] == {
+        "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "img:1"'}
+    }
+    # the registry has it after all: the container starts
+    api.pod("p")["metadata"]["annotations"] = {}
+    clock.t = T0 + 20
+    simulator.step()
+    p = api.pod("p")
+    assert p["status"]["phase"] == "Running" and cond(p, "Ready")["status"] == "True"
+    assert container(p)["state"] == {"running": {"startedAt": "2026-01-01T00:00:20Z"}}
+
+
+def test_an_image_the_registry_has_is_pulled() -> None:
+    simulator, api, _ = sim()
+    p = running_pod(simulator, api, metadata={"annotations": {ks.UNPULLABLE_ANNOTATION: "img:2"}})
+    assert p["status"]["phase"] == "Running" and cond(p, "Ready")["status"] == "True"
+
+
+def _claiming(name: str, claim: str = "models", notes: dict | None = None) -> dict:
+    volume = {"name": "model", "persistentVolumeClaim": {"claimName": claim}}
+    return pod(name, ascend=1, spec={"volumes": [volume]},
+               metadata={"annotations": notes or {}})  # fmt: skip
+
+
+def test_a_missing_claim_keeps_the_pod_pending_as_the_scheduler_says_when_asked() -> None:
+    simulator, api, _ = sim()
+    api.namespaces["ns"] = {ks.CHECK_CLAIMS_ANNOTATION: "true"}
+    api.add_pod(_claiming("p"))
+    simulator.step()
+    p = api.pod("p")
+    assert "nodeName" not in p["spec"]
+    assert cond(p, "PodScheduled") == {
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": 'persistentvolumeclaim "models" not found', "lastTransitionTime": NOW,
+    }  # fmt: skip
+    assert [(e["reason"], e["message"]) for e in api.events] == [
+        ("FailedScheduling", 'persistentvolumeclaim "models" not found')
+    ]
+    simulator.step()
+    assert len(api.events) == 1  # the same reason is told once
+    # a claim being deleted is refused too; once it exists, the pod is placed
+    api.claims.append({"metadata": {"name": "models", "namespace": "ns",
+                                    "deletionTimestamp": NOW}})  # fmt: skip
+    simulator.step()
+    assert cond(api.pod("p"), "PodScheduled")["message"] == (
+        'persistentvolumeclaim "models" is being deleted'
+    )
+    api.claims = [{"metadata": {"name": "models", "namespace": "ns"}}]
+    simulator.step()
+    assert api.pod("p")["spec"]["nodeName"] == "sim-ascend-0"
+
+
+def test_claims_are_not_looked_at_unless_the_pod_or_namespace_asks() -> None:
+    simulator, api, _ = sim()
+    api.add_pod(_claiming("free"))
+    api.add_pod(_claiming("asked", notes={ks.CHECK_CLAIMS_ANNOTATION: "true"}))
+    simulator.step()
+    assert api.pod("free")["spec"]["nodeName"] == "sim-ascend-0"
+    assert "nodeName" not in api.pod("asked")["spec"]

@@ -3,7 +3,8 @@
 The operator runs behind the fault proxy (every fault rate zero: it only counts), with a resync
 period far longer than the test, so a repair can only come from a child watch event. The proxy
 records every watch request by path and label selector: each child watch must carry our
-selector; none may ask for a kind's every object.
+selector; none may ask for a kind's every object. Events carry no labels: their watch asks
+for the StatefulSet controller's FailedCreate alone, by fields.
 """
 
 from __future__ import annotations
@@ -70,3 +71,7 @@ def test_child_watches_carry_our_selector_and_edits_still_repair(
         asked = {k.split(" ", 1)[1] for k in watches if k.split(" ", 1)[0] == path}
         wanted = "labelSelector=ascendpd.io/deployment"
         assert asked == {wanted}, f"{plural}: watched with {asked}, every watch: {watches}"
+    events = f"/api/v1/namespaces/{namespace}/events"
+    asked = {k.split(" ", 1)[1] for k in watches if k.split(" ", 1)[0] == events}
+    fields = "fieldSelector=involvedObject.kind=StatefulSet,reason=FailedCreate"
+    assert asked == {f"labelSelector= {fields}"}, f"events: watched with {asked}"

@@ -43,7 +43,9 @@ def test_troubleshooting_names_every_launcher_exit_code() -> None:
         launcher.EXIT_LAYOUT_MISMATCH,
         launcher.EXIT_UNRESOLVED,
         ec.EXIT_ARGS_REFUSED,
+        ec.EXIT_CONTRACT_VERSION,
     }
+    assert codes == set(ec.LAUNCHER_EXITS)  # the status names each one's meaning
     table = TROUBLESHOOTING.split("## Launcher exit codes", 1)[1].split("\n## ", 1)[0]
     rows = {int(m) for m in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
     assert rows == codes
@@ -121,3 +123,79 @@ def test_the_image_settings_the_docs_name_are_the_script_s() -> None:
     assert documented >= {"REGISTRY", "BASE_IMAGE", "SGLANG_VERSION", "PUSH"}
     for name in documented:
         assert f"#   {name} " in script, f"devtools/images.sh does not document {name}"
+
+
+def _pod(phase: str = "Running", node: str = "n1", **status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "p-0"}, "spec": {"nodeName": node},
+            "status": {"phase": phase, **status}}  # fmt: skip
+
+
+def _running(**container: Any) -> dict[str, Any]:
+    state = {"running": {"startedAt": "t"}}
+    return _pod(containerStatuses=[{"name": "c", "state": state, **container}])
+
+
+def _waiting(reason: str, **container: Any) -> dict[str, Any]:
+    return _pod(containerStatuses=[{"name": "c", "state": {"waiting": {"reason": reason}},
+                                    **container}])  # fmt: skip
+
+
+#: What the status says an instance waits for: one example per shape, and the words of the
+#: shape that docs/troubleshooting.md must show (with its meaning and fix beside them).
+def _why_shapes() -> list[tuple[str, str]]:
+    from ascend_pd_operator.decisions import status as st
+
+    sched = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "m"}  # fmt: skip
+    lost = {"type": "Ready", "status": "False", "reason": "NodeNotReady"}
+    crashed = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    going = {"metadata": {"name": "p-0", "deletionTimestamp": "t"}}
+    sts = {"metadata": {"name": "s", "uid": "u"}, "spec": {"replicas": 2}}
+    refused = 'pods "p" is forbidden: violates PodSecurity "baseline:latest"'
+    event = {"reason": "FailedCreate", "involvedObject": {"name": "s", "uid": "u"},
+             "message": refused}  # fmt: skip
+    waits = [
+        st.pod_wait(_pod("Pending", node="", conditions=[sched])),
+        st.pod_wait(_pod("Pending", node="")),
+        st.pod_wait(_waiting("ErrImagePull")),
+        st.pod_wait(_waiting("ImagePullBackOff")),
+        st.pod_wait(_waiting("CreateContainerConfigError")),
+        st.pod_wait(_waiting("ContainerCreating")),
+        st.pod_wait(_waiting("CrashLoopBackOff", lastState=crashed)),
+        st.pod_wait(_pod("Failed", reason="Evicted")),
+        st.pod_wait(_pod(conditions=[lost])),
+        st.pod_wait(_running()),
+        st.pod_wait(_running(started=False)),
+        st.pod_wait(going),
+    ]
+    said = [w[1] for w in waits if w is not None]
+    said += [
+        st.instance_wait("s", 2, sts, [], None, [event]),
+        st.instance_wait("s", 2, sts, [], None, []),
+        st.instance_wait("s", 2, None, []),
+        st.instance_wait("s", 0, sts, []),
+        st.podgroup_wait({"metadata": {"name": "g"}}),
+        st.podgroup_wait({"metadata": {"name": "g"}, "status": {"phase": "Inqueue"}}),
+        st.exit_text({"exitCode": 137, "reason": "OOMKilled"}),
+    ]
+    shapes = [
+        "not scheduled (Unschedulable)", "not scheduled yet", "ErrImagePull",
+        "ImagePullBackOff", "CreateContainerConfigError", "ContainerCreating",
+        "CrashLoopBackOff, last exit", "failed (", "not ready (NodeNotReady)",
+        "loading weights: running since", "starting: its startup probe has not passed yet",
+        "terminating", "cannot create pods (FailedCreate)",
+        "pod-security.kubernetes.io/enforce=privileged", "of its pods not created yet",
+        "StatefulSet not created yet", "its StatefulSet's status has not caught up yet",
+        "has no phase yet: is Volcano's scheduler running?", "Inqueue",
+        "killed by SIGKILL: out of memory, or killed",
+    ]  # fmt: skip
+    return [(shape, next((s for s in said if shape in s), "")) for shape in shapes]
+
+
+def test_troubleshooting_shows_every_shape_of_what_an_instance_waits_for() -> None:
+    text = " ".join(TROUBLESHOOTING.split())  # words wrap across lines
+    for shape, said in _why_shapes():
+        assert said, f"the status never says {shape!r}: update this test and the docs"
+        assert shape in text, (
+            f"docs/troubleshooting.md does not show {shape!r} (the status says {said!r})"
+        )

@@ -62,7 +62,9 @@ RESOURCES: tuple[Resource, ...] = (
     Resource(
         "Pod", "", "v1", "pods", ("get", "list", "watch", "delete", "deletecollection", "patch")
     ),
-    Resource("Event", "", "v1", "events", ("create", "patch")),
+    # create/patch: our Warning Events; list/watch: the StatefulSet controller's
+    # FailedCreate Events (a refused pod), which the status names (``child_watch``).
+    Resource("Event", "", "v1", "events", ("create", "patch", "list", "watch")),
     Resource("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", _CHILD, optional=True),
     # Group recovery restarts an instance whose pod's node is NotReady or out of service
     # (its taint), and times a node's loss by its Ready condition: read-only.

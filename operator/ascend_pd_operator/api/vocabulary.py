@@ -112,6 +112,10 @@ REASON_NOT_APPLIED = "NotApplied"
 #: ``<Role>Ready`` when SGLang's parser refused a pod's command line (the launcher's exit
 #: ``env_contract.EXIT_ARGS_REFUSED``); also the Warning Event's.
 REASON_LAUNCH_REFUSED = "LaunchRefused"
+#: ``<Role>Ready`` when a pod's launcher refused the env contract's version (exit
+#: ``env_contract.EXIT_CONTRACT_VERSION``): operator and runtime image of different
+#: ascend-pd versions; also the Warning Event's.
+REASON_ENV_CONTRACT_MISMATCH = "EnvContractMismatch"
 #: Ready
 REASON_READY = "Ready"
 REASON_NOT_READY = "NotReady"

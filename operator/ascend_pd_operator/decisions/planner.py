@@ -50,6 +50,7 @@ from ascend_pd_operator.api.vocabulary import (
     LABEL_ROLE,
     LABEL_ROUTABLE,
     REASON_APPLY_FAILED,
+    REASON_ENV_CONTRACT_MISMATCH,
     REASON_INSPECTING,
     REASON_INSTANCE_RESTARTED,
     REASON_LAUNCH_REFUSED,
@@ -96,8 +97,9 @@ PRUNED_KINDS = (
     "StatefulSet", "Service", "Deployment", "ConfigMap", "PodGroup",
     "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget",
 )  # fmt: skip
-#: Kinds whose live objects the status reads (instance and router readiness).
-STATUS_KINDS = ("StatefulSet", "Deployment")
+#: Kinds whose live objects the status reads (instance and router readiness, and a
+#: Volcano PodGroup's phase while it holds an instance's pods).
+STATUS_KINDS = ("StatefulSet", "Deployment", "PodGroup")
 #: Components kept across spec changes (they cache the model inspection).
 KEPT_COMPONENTS = (COMPONENT_FACTS, COMPONENT_INSPECTOR)
 #: Conditions whose False status (with a reason worth telling) posts a Warning Event.
@@ -107,6 +109,8 @@ EVENT_CONDITIONS = (
 )  # fmt: skip
 #: Reasons that are progress, not a problem: no Event.
 QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY)
+#: Role conditions' reasons that post a Warning Event: a pod's launcher refused to start.
+EVENT_REASONS = (REASON_LAUNCH_REFUSED, REASON_ENV_CONTRACT_MISMATCH)
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,9 @@ class Observation:
     #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
     #: PodDisruptionBudgets' apiVersion depends on it.
     server_minor: int | None = None
+    #: The StatefulSet controller's FailedCreate Events of our instances (the status names
+    #: why an instance has too few pods; ``child_watch.EventWatch``).
+    events: list[Json] = field(default_factory=list)
 
     @property
     def owner(self) -> Owner:
@@ -399,6 +406,7 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         pods=runtime_pods(obs.pods),
         rollout=draft.rollout,
         recovery=draft.recovery,
+        events=obs.events,
     )
     status = compute_status(findings, now=draft.now)
     recovery = draft.recovery or Recovery()
@@ -466,12 +474,13 @@ def runtime_pods(pods: list[Json]) -> list[Json]:
 
 
 def events(previous: Json, status: Json) -> list[Event]:
-    """A Warning Event when a rule rejects the spec or the layout, a write fails, or SGLang
-    refuses a pod's command line: once per message (the previous status has it)."""
+    """A Warning Event when a rule rejects the spec or the layout, a write fails, or a pod's
+    launcher refuses to start (SGLang refused its command line, or the env contract's
+    version): once per message (the previous status has it)."""
     before = {c["type"]: c for c in previous.get("conditions") or []}
     out = []
     for cond in status["conditions"]:
-        if cond["type"] not in EVENT_CONDITIONS and cond["reason"] != REASON_LAUNCH_REFUSED:
+        if cond["type"] not in EVENT_CONDITIONS and cond["reason"] not in EVENT_REASONS:
             continue
         if cond["status"] != "False" or cond["reason"] in QUIET_REASONS:
             continue

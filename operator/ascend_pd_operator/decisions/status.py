@@ -9,6 +9,8 @@ and the reconciler skips the patch.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +24,7 @@ from ascend_pd_operator.api.vocabulary import (
     COND_READY,
     COND_ROUTER_READY,
     COND_VALIDATED,
+    LABEL_INSTANCE,
     LABEL_ROLE,
     PHASE_DEGRADED,
     PHASE_INVALID,
@@ -32,6 +35,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_COMPATIBLE,
     REASON_CONFIGMAP_KEY_MISSING,
     REASON_DISABLED,
+    REASON_ENV_CONTRACT_MISMATCH,
     REASON_HEALTHY,
     REASON_INSPECTION_FAILED,
     REASON_INSTANCES_NOT_READY,
@@ -60,7 +64,11 @@ from ascend_pd_operator.builders.desired import Desired
 from ascend_pd_operator.builders.model_source import FactsResolution
 from ascend_pd_operator.decisions.recovery import Recovery
 from ascend_pd_operator.decisions.rollout import Decision
-from ascend_pd_runtime.env_contract import EXIT_ARGS_REFUSED
+from ascend_pd_runtime.env_contract import (
+    EXIT_ARGS_REFUSED,
+    EXIT_CONTRACT_VERSION,
+    LAUNCHER_EXITS,
+)
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import layout_fingerprint
 
@@ -95,6 +103,9 @@ class Findings:
     rollout: Decision | None = None
     #: Group recovery's restarts and records (None: none written).
     recovery: Recovery | None = None
+    #: The StatefulSet controller's FailedCreate Events of our instances (slim, as
+    #: ``child_watch.slim_event`` keeps them): why an instance has fewer pods than it wants.
+    events: list[Json] = field(default_factory=list)
 
 
 def _condition(type_: str, status: str, reason: str, message: str) -> Json:
@@ -134,35 +145,270 @@ def instance_ready(sts: Json | None) -> bool:
     )
 
 
-def launch_refusal(pod: Json) -> str:
-    """The launcher's termination message when SGLang's parser refused this pod's command
-    (a container terminated, now or before its restart, with ``EXIT_ARGS_REFUSED``)."""
+def launch_refusal(pod: Json, code: int = EXIT_ARGS_REFUSED) -> str:
+    """The launcher's termination message when a container of this pod ended, now or before
+    its restart, with exit ``code``: by default SGLang's parser refused the command
+    (``EXIT_ARGS_REFUSED``); ``EXIT_CONTRACT_VERSION``: the image speaks another env
+    contract than the operator."""
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
         for key in ("state", "lastState"):
             ended = (container.get(key) or {}).get("terminated") or {}
-            if ended.get("exitCode") == EXIT_ARGS_REFUSED:
+            if ended.get("exitCode") == code:
                 message = str(ended.get("message") or "").strip()
-                return message or "SGLang's parser refused the command line (no message)"
+                return message or f"{LAUNCHER_EXITS[code]} (no message)"
     return ""
 
 
-def launch_refusals(pods: list[Json], role: str) -> list[str]:
-    """``pod <name>: <message>`` for every pod of ``role`` whose command SGLang refused."""
+def launch_refusals(pods: list[Json], role: str, code: int = EXIT_ARGS_REFUSED) -> list[str]:
+    """``pod <name>: <message>`` for every pod of ``role`` whose launcher exited ``code``."""
     found = []
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         if (pod["metadata"].get("labels") or {}).get(LABEL_ROLE) != role:
             continue
-        message = launch_refusal(pod)
+        message = launch_refusal(pod, code)
         if message:
             found.append(f"pod {pod['metadata']['name']}: {message}")
     return found
 
 
-def _refused_condition(role: str, refusals: list[str]) -> Json:
+def _refused_condition(role: str, refusals: list[str], reason: str = REASON_LAUNCH_REFUSED) -> Json:
     more = f" (and {len(refusals) - 1} more pods)" if len(refusals) > 1 else ""
-    return _condition(
-        role_ready_condition(role), "False", REASON_LAUNCH_REFUSED, refusals[0] + more
+    return _condition(role_ready_condition(role), "False", reason, refusals[0] + more)
+
+
+# --- why an instance is not ready ------------------------------------------------------
+
+#: A role's condition names at most this many instances that are not ready (the rest are
+#: counted), and quotes at most ``QUOTE_CHARS`` of each message it passes on: it is read by
+#: people, and a cluster's text (a scheduler's per-node list, a webhook's answer) must not
+#: grow the status without bound. ``ROLE_MESSAGE_CHARS`` caps the whole.
+LISTED_INSTANCES = 3
+QUOTE_CHARS = 240
+ROLE_MESSAGE_CHARS = 1536
+#: How much a cause tells (lower: more). An instance names its most telling one: a refused
+#: pod or a failing container, not the pods that only wait behind it.
+(RANK_NOT_CREATED, RANK_EXITED, RANK_WAITING, RANK_GANG, RANK_UNSCHEDULED, RANK_NODE,
+ RANK_CREATING, RANK_LOADING, RANK_TERMINATING) = range(9)  # fmt: skip
+#: The StatefulSet controller's words before the API server's refusal of a pod.
+_FAILED_CREATE_PREFIX = re.compile(r"^create Pod \S+ in StatefulSet \S+ failed error: ")
+#: The fix for a refused pod, by the words of the admission that refused it.
+FAILED_CREATE_FIXES = (
+    ("violates PodSecurity", "the namespace's Pod Security level does not admit the runtime "
+     "pods' host network, host ports and hostPath: label the namespace "
+     "pod-security.kubernetes.io/enforce=privileged (docs/security.md)"),
+    ("unable to validate against any pod security policy", "no PodSecurityPolicy admits the "
+     "runtime pods' host network, host ports and hostPath: let the namespace's default "
+     "ServiceAccount use a privileged one (docs/security.md)"),
+    ("exceeded quota", "a ResourceQuota of the namespace refuses the pods: raise it, or free "
+     "what it counts"),
+)  # fmt: skip
+#: Signals a container's exit code above 128 may carry.
+SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+def quoted(text: Any, limit: int = QUOTE_CHARS) -> str:
+    """``text`` on one line, at most ``limit`` characters (cut ones end in "...")."""
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
+
+
+def exit_meaning(code: Any, has_message: bool) -> str:
+    """What a container's exit code says: the launcher's own codes (it always leaves a
+    termination message; without one, exit 1 is more likely SGLang's after the exec), or the
+    signal that ended it."""
+    if code in LAUNCHER_EXITS and has_message:
+        return f"launcher: {LAUNCHER_EXITS[code]}"
+    if isinstance(code, int) and code > 128:
+        signal = SIGNALS.get(code - 128, f"signal {code - 128}")
+        return f"killed by {signal}" + (": out of memory, or killed" if code == 137 else "")
+    return ""
+
+
+def exit_text(ended: Json) -> str:
+    """``exit <code> [reason] (<meaning>): <termination message>`` of a terminated state."""
+    code = ended.get("exitCode")
+    message = quoted(ended.get("message"))
+    reason = str(ended.get("reason") or "")
+    meaning = exit_meaning(code, bool(message))
+    text = f"exit {code}" + (f" {reason}" if reason not in ("", "Error") else "")
+    return text + (f" ({meaning})" if meaning else "") + (f": {message}" if message else "")
+
+
+def _pod_condition(pod: Json, type_: str) -> Json:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == type_), {})
+
+
+def _pod_ready(pod: Json) -> bool:
+    return _pod_condition(pod, "Ready").get("status") == "True"
+
+
+def _said(cond: Json) -> str:
+    """``(<reason>): <message>`` of a condition, as far as it says them."""
+    reason, message = cond.get("reason"), quoted(cond.get("message"))
+    return (f" ({reason})" if reason else "") + (f": {message}" if message else "")
+
+
+def pod_wait(pod: Json) -> tuple[int, str] | None:
+    """Why ``pod`` is not ready, and how much that tells (a ``RANK_*``); None when it is
+    ready. From what the pod's status says, in the order Kubernetes gets a pod going:
+    scheduled, its image pulled and container created, started, ready."""
+    name = pod["metadata"]["name"]
+    if pod["metadata"].get("deletionTimestamp"):
+        return RANK_TERMINATING, f"pod {name} terminating"
+    if _pod_ready(pod):
+        return None
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    states = [(c, c.get("state") or {}) for c in containers]
+    if status.get("phase") == "Failed":
+        ended = next((s["terminated"] for _, s in states if "terminated" in s), None)
+        text = f"pod {name} failed" + _said(status)
+        return RANK_EXITED, text + (f", its container {exit_text(ended)}" if ended else "")
+    if not (pod.get("spec") or {}).get("nodeName"):
+        scheduled = _pod_condition(pod, "PodScheduled")
+        if scheduled.get("status") == "False":
+            return RANK_UNSCHEDULED, f"pod {name} not scheduled{_said(scheduled)}"
+        return RANK_CREATING, f"pod {name} not scheduled yet"
+    for container, state in states:
+        last = (container.get("lastState") or {}).get("terminated")
+        if "terminated" in state:
+            return RANK_EXITED, f"pod {name} {exit_text(state['terminated'])}"
+        waiting = state.get("waiting")
+        if waiting is None:
+            continue
+        reason = str(waiting.get("reason") or "Waiting")
+        if last:  # between restarts (CrashLoopBackOff): the last exit says why
+            return RANK_EXITED, f"pod {name} {reason}, last {exit_text(last)}"
+        said = f"pod {name} {reason}" + (f": {quoted(waiting['message'])}"
+                                          if waiting.get("message") else "")  # fmt: skip
+        creating = reason in ("ContainerCreating", "PodInitializing")
+        return (RANK_CREATING if creating else RANK_WAITING), said
+    ready = _pod_condition(pod, "Ready")
+    if ready.get("reason") == "NodeNotReady":
+        return RANK_NODE, f"pod {name} not ready{_said(ready)}"
+    for container, state in states:
+        since = (state.get("running") or {}).get("startedAt")
+        if since is None:
+            continue
+        if container.get("started") is False:
+            return RANK_LOADING, (f"pod {name} starting: its startup probe has not passed "
+                                  f"yet (running since {since})")  # fmt: skip
+        last = (container.get("lastState") or {}).get("terminated")
+        again = f"; restarted after {exit_text(last)}" if last else ""
+        return RANK_LOADING, (
+            f"pod {name} loading weights: running since {since}, ready once its instance "
+            f"leader's SGLang answers /health{again}"
+        )
+    return RANK_CREATING, f"pod {name} {status.get('phase') or 'Pending'}"
+
+
+def failed_create(sts: Json, events: Iterable[Json]) -> str:
+    """Why the StatefulSet controller could not create ``sts``'s pods (its latest
+    FailedCreate Event of this StatefulSet, not of an older one of the same name), with the
+    fix where the refusal's words tell it; "" when it has not said."""
+    meta = sts.get("metadata") or {}
+    name, uid = meta.get("name"), meta.get("uid")
+    mine = [
+        e for e in events
+        if e.get("reason") == "FailedCreate"
+        and (e.get("involvedObject") or {}).get("name") == name
+        and (not uid or (e.get("involvedObject") or {}).get("uid") in (None, "", uid))
+    ]  # fmt: skip
+    if not mine:
+        return ""
+    latest = max(mine, key=lambda e: (str(e.get("lastTimestamp") or ""), int(e.get("count") or 0)))
+    message = _FAILED_CREATE_PREFIX.sub("", str(latest.get("message") or ""))
+    fix = next((fix for words, fix in FAILED_CREATE_FIXES if words in message), "")
+    return f"StatefulSet {name} cannot create pods (FailedCreate): {quoted(message)}" + (
+        f"; {fix}" if fix else ""
     )
+
+
+def podgroup_wait(podgroup: Json | None) -> str:
+    """Why Volcano holds an instance's pods (its PodGroup not yet Running), or ""."""
+    if not podgroup:
+        return ""
+    name = podgroup["metadata"]["name"]
+    status = podgroup.get("status") or {}
+    phase = status.get("phase")
+    if not phase:
+        return f"PodGroup {name} has no phase yet: is Volcano's scheduler running?"
+    if phase not in ("Pending", "Inqueue"):
+        return ""
+    said = [c for c in status.get("conditions") or []
+            if c.get("type") == "Unschedulable" and c.get("status") == "True"]  # fmt: skip
+    return (
+        f"PodGroup {name} {phase}"
+        + (_said(said[-1]) if said else "")
+        + (" (Volcano starts an instance's pods together, once all of them fit)")
+    )
+
+
+def instance_wait(
+    name: str,
+    want: int,
+    sts: Json | None,
+    pods: list[Json],
+    podgroup: Json | None = None,
+    events: Iterable[Json] = (),
+) -> str:
+    """``<instance> (<ready>/<want> pods ready): <why>`` for an instance that is not ready:
+    its most telling cause (``RANK_*``; among equals, its lowest pod), and how many other
+    pods are not ready."""
+    if sts is None:
+        return f"{name}: StatefulSet not created yet"
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    head = f"{name} ({sum(_pod_ready(p) for p in live)}/{want} pods ready)"
+    found: list[tuple[int, str]] = []
+    if len(live) < want:
+        refused = failed_create(sts, events)
+        if refused:
+            found.append((RANK_NOT_CREATED, refused))
+    if any(not (p.get("spec") or {}).get("nodeName") for p in live):
+        gang = podgroup_wait(podgroup)
+        if gang:
+            found.append((RANK_GANG, gang))
+    waits = [w for p in sorted(pods, key=lambda p: p["metadata"]["name"])
+             if (w := pod_wait(p)) is not None]  # fmt: skip
+    found = sorted(found + waits, key=lambda f: f[0])  # stable: the lowest pod first
+    if not found:
+        if len(live) < want:
+            return f"{head}: {want - len(live)} of its pods not created yet"
+        return f"{head}: its StatefulSet's status has not caught up yet"
+    others = len(waits) - (found[0] in waits)
+    return head + ": " + found[0][1] + (f" (and {_count(others, 'more pod')} not ready)"
+                                        if others else "")  # fmt: skip
+
+
+def role_waits(obs: Findings, spec: PDDeploymentSpec, role: str) -> list[str]:
+    """``instance_wait`` of every instance of ``role`` that is not ready, by index."""
+    r = spec.role(role)
+    pods: dict[str, list[Json]] = {}
+    for pod in obs.pods:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(LABEL_ROLE) == role:
+            pods.setdefault(str(labels.get(LABEL_INSTANCE)), []).append(pod)
+    out = []
+    for index in range(r.replicas):
+        name = instance_name(obs.owner, role, index)
+        sts = obs.children.get(("StatefulSet", name))
+        if not instance_ready(sts):
+            group = obs.children.get(("PodGroup", name))
+            out.append(instance_wait(name, r.nodes_per_instance, sts, pods.get(str(index), []),
+                                     group, obs.events))  # fmt: skip
+    return out
+
+
+def waits_text(waits: list[str]) -> str:
+    """The first ``LISTED_INSTANCES`` waits, the rest counted."""
+    text = "; ".join(waits[:LISTED_INSTANCES])
+    rest = len(waits) - LISTED_INSTANCES
+    return text + (f"; and {_count(rest, 'more instance')} not ready" if rest > 0 else "")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _role_status(obs: Findings, spec: PDDeploymentSpec, role: str) -> tuple[Json, bool, bool]:
@@ -261,6 +507,8 @@ def compute_status(obs: Findings, now: str) -> Json:
     applied = spec is not None and desired is not None and desired.ok
     exists = True
     all_ready = applied
+    #: The first instance that is not ready and why: the Ready condition's message says it.
+    first_wait = ""
     if applied:
         assert spec is not None
         for role in ROLES:
@@ -270,17 +518,25 @@ def compute_status(obs: Findings, now: str) -> Json:
             all_ready = all_ready and role_ready
             ready_text = f"{role_status['readyReplicas']}/{role_status['replicas']} instances ready"
             refusals = [] if role_ready else launch_refusals(obs.pods, role)
-            if refusals:
-                conds.append(_refused_condition(role, refusals))
+            skewed = [] if role_ready else launch_refusals(obs.pods, role, EXIT_CONTRACT_VERSION)
+            if refusals or skewed:
+                found = refusals or skewed
+                reason = REASON_LAUNCH_REFUSED if refusals else REASON_ENV_CONTRACT_MISMATCH
+                conds.append(_refused_condition(role, found, reason))
+                first_wait = first_wait or found[0]
                 continue
+            waits = [] if role_ready else role_waits(obs, spec, role)
+            first_wait = first_wait or (waits[0] if waits else "")
+            message = f"{ready_text} ({role_status['nodesPerInstance']} nodes each)"
             conds.append(
                 _condition(
                     role_ready_condition(role),
                     "True" if role_ready else "False",
                     REASON_INSTANCES_READY if role_ready else REASON_INSTANCES_NOT_READY,
-                    f"{ready_text} ({role_status['nodesPerInstance']} nodes each)",
+                    quoted(message + (f": {waits_text(waits)}" if waits else ""),
+                           ROLE_MESSAGE_CHARS),
                 )
-            )
+            )  # fmt: skip
         router_status, router_ok, router_text = _router_status(obs, spec)
         status["router"] = router_status
         all_ready = all_ready and router_ok
@@ -342,8 +598,12 @@ def compute_status(obs: Findings, now: str) -> Json:
         )
     else:
         waiting = [c["type"] for c in conds if c["status"] != "True"]
+        # The first instance's cause too: `kubectl describe` users read Ready first.
+        why = f": {quoted(first_wait, QUOTE_CHARS * 2)}" if first_wait else ""
         conds.append(
-            _condition(COND_READY, "False", REASON_NOT_READY, f"waiting for {', '.join(waiting)}")
+            _condition(
+                COND_READY, "False", REASON_NOT_READY, f"waiting for {', '.join(waiting)}{why}"
+            )
         )
 
     status["conditions"] = _with_times(conds, prev.get("conditions") or [], now, obs)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -84,9 +85,22 @@ POD_METADATA = (
 )  # fmt: skip
 
 
+#: What the status reads of a container's status: readiness and restarts, and what it
+#: waits for (``state``'s waiting reason, the last termination's exit code and message,
+#: ``started`` for a startup probe); ``status.pod_wait`` tells it.
+CONTAINER_STATUS = ("name", "ready", "started", "restartCount", "state", "lastState")
+
+
+def _kept_condition(cond: Json) -> bool:
+    return cond.get("type") == "Ready" or (
+        cond.get("type") == "PodScheduled" and cond.get("status") != "True"
+    )
+
+
 def slim_pod(pod: Json) -> Json:
     """What the controller reads of a pod, and no more: a full pod is ~10 KiB of spec and
-    managed fields the operator never looks at."""
+    managed fields the operator never looks at. Of its conditions: Ready, and PodScheduled
+    while it is not True (the scheduler's reason, ``status.pod_wait``)."""
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     return {
@@ -94,13 +108,49 @@ def slim_pod(pod: Json) -> Json:
         "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName", "")},
         "status": {
             **{k: status[k] for k in ("phase", "reason", "message") if k in status},
-            "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"],
+            "conditions": [c for c in status.get("conditions") or [] if _kept_condition(c)],
             "containerStatuses": [
-                {k: c[k] for k in ("name", "ready", "restartCount", "state", "lastState") if k in c}
+                {k: c[k] for k in CONTAINER_STATUS if k in c}
                 for c in status.get("containerStatuses") or []
             ],
         },
     }
+
+
+#: The Events the operator reads, as the API server filters them: the StatefulSet
+#: controller's ``FailedCreate``, a pod the API server refused (Pod Security, a
+#: ResourceQuota, a webhook). A StatefulSet's status has no condition for it (1.20), so
+#: this Warning Event is the only place it is told; no other Event travels.
+EVENT_FIELD_SELECTOR = "involvedObject.kind=StatefulSet,reason=FailedCreate"
+#: ``<deployment>-<role>-<index>``: the instance StatefulSet an Event names (``naming``).
+_INSTANCE = re.compile(rf"^(?P<owner>.+)-(?:{'|'.join(ROLES)})-\d+$")
+
+
+def event_owner(event: Json) -> str:
+    """The PDDeployment whose instance StatefulSet ``event`` is about ("" if none could be):
+    Events carry no labels, so the name tells. A foreign StatefulSet named like ours costs
+    one reconcile of a PDDeployment that is not there; the status compares uids."""
+    involved = event.get("involvedObject") or {}
+    if involved.get("kind") != "StatefulSet":
+        return ""
+    found = _INSTANCE.match(str(involved.get("name", "")))
+    return found.group("owner") if found else ""
+
+
+def slim_event(event: Json) -> Json:
+    """What the status reads of a FailedCreate Event; the owner it names as our deployment
+    label, so the cache lists it with the deployment's other children."""
+    meta = event.get("metadata") or {}
+    involved = event.get("involvedObject") or {}
+    return {
+        "metadata": {
+            **{k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
+            "labels": {LABEL_DEPLOYMENT: event_owner(event)},
+        },
+        "involvedObject": {k: involved[k] for k in ("kind", "name", "uid") if k in involved},
+        **{k: event[k] for k in ("type", "reason", "message", "count", "lastTimestamp")
+           if k in event},
+    }  # fmt: skip
 
 
 #: kind -> which of our objects of that kind the operator keeps (default: all)
@@ -113,7 +163,7 @@ class Transport(Protocol):
     """What a watch needs of the API (``kube.Kube`` in the operator, a fake in tests)."""
 
     def list_versioned(
-        self, kind: str, namespace: str | None, selector: str
+        self, kind: str, namespace: str | None, selector: str, field_selector: str = ""
     ) -> tuple[list[Json], str]: ...
 
     def watch(
@@ -123,6 +173,7 @@ class Transport(Protocol):
         selector: str,
         resource_version: str,
         timeout_seconds: int,
+        field_selector: str = "",
     ) -> Iterator[Json]: ...
 
 
@@ -162,6 +213,8 @@ class ChildWatch:
         self.kind = kind
         self.namespace = namespace
         self.selector = selector_for(kind)
+        #: A field selector the API server applies too ("" for none).
+        self.field_selector = ""
         self.keep = KEEP.get(kind)
         self.transport = transport
         self.queue = queue
@@ -233,8 +286,9 @@ class ChildWatch:
         started = time.monotonic()
         delivered = False
         events = self.transport.watch(
-            self.kind, self.namespace, self.selector, self.resource_version, timeout
-        )
+            self.kind, self.namespace, self.selector, self.resource_version, timeout,
+            field_selector=self.field_selector,
+        )  # fmt: skip
         try:
             for event in events:
                 self.handle(event)
@@ -255,7 +309,9 @@ class ChildWatch:
     def relist(self) -> None:
         """List anew and replace what this watch knew: new, changed and vanished objects
         are reported; unchanged ones are not."""
-        items, version = self.transport.list_versioned(self.kind, self.namespace, self.selector)
+        items, version = self.transport.list_versioned(
+            self.kind, self.namespace, self.selector, field_selector=self.field_selector
+        )
         current: set[Key] = set()
         for obj in items:
             current.add(_key(obj))
@@ -347,6 +403,30 @@ class NodeWatch(ChildWatch):
             self.queue.add((namespace, owner))
 
 
+class EventWatch(ChildWatch):
+    """The StatefulSet controller's FailedCreate Events in one namespace (None: all), as the
+    API server selects them (``EVENT_FIELD_SELECTOR``; Events carry no labels). Each one
+    of an instance of ours is kept slim (``slim_event``) and reconciles its PDDeployment,
+    whose status then names why the instance has no pods. The controller repeats a refused
+    create with backoff, counting into the same Event, and Events expire after an hour
+    (the API server's ``--event-ttl``), so what is kept stays small."""
+
+    def __init__(
+        self, namespace: str | None, transport: Transport, queue: Queue, cache: LiveCache
+    ) -> None:
+        super().__init__("Event", namespace, transport, queue, cache)
+        self.selector = ""
+        self.field_selector = EVENT_FIELD_SELECTOR
+
+    def _seen(self, obj: Json) -> None:
+        if not event_owner(obj):
+            key = _key(obj)
+            if key in self.known:
+                self._gone(key)
+            return
+        super()._seen(slim_event(obj))
+
+
 def _facts(node: Json) -> Json:
     """What group recovery reads of a (slim) node: all of it but its resourceVersion."""
     return {k: v for k, v in node.items() if k != "metadata"}
@@ -382,9 +462,13 @@ def start_child_watches(
     from ascend_pd_operator.kubeio.kube import Kube, watch_client
 
     kinds = list(kinds)
-    count = len(kinds) * (len(list(namespaces)) if namespaces else 1)
+    namespaces = list(namespaces) if namespaces else None
+    scopes: list[str | None] = list(namespaces) if namespaces else [None]
+    # One connection per watch: the children's and the Events' per scope, and the nodes'.
+    count = (len(kinds) + 1) * len(scopes)
     transport = Kube(watch_client(api_client, count + 1))
     watches = child_watches(kinds, namespaces, transport, queue, cache)
     if cache is not None:
         watches.append(NodeWatch(transport, queue, cache))
+        watches += [EventWatch(ns, transport, queue, cache) for ns in scopes]
     return watches

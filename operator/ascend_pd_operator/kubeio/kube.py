@@ -134,6 +134,11 @@ RETRIES = urllib3.Retry(total=3, respect_retry_after_header=False)
 TRANSIENT_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 
 
+def _selectors(labels: str, fields: str) -> list[tuple[str, str]]:
+    """The query parameters of a label and a field selector ("" for none)."""
+    return [(k, v) for k, v in (("labelSelector", labels), ("fieldSelector", fields)) if v]
+
+
 def is_transient(exc: BaseException) -> bool:
     """A failure that says nothing about the request: a conflict, throttling, a server
     error, the API server unreachable or timing out, or this replica no longer leading.
@@ -331,8 +336,10 @@ class Kube:
         except NotFound:
             return None
 
-    def list(self, kind: str, namespace: str | None, selector: str = "") -> list[Json]:
-        query = [("labelSelector", selector)] if selector else []
+    def list(
+        self, kind: str, namespace: str | None, selector: str = "", field_selector: str = ""
+    ) -> list[Json]:
+        query = _selectors(selector, field_selector)
         try:
             doc = self.request("GET", path(self.resource(kind), namespace), query=query)
         except NotFound:
@@ -358,10 +365,13 @@ class Kube:
             if not token:
                 return
 
-    def list_versioned(self, kind: str, namespace: str | None, selector: str) -> tuple[Items, str]:
-        """The objects of ``kind`` matching ``selector`` and the list's resourceVersion, from
-        which a watch continues. The API server filters: only matching objects travel."""
-        query = [("labelSelector", selector)] if selector else []
+    def list_versioned(
+        self, kind: str, namespace: str | None, selector: str, field_selector: str = ""
+    ) -> tuple[Items, str]:
+        """The objects of ``kind`` matching ``selector`` (and ``field_selector``) and the
+        list's resourceVersion, from which a watch continues. The API server filters: only
+        matching objects travel."""
+        query = _selectors(selector, field_selector)
         doc = self.request("GET", path(self.resource(kind), namespace), query=query)
         items: Items = doc.get("items") or []
         return items, str((doc.get("metadata") or {}).get("resourceVersion", ""))
@@ -373,6 +383,7 @@ class Kube:
         selector: str,
         resource_version: str,
         timeout_seconds: int,
+        field_selector: str = "",
     ) -> Iterator[Json]:
         """Watch events (``{"type", "object"}``) of ``kind`` matching ``selector`` after
         ``resource_version``, with bookmarks, until the server ends the watch after
@@ -380,8 +391,7 @@ class Kube:
         that is a dead connection and raises (urllib3's ReadTimeoutError)."""
         query = [("watch", "true"), ("allowWatchBookmarks", "true"),
                  ("timeoutSeconds", str(timeout_seconds))]  # fmt: skip
-        if selector:
-            query.append(("labelSelector", selector))
+        query += _selectors(selector, field_selector)
         if resource_version:
             query.append(("resourceVersion", resource_version))
         timeout = (WATCH_CONNECT_SECONDS, timeout_seconds + WATCH_READ_SLACK_SECONDS)

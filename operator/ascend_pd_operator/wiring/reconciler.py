@@ -49,6 +49,7 @@ from ascend_pd_operator.decisions.planner import (
 )
 from ascend_pd_operator.decisions.recovery import DEFAULT_POLICY, RecoveryPolicy
 from ascend_pd_operator.decisions.status import merge_patch, status_changed
+from ascend_pd_operator.kubeio.child_watch import EVENT_FIELD_SELECTOR, event_owner, slim_event
 from ascend_pd_operator.kubeio.kube import Kube, KubeError, NotFound, is_transient
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 
@@ -127,6 +128,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
                 nodes[str(node)] = watched
     else:
         pods = kube.list("Pod", namespace, f"{LABEL_DEPLOYMENT}={name}")
+    events = _failed_creates(kube, cache, namespace, name, children["StatefulSet"])
     return Observation(
         resource=resource,
         user_configmap=user_cm,
@@ -138,7 +140,27 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
         gone_pods=gone,
         nodes=nodes,
         server_minor=kube.server_minor,
+        events=events,
     )
+
+
+def _failed_creates(
+    kube: Kube, cache: LiveCache | None, namespace: str, name: str, statefulsets: list[Json]
+) -> list[Json]:
+    """The StatefulSet controller's FailedCreate Events of our instances: from the Event
+    watch's cache, or without one (the audit) a LIST, only while an instance has fewer pods
+    than it wants (the only time the status reads them)."""
+    if cache is not None:
+        return cache.listed("Event", namespace, {LABEL_DEPLOYMENT: name})
+    short = any(
+        int((s.get("status") or {}).get("replicas", 0) or 0)
+        < int((s.get("spec") or {}).get("replicas", 0) or 0)
+        for s in statefulsets
+    )
+    if not short:
+        return []
+    listed = kube.list("Event", namespace, field_selector=EVENT_FIELD_SELECTOR)
+    return [slim_event(e) for e in listed if event_owner(e) == name]
 
 
 def _children(

@@ -21,6 +21,7 @@ from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 from ascend_pd_operator.kubeio.backoff import Streak
 from ascend_pd_operator.kubeio.child_watch import (
     ChildWatch,
+    EventWatch,
     Expired,
     NodeWatch,
     WatchError,
@@ -82,9 +83,10 @@ class FakeTransport:
         self.calls: list[tuple[str, ...]] = []
 
     def list_versioned(
-        self, kind: str, namespace: str | None, selector: str
+        self, kind: str, namespace: str | None, selector: str, field_selector: str = ""
     ) -> tuple[list[Json], str]:
-        self.calls.append(("list", kind, str(namespace), selector))
+        fields = (field_selector,) if field_selector else ()
+        self.calls.append(("list", kind, str(namespace), selector, *fields))
         if not self.lists:
             self.stop.set()
             raise RuntimeError("end of the list script")
@@ -95,9 +97,16 @@ class FakeTransport:
         return items, rv
 
     def watch(
-        self, kind: str, namespace: str | None, selector: str, rv: str, timeout: int
+        self,
+        kind: str,
+        namespace: str | None,
+        selector: str,
+        rv: str,
+        timeout: int,
+        field_selector: str = "",
     ) -> Iterator[Json]:
-        self.calls.append(("watch", kind, str(namespace), selector, rv))
+        fields = (field_selector,) if field_selector else ()
+        self.calls.append(("watch", kind, str(namespace), selector, rv, *fields))
         if not self.watches:
             self.stop.set()
             return iter(())
@@ -485,3 +494,96 @@ def test_a_slim_pod_keeps_when_its_deletion_was_requested():
         "status": {"phase": "Running"},
     }  # fmt: skip
     assert str(deletion_requested(slim_pod(pod))) == "2026-12-01 08:00:00+00:00"
+
+
+def _failed_create(sts: str, rv: str, message: str = "exceeded quota: q", count: int = 1) -> Json:
+    """A FailedCreate Event as the StatefulSet controller of 1.20 records it."""
+    return {
+        "metadata": {"name": f"{sts}.16a8f", "namespace": "ns", "resourceVersion": rv,
+                     "managedFields": [{"manager": "kube-controller-manager"}]},
+        "involvedObject": {"kind": "StatefulSet", "namespace": "ns", "name": sts,
+                           "uid": f"uid-{sts}", "apiVersion": "apps/v1",
+                           "resourceVersion": "77"},
+        "reason": "FailedCreate", "type": "Warning", "count": count,
+        "message": f"create Pod {sts}-0 in StatefulSet {sts} failed error: {message}",
+        "source": {"component": "statefulset-controller"},
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:01:00Z",
+    }  # fmt: skip
+
+
+def test_the_event_watch_asks_the_server_for_failed_creates_and_keeps_those_of_our_instances():
+    stop = Stop()
+    foreign = _failed_create("web", "3")  # a StatefulSet of no PDDeployment
+    transport = FakeTransport(
+        lists=[([_failed_create("dsv3-prefill-0", "1"), foreign], "5")],
+        watches=[[event("MODIFIED", _failed_create("dsv3-decode-1", "6", count=4)),
+                  event("DELETED", _failed_create("dsv3-prefill-0", "7"))]],
+        stop=stop,
+    )  # fmt: skip
+    queue, cache = Queue(), LiveCache()
+    watch = EventWatch("ns", transport, queue, cache)
+    watch.run(stop)
+    # no label selector (Events carry none): the fields select, on the server
+    fields = "involvedObject.kind=StatefulSet,reason=FailedCreate"
+    assert transport.calls[:2] == [("list", "Event", "ns", "", fields),
+                                   ("watch", "Event", "ns", "", "5", fields)]  # fmt: skip
+    assert queue.keys == [("ns", "dsv3")] * 3  # the foreign one queues nothing
+    kept = cache.listed("Event", "ns", {LABEL_DEPLOYMENT: "dsv3"})
+    assert [e["involvedObject"]["name"] for e in kept] == ["dsv3-decode-1"]
+    assert kept[0] == {
+        "kind": "Event",
+        "metadata": {"name": "dsv3-decode-1.16a8f", "namespace": "ns", "resourceVersion": "6",
+                     "labels": {LABEL_DEPLOYMENT: "dsv3"}},
+        "involvedObject": {"kind": "StatefulSet", "name": "dsv3-decode-1",
+                           "uid": "uid-dsv3-decode-1"},
+        "type": "Warning", "reason": "FailedCreate", "count": 4,
+        "lastTimestamp": "2026-01-01T00:01:00Z",
+        "message": "create Pod dsv3-decode-1-0 in StatefulSet dsv3-decode-1 failed error: "
+                   "exceeded quota: q",
+    }  # fmt: skip
+    assert cache.listed("Event", "ns", {LABEL_DEPLOYMENT: "web"}) == []
+
+
+def test_a_slim_pod_keeps_what_says_why_it_waits() -> None:
+    pod = _pod("dsv3-prefill-0-0", "1")
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": 'persistentvolumeclaim "models" not found'}  # fmt: skip
+    ready = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "Initialized", "status": "True"}, ready, scheduled],
+        "containerStatuses": [{"name": "runtime", "ready": False, "started": False,
+                               "restartCount": 0, "image": "big", "imageID": "",
+                               "state": {"waiting": {"reason": "ImagePullBackOff"}}}],
+    }  # fmt: skip
+    slim = slim_pod(pod)
+    assert slim["status"]["conditions"] == [ready, scheduled]
+    assert slim["status"]["containerStatuses"] == [
+        {"name": "runtime", "ready": False, "started": False, "restartCount": 0,
+         "state": {"waiting": {"reason": "ImagePullBackOff"}}}]  # fmt: skip
+    # once scheduled, the condition says nothing the node name does not
+    pod["status"]["conditions"][2] = {**scheduled, "status": "True"}
+    assert slim_pod(pod)["status"]["conditions"] == [ready]
+
+
+def test_kube_list_and_watch_send_a_field_selector(
+    watch_server: tuple[str, list[dict[str, list[str]]], list[int]],
+) -> None:
+    url, queries, _ = watch_server
+    kube = _kube(url)
+    fields = "involvedObject.kind=StatefulSet,reason=FailedCreate"
+    list(kube.watch("Event", "ns", "", "4", 300, field_selector=fields))
+    assert queries[-1]["fieldSelector"] == [fields] and "labelSelector" not in queries[-1]
+
+
+def test_the_operator_watches_failed_creates_once_per_scope_beside_its_children() -> None:
+    from ascend_pd_operator.kubeio.child_watch import start_child_watches
+
+    api = client.ApiClient(client.Configuration())
+    scoped = start_child_watches(["Pod", "Job"], ["a", "b"], api, Queue(), LiveCache())
+    assert sorted((w.kind, w.namespace) for w in scoped if isinstance(w, EventWatch)) == [
+        ("Event", "a"), ("Event", "b")]  # fmt: skip
+    assert [w.name for w in scoped if w.kind == "Event"] == ["watch Event in a", "watch Event in b"]
+    cluster = start_child_watches(["Pod"], None, api, Queue(), LiveCache())
+    assert [(w.kind, w.namespace) for w in cluster] == [("Pod", None), ("Node", None),
+                                                        ("Event", None)]  # fmt: skip

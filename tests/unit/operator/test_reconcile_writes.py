@@ -47,15 +47,25 @@ class FakeKube:
         found = self.objects.get((kind, namespace, name))
         return copy.deepcopy(found) if found else None
 
-    def list(self, kind: str, namespace: str | None, selector: str = "") -> list[Json]:
+    def list(
+        self, kind: str, namespace: str | None, selector: str = "", field_selector: str = ""
+    ) -> list[Json]:
         self.calls.append(("LIST", kind))
         wanted = dict(pair.split("=", 1) for pair in selector.split(",") if pair)
+        fields = dict(pair.split("=", 1) for pair in field_selector.split(",") if pair)
+
+        def field(o: Json, dotted: str) -> Any:
+            for part in dotted.split("."):
+                o = o.get(part) or {}
+            return o
+
         return [
             copy.deepcopy(o)
             for (k, ns, _), o in self.objects.items()
             if k == kind
             and ns == namespace
             and all(o["metadata"].get("labels", {}).get(a) == b for a, b in wanted.items())
+            and all(field(o, a) == b for a, b in fields.items())
         ]
 
     def list_paged(self, kind: str, namespace: str | None, selector: str = "") -> Iterator[Json]:

@@ -183,3 +183,45 @@ def test_resolver_times_out_with_host_named():
     with pytest.raises(TimeoutError, match=r"'no-such-host\.invalid' did not resolve"):
         resolve("no-such-host.invalid")
     assert resolve("localhost") in ("127.0.0.1", "::1")
+
+
+@pytest.mark.parametrize(
+    ("written", "named"),
+    [
+        ("2", "the operator wrote version 2 (ASCEND_PD_CONTRACT_VERSION)"),
+        ("0", "the operator wrote version 0 (ASCEND_PD_CONTRACT_VERSION)"),
+        ("v1", "ASCEND_PD_CONTRACT_VERSION 'v1' is not a version"),
+        (None, "ASCEND_PD_CONTRACT_VERSION is not set"),
+    ],
+)
+def test_launcher_refuses_an_env_contract_it_does_not_speak(
+    tmp_path, monkeypatch, capsys, written, named
+):
+    """The real entry point exits 6 naming the pod's version and the launcher's, before it
+    reads any other variable, and leaves the reason as the termination message."""
+    env = _env(tmp_path)
+    # A variable a newer contract might have renamed: the version must be judged first.
+    del env[env_contract.MODEL_PATH]
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if written is None:
+        monkeypatch.delenv("ASCEND_PD_CONTRACT_VERSION")
+    else:
+        monkeypatch.setenv("ASCEND_PD_CONTRACT_VERSION", written)
+    termination = tmp_path / "termination-log"
+    monkeypatch.setenv("ASCEND_PD_TERMINATION_LOG", str(termination))
+    monkeypatch.setattr("ascend_pd_runtime.launcher.retrying_resolver", lambda timeout: resolver)
+    assert runtime_cli(["launch", "--python", "py"]) == 6
+    err = capsys.readouterr().err
+    message = termination.read_text()
+    assert message.startswith("env contract version mismatch: ")
+    assert message in err
+    assert named in message
+    assert "this runtime image's launcher speaks version 1" in message
+    assert "ASCEND_PD_MODEL_PATH" not in message
+
+
+def test_the_operator_side_writes_the_version_the_launcher_speaks(tmp_path):
+    env = _env(tmp_path)
+    assert env["ASCEND_PD_CONTRACT_VERSION"] == "1"
+    assert plan_launch(env, resolver, python="py").argv[0] == "py"

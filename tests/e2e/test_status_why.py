@@ -1,0 +1,128 @@
+"""The not-Ready message names its cause, on a real API server and controller manager.
+
+Each test breaks one thing a first deployment typically gets wrong, as the user would
+(a missing PVC, a bad image, a namespace that refuses the pods), and waits until the
+PDDeployment's Ready condition names it; the expected words are Kubernetes' own (the
+1.20 scheduler's, the kubelet's, the quota admission's), not the operator's.
+
+- a missing PVC: kubelet-sim schedules as the 1.20 scheduler does for claims when the
+  namespace asks (``check-claims``): Pending, ``persistentvolumeclaim "models" not found``;
+- a bad image: kubelet-sim is told the registry lacks it (``unpullable-images``, through the
+  roles' ``podAnnotations``): ErrImagePull, then ImagePullBackOff;
+- a refused pod: the 1.20 control plane has no PodSecurity admission (1.22 and later), so a
+  ResourceQuota refuses the pods instead. The refusal is the real one: the API server's quota
+  admission refuses the StatefulSet controller's create, which reports it only as a
+  ``FailedCreate`` Warning Event, the path a Pod Security refusal takes. (The quota
+  controller is not run here, so the test writes the quota's status itself.) The Pod
+  Security wording and its fix are unit-tested (``tests/unit/operator/test_status_why.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from pdd_e2e import Operator, apply, condition, example, pdd_doc, status
+
+from ascend_pd_dev import sim_annotations
+
+pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
+
+NAME = "dsv2-lite"
+
+
+def ready_saying(kubectl: Any, namespace: str, *words: str) -> str:
+    """The Ready condition's message while it is False and has any of ``words``, else ""."""
+    ready = condition(status(kubectl, namespace, NAME), "Ready")
+    message = str(ready.get("message", "")) if ready.get("status") == "False" else ""
+    return message if any(w in message for w in words) else ""
+
+
+def test_a_missing_pvc_is_named_and_creating_it_makes_the_deployment_ready(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    kubectl("annotate", "namespace", namespace, f"{sim_annotations.CHECK_CLAIMS}=true")
+    apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
+    why = 'not scheduled (Unschedulable): persistentvolumeclaim "models" not found'
+    message = wait_until(
+        lambda: ready_saying(kubectl, namespace, why),
+        "the Ready condition naming the missing PVC",
+    )
+    assert message.startswith("waiting for PrefillReady, DecodeReady")
+    assert f"{NAME}-prefill-0 (0/1 pods ready): pod {NAME}-prefill-0-0 {why}" in message
+    expected = (
+        f"0/2 instances ready (1 nodes each): {NAME}-decode-0 (0/1 pods ready): pod "
+        f"{NAME}-decode-0-0 {why}; {NAME}-decode-1 (0/1 pods ready): pod {NAME}-decode-1-0 {why}"
+    )
+    decode = wait_until(
+        lambda: (
+            (c := condition(status(kubectl, namespace, NAME), "DecodeReady"))
+            and c.get("message") == expected
+            and c
+        ),
+        "DecodeReady naming the claim for each instance",
+    )
+    assert decode["reason"] == "InstancesNotReady" and decode["status"] == "False"
+    apply(kubectl, example("models-pvc.yaml", namespace))
+    wait_until(lambda: status(kubectl, namespace, NAME).get("phase") == "Ready", "Ready")
+
+
+def test_a_bad_image_is_named(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    docs = example("deepseek-v2-lite.yaml", namespace)
+    bad = "registry.example.com/ascend-pd-runtime:0.1.0-typo"
+    spec = pdd_doc(docs)["spec"]
+    spec["runtime"]["image"] = bad
+    for role in ("prefill", "decode"):
+        spec[role]["podAnnotations"] = {sim_annotations.UNPULLABLE_IMAGES: bad}
+    apply(kubectl, docs)
+    pulling = (f'ImagePullBackOff: Back-off pulling image "{bad}"',
+               f'ErrImagePull: rpc error: code = NotFound desc = failed to pull and unpack '
+               f'image "{bad}"')  # fmt: skip
+    message = wait_until(
+        lambda: ready_saying(kubectl, namespace, *pulling),
+        "the Ready condition naming the image",
+    )
+    assert f"{NAME}-prefill-0 (0/1 pods ready): pod {NAME}-prefill-0-0 " in message
+    # the kubelet's back-off follows the pull's error; the message follows the kubelet
+    wait_until(
+        lambda: (
+            pulling[0]
+            in condition(status(kubectl, namespace, NAME), "PrefillReady").get("message", "")
+        ),
+        "ImagePullBackOff in PrefillReady",
+    )
+
+
+def test_a_pod_the_api_server_refuses_is_named_from_the_statefulset_s_failed_create(
+    kubectl: Any, api_client: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota",
+             "metadata": {"name": "no-pods", "namespace": namespace},
+             "spec": {"hard": {"pods": "0"}}}  # fmt: skip
+    core.create_namespaced_resource_quota(namespace, quota)
+    # What the quota controller would write (the dev cluster does not run it); until a
+    # quota has a status, its admission refuses every pod as "status unknown".
+    core.patch_namespaced_resource_quota_status(
+        "no-pods", namespace, {"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}}
+    )
+    docs = example("deepseek-v2-lite.yaml", namespace)
+    apply(kubectl, copy.deepcopy(docs))
+    refused = (
+        f"{NAME}-prefill-0 (0/1 pods ready): StatefulSet {NAME}-prefill-0 cannot create pods "
+        f'(FailedCreate): pods "{NAME}-prefill-0-0" is forbidden: exceeded quota: no-pods, '
+        "requested: pods=1, used: pods=0, limited: pods=0; a ResourceQuota of the namespace "
+        "refuses the pods: raise it, or free what it counts"
+    )
+    message = wait_until(
+        lambda: ready_saying(kubectl, namespace, refused),
+        "the Ready condition naming the FailedCreate",
+    )
+    assert message.startswith("waiting for PrefillReady, DecodeReady")
+    decode = condition(status(kubectl, namespace, NAME), "DecodeReady")["message"]
+    assert f"StatefulSet {NAME}-decode-1 cannot create pods (FailedCreate)" in decode
