@@ -44,3 +44,13 @@ def scratch_state_dir(purpose: str) -> Path:
     ``bench``): beside the user's own cluster in ``.dev/``, never shared with it, so the demo's
     objects never take the capacity a test needs and a test never deletes the user's."""
     return state_dir() / purpose
+
+
+#: Names the dev cluster of one test tier (``tiers.py``): tiers that run side by side never
+#: share a control plane. Unset: ``e2e``, the one a plain ``pytest`` run uses.
+TEST_CLUSTER_ENV = "ASCEND_PD_TEST_CLUSTER"
+
+
+def test_cluster_state_dir() -> Path:
+    """The state of the dev cluster the e2e fixtures start (or reuse) for this run."""
+    return scratch_state_dir(os.environ.get(TEST_CLUSTER_ENV) or "e2e")

@@ -123,7 +123,7 @@ def _server_version(kubeconfig: Path) -> tuple[int, int]:
 def cluster() -> Iterator[E2ECluster]:
     from kubernetes import config
 
-    layout = dev_cluster.Layout(paths.scratch_state_dir("e2e"))
+    layout = dev_cluster.Layout(paths.test_cluster_state_dir())
     env_config = os.environ.get("KUBECONFIG", "")
     external = (
         Path(env_config)
