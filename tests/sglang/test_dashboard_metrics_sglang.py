@@ -119,3 +119,30 @@ def test_every_dashboard_sglang_metric_exists_in_every_release() -> None:
             harness.SUMMARY.append(
                 f"dashboard: {name} missing in {', '.join(missing)} (an `or` fallback covers it)"
             )
+
+
+def test_the_promql_fixture_serves_sglang_names_and_types() -> None:
+    """tests/prometheus/exporters.py stands in for SGLang leaders in the PromQL tier: each
+    metric it serves must be one the newest supported release defines, with the same type
+    in every release that defines it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "promql_exporters", harness.REPO / "tests" / "prometheus" / "exporters.py"
+    )
+    assert spec is not None and spec.loader is not None
+    exporters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exporters)
+    versions = supported_sglang_versions()
+    defined = {v: defined_metrics(harness.wheel_for(v)) for v in versions}
+    newest = defined[versions[-1]]
+    problems = []
+    for name, kind in exporters.SGLANG_METRICS.items():
+        if newest.get(name) != kind:
+            problems.append(f"{name}: {versions[-1]} defines {newest.get(name)}, fixture {kind}")
+        problems += [
+            f"{name}: {v} defines a {d[name]}, fixture a {kind}"
+            for v, d in defined.items()
+            if name in d and d[name] != kind
+        ]
+    assert not problems, "\n".join(problems)
