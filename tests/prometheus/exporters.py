@@ -1,6 +1,6 @@
 """The targets the PromQL tier's Prometheus scrapes, in a process of their own.
 
-- ``/operator/metrics``: the operator's own registry (``ascend_pd_operator.metrics``), fed
+- ``/operator/metrics``: the operator's own registry (``ascend_pd_operator.kubeio.metrics``), fed
   through its real hooks, its work queue and its per-PDDeployment collector with the
   StatefulSets, pods and status of one PDDeployment ``llm/dsv3`` (2 prefill and 2 decode
   instances, one decode instance not ready and restarted once).
@@ -94,8 +94,9 @@ class SGLangLeader:
 def feed_operator() -> tuple[Any, Any]:
     """The operator's registry with one PDDeployment's children and status; returns the
     registry and a step function that reconciles once more."""
-    from ascend_pd_operator import metrics, naming
-    from ascend_pd_operator.workqueue import RateLimitedQueue
+    from ascend_pd_operator.api import vocabulary as naming
+    from ascend_pd_operator.kubeio import metrics
+    from ascend_pd_operator.kubeio.workqueue import RateLimitedQueue
 
     col = metrics.DEPLOYMENTS
     col.deployment_spec(NAMESPACE, DEPLOYMENT, {"runtime": {"sglangVersion": "0.5.23"}})

@@ -167,7 +167,7 @@ def test_deployment_alerts_name_the_deployment_and_role(rule: dict[str, Any]) ->
 
 def exposed_operator_series() -> set[str]:
     """The sample names the operator's registry exposes (prometheus_client's own naming)."""
-    from ascend_pd_operator import metrics
+    from ascend_pd_operator.kubeio import metrics
 
     names = set()
     for family in metrics.REGISTRY.collect():
