@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint unit e2e crd-test crd-server crd-server-down dev-up dev-down demo demo-down crd bench reliability images clean
+.PHONY: venv test lint unit e2e promql-test crd-test crd-server crd-server-down dev-up dev-down demo demo-down crd bench reliability images clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,10 @@ test: lint
 
 unit: venv
 	$(BIN)/pytest -m "not e2e and not sglang and not crdserver"
+
+# The chart's alerts and the dashboard's queries, judged by the real Prometheus and promtool.
+promql-test: venv
+	$(BIN)/pytest -m prometheus tests/prometheus
 
 # The CRD on a current Kubernetes (a CRD server built once from Debian's Go sources).
 crd-test: venv

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("ascend_pd_dev.cluster_cli", "local control plane with simulated Ascend nodes"),
     "demo": ("ascend_pd_dev.demo", "the operator on the local control plane, end to end"),
     "tools": ("ascend_pd_dev.tools", "print the path of a tool the tests use, installing it"),
+    "values-table": ("ascend_pd_dev.values_table", "the chart README's table of values"),
 }
 
 

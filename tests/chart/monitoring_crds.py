@@ -1,4 +1,5 @@
-"""Validate a rendered ServiceMonitor or PodMonitor against the Prometheus Operator's CRD.
+"""Validate a rendered ServiceMonitor, PodMonitor or PrometheusRule against the Prometheus
+Operator's CRD.
 
 The CRDs are vendored under ``vendor/prometheus-operator`` (source and version in its
 README). Their ``openAPIV3Schema`` is structural, so it is a JSON Schema; the API server
@@ -20,12 +21,23 @@ VENDOR = Path(__file__).resolve().parent / "vendor" / "prometheus-operator"
 CRD_FILES = {
     "ServiceMonitor": VENDOR / "monitoring.coreos.com_servicemonitors.yaml",
     "PodMonitor": VENDOR / "monitoring.coreos.com_podmonitors.yaml",
+    "PrometheusRule": VENDOR / "monitoring.coreos.com_prometheusrules.yaml",
 }
+
+
+def _python_pattern(pattern: str) -> str:
+    """A Go (RE2) pattern as Python's re reads it: RE2 takes flags such as ``(?i)``
+    anywhere (the PrometheusRule CRD has ``^(?i)(abort|warn)?$``), Python only first."""
+    if pattern.startswith("^(?i)"):
+        return "(?i)^" + pattern[len("^(?i)") :]
+    return pattern
 
 
 def _strict(node: Any) -> Any:
     if isinstance(node, dict):
         node = {k: _strict(v) for k, v in node.items()}
+        if isinstance(node.get("pattern"), str):
+            node["pattern"] = _python_pattern(node["pattern"])
         if (
             "properties" in node
             and "additionalProperties" not in node

@@ -6,6 +6,7 @@ the dashboard file and the sidecar's label."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -124,3 +125,54 @@ def test_dashboard_configmap(render: Render) -> None:
     assert cm["metadata"]["namespace"] == "grafana"
     shipped = (CHART / "files" / "dashboards" / "ascend-pd.json").read_text()
     assert json.loads(cm["data"]["ascend-pd.json"]) == json.loads(shipped)
+
+
+def test_prometheus_rule_only_when_enabled(render: Render) -> None:
+    """Off by default, whatever the cluster serves; on when asked, and then valid."""
+    assert "PrometheusRule" not in kinds(render(api_versions=[MONITORING_API]))
+    assert "PrometheusRule" not in kinds(render(set_values=["monitoring.mode=always"]))
+    for kube in KUBE_VERSIONS:
+        manifests = render([CHART / "ci" / "alerts-values.yaml"], kube)
+        rule = one(manifests, "PrometheusRule")
+        monitoring_crds.validate(rule)
+        assert rule["metadata"]["namespace"] == NAMESPACE
+        assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+@pytest.mark.parametrize(
+    ("path", "bad"),
+    [
+        (("spec", "groups", 0, "rules", 0, "for"), "five minutes"),  # not a duration
+        (("spec", "groups", 0, "rules", 0, "severity"), "critical"),  # not a rule field
+        (("spec", "groups", 0, "interval"), 30),
+    ],
+)
+def test_validation_catches_a_bad_prometheus_rule(
+    render: Render, path: tuple[Any, ...], bad: Any
+) -> None:
+    rule = one(render(set_values=["metrics.prometheusRule.enabled=true"]), "PrometheusRule")
+    node = rule
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = bad
+    with pytest.raises(jsonschema.ValidationError):
+        monitoring_crds.validate(rule)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "metrics.prometheusRule.thresholds.notReadyFor=30 minutes",
+        "metrics.prometheusRule.thresholds.decodeKVUsage=1.5",
+        "metrics.prometheusRule.thresholds.restartLoopRestarts=0",
+        "metrics.prometheusRule.alertLabels.severity=page",  # would replace each alert's own
+        "metrics.prometheusRule.runbookBaseURL=docs/operator.md#alerts",
+        "metrics.prometheusRule.tresholds.notReadyFor=1h",
+    ],
+)
+def test_prometheus_rule_values_are_checked(helm: Path, bad: str) -> None:
+    from chart_env import run_template
+
+    done = run_template(helm, set_values=["metrics.prometheusRule.enabled=true", bad])
+    assert done.returncode != 0
+    assert "schema" in done.stderr, done.stderr

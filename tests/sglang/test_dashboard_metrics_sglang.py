@@ -1,5 +1,6 @@
-"""Every SGLang metric the chart's dashboard queries is one the real SGLang defines, in
-every supported release (0.5.10–0.5.23, the wheels from PyPI the harness caches).
+"""Every SGLang metric the chart's dashboard queries, and every one its alert rules read, is
+one the real SGLang defines, in every supported release (0.5.10–0.5.23, the wheels from
+PyPI the harness caches).
 
 The names are read from each wheel's own source: every ``Gauge``/``Counter``/``Histogram``/
 ``Summary`` constructed with a literal ``sglang:`` name (prometheus_client's classes, as
@@ -26,6 +27,7 @@ pytestmark = [pytest.mark.sglang, pytest.mark.timeout(900)]
 DASHBOARD = (
     harness.REPO / "charts" / "ascend-pd-operator" / "files" / "dashboards" / "ascend-pd.json"
 )
+RULES = harness.REPO / "charts" / "ascend-pd-operator" / "templates" / "prometheusrule.yaml"
 NAME = re.compile(r"sglang:[A-Za-z0-9_:]+")
 KINDS = {"Gauge": "gauge", "Counter": "counter", "Histogram": "histogram", "Summary": "summary"}
 
@@ -78,10 +80,19 @@ def dashboard_queries() -> list[str]:
     ]
 
 
+def alert_queries() -> list[str]:
+    """Each line of the PrometheusRule template that names an SGLang metric (an alert's
+    expression or a line of one; the rules use no ``or`` fallback, so every name on a line
+    must exist)."""
+    return [line.strip() for line in RULES.read_text().splitlines() if "sglang:" in line]
+
+
 def test_every_dashboard_sglang_metric_exists_in_every_release() -> None:
     versions = supported_sglang_versions()
     names = {v: exposed(defined_metrics(harness.wheel_for(v))) for v in versions}
-    queries = dashboard_queries()
+    alerts = alert_queries()
+    assert alerts, f"{RULES} reads no SGLang metric any more"
+    queries = dashboard_queries() + alerts
     used = {n for q in queries for n in NAME.findall(q)}
     assert queries and used
     problems = []
@@ -94,7 +105,8 @@ def test_every_dashboard_sglang_metric_exists_in_every_release() -> None:
     assert not unknown, f"no supported SGLang defines {unknown}"
     assert not problems, "\n".join(problems)
     harness.SUMMARY.append(
-        f"dashboard: {len(used)} SGLang series in {len(queries)} queries, checked against "
+        f"dashboard and alerts: {len(used)} SGLang series in {len(queries)} queries "
+        f"({len(alerts)} of the alert rules), checked against "
         f"{len(versions)} releases; sglang: metrics defined per release: "
         + ", ".join(
             f"{v} {sum(1 for n in names[v] if not n.endswith(('_sum', '_count')))}"
@@ -107,3 +119,30 @@ def test_every_dashboard_sglang_metric_exists_in_every_release() -> None:
             harness.SUMMARY.append(
                 f"dashboard: {name} missing in {', '.join(missing)} (an `or` fallback covers it)"
             )
+
+
+def test_the_promql_fixture_serves_sglang_names_and_types() -> None:
+    """tests/prometheus/exporters.py stands in for SGLang leaders in the PromQL tier: each
+    metric it serves must be one the newest supported release defines, with the same type
+    in every release that defines it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "promql_exporters", harness.REPO / "tests" / "prometheus" / "exporters.py"
+    )
+    assert spec is not None and spec.loader is not None
+    exporters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exporters)
+    versions = supported_sglang_versions()
+    defined = {v: defined_metrics(harness.wheel_for(v)) for v in versions}
+    newest = defined[versions[-1]]
+    problems = []
+    for name, kind in exporters.SGLANG_METRICS.items():
+        if newest.get(name) != kind:
+            problems.append(f"{name}: {versions[-1]} defines {newest.get(name)}, fixture {kind}")
+        problems += [
+            f"{name}: {v} defines a {d[name]}, fixture a {kind}"
+            for v, d in defined.items()
+            if name in d and d[name] != kind
+        ]
+    assert not problems, "\n".join(problems)
