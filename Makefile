@@ -21,9 +21,11 @@ lint: venv
 	$(BIN)/mypy runtime/ascend_pd_runtime operator/ascend_pd_operator devtools/ascend_pd_dev
 	$(BIN)/lint-imports
 
-# The README's test command: lint, types, unit, e2e and SGLang tests.
+# The README's test command: lint, types, then every test tier side by side (unit, e2e,
+# reliability, SGLang, CRD server), each cluster tier on a control plane of its own; ends
+# with a table of each tier's time. One tier: make test TIERS="--only e2e".
 test: lint
-	$(BIN)/pytest
+	$(BIN)/python -m ascend_pd_dev.tiers $(TIERS)
 
 unit: venv
 	$(BIN)/pytest -m "not e2e and not sglang and not crdserver"

@@ -1,0 +1,45 @@
+"""The test tiers partition the suite: every test, whatever its markers and folder, runs in
+exactly one tier. Judged by pytest's own marker-expression evaluator."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from _pytest.mark.expression import Expression
+
+from ascend_pd_dev.tiers import TIERS, Run, Tier, table
+
+MARKERS = ("e2e", "sglang", "crdserver")
+
+
+def _selects(tier: Tier, markers: set[str], folder: str) -> bool:
+    args = list(tier.args)
+    expression = args[args.index("-m") + 1]
+    paths = [a for a in args if not a.startswith("-") and a != expression]
+    ignored = [a.split("=", 1)[1] for a in args if a.startswith("--ignore=")]
+    in_paths = any(folder == p or folder.startswith(p + "/") for p in paths)
+    if not in_paths or any(folder == i or folder.startswith(i + "/") for i in ignored):
+        return False
+    return Expression.compile(expression).evaluate(lambda name, **_: name in markers)
+
+
+def test_every_test_runs_in_exactly_one_tier() -> None:
+    for folder in ("tests/unit", "tests/e2e", "tests/reliability", "tests/sglang", "tests/chart"):
+        for flags in itertools.product((False, True), repeat=len(MARKERS)):
+            markers = {m for m, on in zip(MARKERS, flags, strict=True) if on}
+            chosen = [t.name for t in TIERS if _selects(t, markers, folder)]
+            assert len(chosen) == 1, (folder, sorted(markers), chosen)
+
+
+def test_no_two_tiers_share_a_cluster() -> None:
+    clusters = [t.cluster for t in TIERS if t.cluster]
+    assert len(clusters) == len(set(clusters))
+
+
+def test_the_table_counts_each_tier(tmp_path: Path) -> None:
+    run = Run(Tier("unit", ("tests",)), tmp_path / "unit.log", seconds=120.0, code=1,
+              counts={"passed": 3, "failed": 1, "error": 1})  # fmt: skip
+    text = table([run], 60.0)
+    assert "| unit | 3 | 2 | 0 | 2.0 | FAILED (exit 1) |" in text
+    assert "2.0x side by side" in text
