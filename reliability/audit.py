@@ -148,7 +148,7 @@ def audit_namespace(kube: Kube, namespace: str, expect_ready: bool = True) -> Au
         if expect_ready:
             found.status += _status_problems(cr, fingerprint)
     found.extra += ["/".join(key) for key in live if key not in wanted]
-    all_pods = kube.list("Pod", namespace, LABEL_DEPLOYMENT)
+    all_pods = [*kube.list("Pod", namespace, LABEL_DEPLOYMENT)]
     for (kind, name), obj in live.items():
         if kind != "StatefulSet" or (kind, name) not in wanted:
             continue

@@ -138,7 +138,7 @@ def run(env: Env, release: Release, namespace: str, bound_seconds: float = 120.0
         env.apply([doc])
         ok, seconds = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
         result.record(bool(ok), seconds, f"not Ready: {audit_namespace(env.kube, namespace)}")
-        pods = env.kube.list("Pod", namespace, "ascendpd.io/deployment=secure")
+        pods = [*env.kube.list("Pod", namespace, "ascendpd.io/deployment=secure")]
         model_path = doc["spec"]["model"]["volume"]["hostPath"]["path"]
         driver = "/usr/local/Ascend/driver"
         privileges = [p for pod in pods for p in pod_privileges(pod, model_path, driver)]

@@ -41,7 +41,7 @@ from ascend_pd_operator.decisions.recovery import slim_node
 from ascend_pd_operator.decisions.status import launch_refusal
 from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.backoff import Streak
-from ascend_pd_operator.kubeio.kube import KubeError, wait_at_least
+from ascend_pd_operator.kubeio.kube import KubeError, Listing, wait_at_least
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 
 Json = dict[str, Any]
@@ -162,9 +162,9 @@ SLIM: dict[str, Callable[[Json], Json]] = {"Pod": slim_pod, "Node": slim_node}
 class Transport(Protocol):
     """What a watch needs of the API (``kube.Kube`` in the operator, a fake in tests)."""
 
-    def list_versioned(
-        self, kind: str, namespace: str | None, selector: str, field_selector: str = ""
-    ) -> tuple[list[Json], str]: ...
+    def list(
+        self, kind: str, namespace: str | None, selector: str = "", field_selector: str = ""
+    ) -> Listing: ...
 
     def watch(
         self,
@@ -309,17 +309,17 @@ class ChildWatch:
     def relist(self) -> None:
         """List anew and replace what this watch knew: new, changed and vanished objects
         are reported; unchanged ones are not."""
-        items, version = self.transport.list_versioned(
+        listing = self.transport.list(
             self.kind, self.namespace, self.selector, field_selector=self.field_selector
         )
         current: set[Key] = set()
-        for obj in items:
+        for obj in listing:
             current.add(_key(obj))
             self._seen(obj)
         for key in [k for k in self.known if k not in current]:
             metrics.DEPLOYMENTS.child_gone(self.kind, *key)
             self._gone(key)
-        self.resource_version = version
+        self.resource_version = listing.resource_version
         self._progress()
 
     def handle(self, event: Json) -> None:

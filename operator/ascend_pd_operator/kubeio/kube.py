@@ -35,7 +35,6 @@ from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.denials import DENIALS, Access, Denials, access_of
 
 Json = dict[str, Any]
-Items = list[Json]
 log = logging.getLogger(__name__)
 
 
@@ -199,6 +198,44 @@ def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield pending
 
 
+class Listing:
+    """One LIST, fetched ``page_size`` objects per request (the API server's chunking) as
+    it is iterated, so a caller that keeps only part of each object never holds the whole
+    list at once. Each iteration lists anew: a caller that walks the objects twice holds
+    them in a list. ``resource_version``, from which a watch continues, is the first
+    page's (the continue tokens keep every page at that version)."""
+
+    def __init__(
+        self, fetch: Callable[[list[tuple[str, str]]], Json], page_size: int = LIST_PAGE_SIZE
+    ) -> None:
+        self._fetch = fetch
+        self.page_size = page_size
+        self.resource_version = ""
+
+    @classmethod
+    def of(cls, items: Iterable[Json], resource_version: str = "") -> Listing:
+        """A listing already in hand (a test's transport)."""
+        held = list(items)
+        listing = cls(lambda _: {"items": held, "metadata": {"resourceVersion": resource_version}})
+        return listing
+
+    def __iter__(self) -> Iterator[Json]:
+        token = ""
+        while True:
+            page = [("limit", str(self.page_size))] + ([("continue", token)] if token else [])
+            try:
+                doc = self._fetch(page)
+            except NotFound:
+                return
+            meta = doc.get("metadata") or {}
+            if not token:
+                self.resource_version = str(meta.get("resourceVersion", ""))
+            yield from doc.get("items") or []
+            token = str(meta.get("continue") or "")
+            if not token:
+                return
+
+
 class Kube:
     """Requests through the kubernetes client's auth and TLS settings."""
 
@@ -338,43 +375,14 @@ class Kube:
 
     def list(
         self, kind: str, namespace: str | None, selector: str = "", field_selector: str = ""
-    ) -> list[Json]:
+    ) -> Listing:
+        """The objects of ``kind`` matching ``selector`` (and ``field_selector``): the API
+        server filters, so only matching objects travel. The one LIST of the client: paged
+        as it is iterated, with the list's resourceVersion; a kind the server does not
+        serve (PodGroups without Volcano) lists empty."""
+        url = path(self.resource(kind), namespace)
         query = _selectors(selector, field_selector)
-        try:
-            doc = self.request("GET", path(self.resource(kind), namespace), query=query)
-        except NotFound:
-            return []  # e.g. PodGroups on a cluster without Volcano
-        items: list[Json] = doc.get("items") or []
-        return items
-
-    def list_paged(
-        self, kind: str, namespace: str | None, selector: str = "", limit: int = LIST_PAGE_SIZE
-    ) -> Iterator[Json]:
-        """The objects of ``kind``, ``limit`` per request (the API server's chunking): a
-        caller that keeps only part of each object never holds the whole list at once."""
-        query = [("labelSelector", selector)] if selector else []
-        token = ""
-        while True:
-            page = [*query, ("limit", str(limit))] + ([("continue", token)] if token else [])
-            try:
-                doc = self.request("GET", path(self.resource(kind), namespace), query=page)
-            except NotFound:
-                return
-            yield from doc.get("items") or []
-            token = str((doc.get("metadata") or {}).get("continue") or "")
-            if not token:
-                return
-
-    def list_versioned(
-        self, kind: str, namespace: str | None, selector: str, field_selector: str = ""
-    ) -> tuple[Items, str]:
-        """The objects of ``kind`` matching ``selector`` (and ``field_selector``) and the
-        list's resourceVersion, from which a watch continues. The API server filters: only
-        matching objects travel."""
-        query = _selectors(selector, field_selector)
-        doc = self.request("GET", path(self.resource(kind), namespace), query=query)
-        items: Items = doc.get("items") or []
-        return items, str((doc.get("metadata") or {}).get("resourceVersion", ""))
+        return Listing(lambda page: self.request("GET", url, query=[*query, *page]))
 
     def watch(
         self,

@@ -193,7 +193,7 @@ def resync_once(
     for ns in list(namespaces) if namespaces else [None]:
         if cache is not None:
             for kind in sorted(cache.listed_kinds):
-                cache.refresh(kind, ns, kube.list_paged(kind, ns, LABEL_DEPLOYMENT))
+                cache.refresh(kind, ns, kube.list(kind, ns, LABEL_DEPLOYMENT))
         for item in kube.list(models.KIND, ns):
             queue.add((item["metadata"]["namespace"], item["metadata"]["name"]))
 

@@ -114,7 +114,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
             # A LIST, not the cache: the Job can report success before the pod watch has
             # delivered the pod whose termination message holds the result.
             selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}={COMPONENT_INSPECTOR}"
-            inspector_pods = kube.list("Pod", namespace, selector)
+            inspector_pods = [*kube.list("Pod", namespace, selector)]
     children = {kind: _children(kube, cache, namespace, name, kind) for kind in PRUNED_KINDS}
     # The runtime pods: their templates and generations drive rollouts and routing.
     gone: list[Json] = []
@@ -127,7 +127,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
             if watched is not None:
                 nodes[str(node)] = watched
     else:
-        pods = kube.list("Pod", namespace, f"{LABEL_DEPLOYMENT}={name}")
+        pods = [*kube.list("Pod", namespace, f"{LABEL_DEPLOYMENT}={name}")]
     events = _failed_creates(kube, cache, namespace, name, children["StatefulSet"])
     return Observation(
         resource=resource,
@@ -170,7 +170,7 @@ def _children(
     if cache is not None and kind in cache.listed_kinds:
         # A LIST per kind per reconcile dominated reconcile time at 100 deployments.
         return cache.listed(kind, namespace, labels)
-    return kube.list(kind, namespace, ",".join(f"{k}={v}" for k, v in labels.items()))
+    return [*kube.list(kind, namespace, ",".join(f"{k}={v}" for k, v in labels.items()))]
 
 
 # --- plan and execute -----------------------------------------------------------------

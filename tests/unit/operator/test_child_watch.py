@@ -30,7 +30,7 @@ from ascend_pd_operator.kubeio.child_watch import (
     selector_for,
     slim_pod,
 )
-from ascend_pd_operator.kubeio.kube import Kube, KubeError, iter_lines
+from ascend_pd_operator.kubeio.kube import Kube, KubeError, Listing, iter_lines
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 
 Json = dict[str, Any]
@@ -82,9 +82,9 @@ class FakeTransport:
         self.stop = stop
         self.calls: list[tuple[str, ...]] = []
 
-    def list_versioned(
-        self, kind: str, namespace: str | None, selector: str, field_selector: str = ""
-    ) -> tuple[list[Json], str]:
+    def list(
+        self, kind: str, namespace: str | None, selector: str = "", field_selector: str = ""
+    ) -> Listing:
         fields = (field_selector,) if field_selector else ()
         self.calls.append(("list", kind, str(namespace), selector, *fields))
         if not self.lists:
@@ -94,7 +94,7 @@ class FakeTransport:
         if isinstance(answer, Exception):
             raise answer
         items, rv = answer
-        return items, rv
+        return Listing.of(items, rv)
 
     def watch(
         self,

@@ -1,4 +1,4 @@
-"""``Kube.list_paged`` walks the API server's chunked LIST (limit + continue) and yields
+"""``Kube.list`` walks the API server's chunked LIST (limit + continue) and yields
 every object once, in order, one page held at a time."""
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ def test_every_page_is_fetched_with_its_continue_token() -> None:
         assert (method, path) == ("GET", "/apis/apps/v1/namespaces/llm/statefulsets")
         start, limit = int(query.get("continue") or 0), int(query["limit"])
         rest = str(start + limit) if start + limit < len(objects) else ""
-        return 200, {}, {"metadata": {"continue": rest}, "items": objects[start : start + limit]}
+        version = "42" if start == 0 else "43"  # only the first page's counts
+        meta = {"continue": rest, "resourceVersion": version}
+        return 200, {}, {"metadata": meta, "items": objects[start : start + limit]}
 
     with serving(answer) as url:
         kube = _kube(url)
-        got = kube.list_paged("StatefulSet", "llm", "ascendpd.io/deployment", limit=3)
+        got = kube.list("StatefulSet", "llm", "ascendpd.io/deployment")
+        got.page_size = 3
         assert [o["metadata"]["name"] for o in got] == [f"s{i}" for i in range(7)]
+        assert got.resource_version == "42"  # the first page's
     assert [q.get("continue") for q in asked] == [None, "3", "6"]
     assert {(q["limit"], q["labelSelector"]) for q in asked} == {("3", "ascendpd.io/deployment")}
 
@@ -33,4 +37,4 @@ def test_a_kind_the_server_does_not_serve_lists_nothing() -> None:
         return 404, {}, {"kind": "Status", "code": 404, "reason": "NotFound"}
 
     with serving(answer) as url:
-        assert list(_kube(url).list_paged("PodGroup", "llm")) == []
+        assert list(_kube(url).list("PodGroup", "llm")) == []

@@ -8,7 +8,6 @@ reconciler's cache with what a watch would report.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -67,9 +66,6 @@ class FakeKube:
             and all(o["metadata"].get("labels", {}).get(a) == b for a, b in wanted.items())
             and all(field(o, a) == b for a, b in fields.items())
         ]
-
-    def list_paged(self, kind: str, namespace: str | None, selector: str = "") -> Iterator[Json]:
-        yield from self.list(kind, namespace, selector)  # one page: paging is Kube's own
 
     def apply(self, manifest: Json) -> Json:
         self.calls.append(("APPLY", manifest["kind"]))
