@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -37,12 +36,12 @@ from ascend_pd_operator.api.vocabulary import (
     LABEL_ROLE,
     ROLES,
 )
-from ascend_pd_operator.decisions.recovery import slim_node
 from ascend_pd_operator.decisions.status import launch_refusal
 from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.backoff import Streak
+from ascend_pd_operator.kubeio.kept import event_owner, slim_event
 from ascend_pd_operator.kubeio.kube import KubeError, Listing, wait_at_least
-from ascend_pd_operator.kubeio.live_cache import LiveCache
+from ascend_pd_operator.kubeio.live_cache import TOMBSTONE_KINDS, LiveCache
 
 Json = dict[str, Any]
 Key = tuple[str, str]
@@ -77,86 +76,13 @@ def pod_with_news(pod: Json) -> bool:
     )
 
 
-#: What recovery and rollouts read of a pod's metadata (deletionGracePeriodSeconds dates a
-#: deletion request: ``recovery.deletion_requested``).
-POD_METADATA = (
-    "name", "namespace", "uid", "resourceVersion", "labels", "creationTimestamp",
-    "deletionTimestamp", "deletionGracePeriodSeconds",
-)  # fmt: skip
-
-
-#: What the status reads of a container's status: readiness and restarts, and what it
-#: waits for (``state``'s waiting reason, the last termination's exit code and message,
-#: ``started`` for a startup probe); ``status.pod_wait`` tells it.
-CONTAINER_STATUS = ("name", "ready", "started", "restartCount", "state", "lastState")
-
-
-def _kept_condition(cond: Json) -> bool:
-    return cond.get("type") == "Ready" or (
-        cond.get("type") == "PodScheduled" and cond.get("status") != "True"
-    )
-
-
-def slim_pod(pod: Json) -> Json:
-    """What the controller reads of a pod, and no more: a full pod is ~10 KiB of spec and
-    managed fields the operator never looks at. Of its conditions: Ready, and PodScheduled
-    while it is not True (the scheduler's reason, ``status.pod_wait``)."""
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    return {
-        "metadata": {k: meta[k] for k in POD_METADATA if k in meta},
-        "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName", "")},
-        "status": {
-            **{k: status[k] for k in ("phase", "reason", "message") if k in status},
-            "conditions": [c for c in status.get("conditions") or [] if _kept_condition(c)],
-            "containerStatuses": [
-                {k: c[k] for k in CONTAINER_STATUS if k in c}
-                for c in status.get("containerStatuses") or []
-            ],
-        },
-    }
-
-
 #: The Events the operator reads, as the API server filters them: the StatefulSet
 #: controller's ``FailedCreate``, a pod the API server refused (Pod Security, a
 #: ResourceQuota, a webhook). A StatefulSet's status has no condition for it (1.20), so
 #: this Warning Event is the only place it is told; no other Event travels.
 EVENT_FIELD_SELECTOR = "involvedObject.kind=StatefulSet,reason=FailedCreate"
-#: ``<deployment>-<role>-<index>``: the instance StatefulSet an Event names (``naming``).
-_INSTANCE = re.compile(rf"^(?P<owner>.+)-(?:{'|'.join(ROLES)})-\d+$")
-
-
-def event_owner(event: Json) -> str:
-    """The PDDeployment whose instance StatefulSet ``event`` is about ("" if none could be):
-    Events carry no labels, so the name tells. A foreign StatefulSet named like ours costs
-    one reconcile of a PDDeployment that is not there; the status compares uids."""
-    involved = event.get("involvedObject") or {}
-    if involved.get("kind") != "StatefulSet":
-        return ""
-    found = _INSTANCE.match(str(involved.get("name", "")))
-    return found.group("owner") if found else ""
-
-
-def slim_event(event: Json) -> Json:
-    """What the status reads of a FailedCreate Event; the owner it names as our deployment
-    label, so the cache lists it with the deployment's other children."""
-    meta = event.get("metadata") or {}
-    involved = event.get("involvedObject") or {}
-    return {
-        "metadata": {
-            **{k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
-            "labels": {LABEL_DEPLOYMENT: event_owner(event)},
-        },
-        "involvedObject": {k: involved[k] for k in ("kind", "name", "uid") if k in involved},
-        **{k: event[k] for k in ("type", "reason", "message", "count", "lastTimestamp")
-           if k in event},
-    }  # fmt: skip
-
-
 #: kind -> which of our objects of that kind the operator keeps (default: all)
 KEEP: dict[str, Callable[[Json], bool]] = {"Pod": pod_with_news}
-#: kind -> the part of a kept object the cache holds (default: all of it)
-SLIM: dict[str, Callable[[Json], Json]] = {"Pod": slim_pod, "Node": slim_node}
 
 
 class Transport(Protocol):
@@ -337,9 +263,8 @@ class ChildWatch:
             self._seen(obj)
         elif kind == "DELETED":
             metrics.DEPLOYMENTS.child_gone(self.kind, *_key(obj))
-            slim = SLIM.get(self.kind)
-            if self.cache is not None and slim is not None and _key(obj) in self.known:
-                self.cache.seen({**slim(obj), "kind": self.kind})  # its last state, for the record
+            if self.cache is not None and self.kind in TOMBSTONE_KINDS and _key(obj) in self.known:
+                self.cache.seen({**obj, "kind": self.kind})  # its last state, for the record
             self._gone(_key(obj))
         elif kind != "BOOKMARK":  # a bookmark carries nothing but its resourceVersion
             raise WatchError(f"unknown watch event type {kind!r}")
@@ -360,9 +285,8 @@ class ChildWatch:
                 self._gone(key)  # it was news and is no longer: forget it like a deletion
             return
         if self.cache is not None:
-            # List items carry no kind; the cache keys by it.
-            slim = SLIM.get(self.kind)
-            self.cache.seen({**(slim(obj) if slim else obj), "kind": self.kind})
+            # List items carry no kind; the cache keys by it (and keeps what ``kept`` says).
+            self.cache.seen({**obj, "kind": self.kind})
         if owner:
             self.queue.add((key[0], owner))
         # Recorded last: if reporting failed, the next list reports the object again.

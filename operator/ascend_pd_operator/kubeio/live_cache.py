@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
+from ascend_pd_operator.kubeio.kept import DROPPED, SPEC_KEPT, kept
 
 Json = dict[str, Any]
 Key = tuple[str, str, str]  # (kind, namespace, name)
@@ -33,30 +34,6 @@ Key = tuple[str, str, str]  # (kind, namespace, name)
 #: means its instance must restart, even if the reconcile only runs after the deletion).
 TOMBSTONE_KINDS = frozenset({"Pod"})
 TOMBSTONE_SECONDS = 600.0
-
-
-#: Of these kinds the cache keeps only these spec fields (replicas for readiness, the
-#: selector for the immutable-selector check): a workload's pod template is most of it.
-SPEC_KEPT: dict[str, tuple[str, ...]] = {
-    "StatefulSet": ("replicas", "selector"),
-    "Deployment": ("replicas", "selector"),
-}
-#: Top-level fields the cache drops: the operator reads ConfigMaps it needs by GET.
-DROPPED: dict[str, tuple[str, ...]] = {"ConfigMap": ("data", "binaryData")}
-
-
-def trimmed(obj: Json) -> Json:
-    """What the controller reads of a watched child (the planner, the status, rollouts):
-    with 100 deployments the whole objects, managed fields included, were most of the
-    operator's memory (bench/operator.md)."""
-    kind = obj.get("kind", "")
-    dropped = DROPPED.get(kind, ())
-    out = {k: v for k, v in obj.items() if k not in dropped}
-    out["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
-    kept = SPEC_KEPT.get(kind)
-    if kept is not None and "spec" in obj:
-        out["spec"] = {k: obj["spec"][k] for k in kept if k in obj["spec"]}
-    return out
 
 
 def digest(manifest: Json) -> str:
@@ -127,10 +104,10 @@ class LiveCache:
 
     # --- fed by the watch handlers ----------------------------------------------------
     def seen(self, obj: Json) -> None:
-        meta = obj["metadata"]
-        kept = trimmed(obj)
+        held = kept(obj)
+        meta = held["metadata"]  # a node's gets its namespace "" here
         with self._lock:
-            self._put((obj["kind"], meta["namespace"], meta["name"]), kept)
+            self._put((obj["kind"], meta["namespace"], meta["name"]), held)
 
     def _put(self, key: Key, obj: Json) -> None:
         """Store ``obj`` and index it by owner (the lock is held)."""
@@ -168,7 +145,7 @@ class LiveCache:
         A LIST older than a watch event costs at most one extra apply.
         """
         fresh = {
-            (kind, obj["metadata"]["namespace"], obj["metadata"]["name"]): trimmed(
+            (kind, obj["metadata"]["namespace"], obj["metadata"]["name"]): kept(
                 {**obj, "kind": kind}
             )
             for obj in items

@@ -49,7 +49,8 @@ from ascend_pd_operator.decisions.planner import (
 )
 from ascend_pd_operator.decisions.recovery import DEFAULT_POLICY, RecoveryPolicy
 from ascend_pd_operator.decisions.status import merge_patch, status_changed
-from ascend_pd_operator.kubeio.child_watch import EVENT_FIELD_SELECTOR, event_owner, slim_event
+from ascend_pd_operator.kubeio.child_watch import EVENT_FIELD_SELECTOR
+from ascend_pd_operator.kubeio.kept import event_owner, slim_event
 from ascend_pd_operator.kubeio.kube import Kube, KubeError, NotFound, is_transient
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 
@@ -119,7 +120,7 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
     # The runtime pods: their templates and generations drive rollouts and routing.
     gone: list[Json] = []
     nodes: dict[str, Json] = {}
-    if cache is not None:  # the pod watch keeps our pods, slimmed (child_watch.slim_pod)
+    if cache is not None:  # the pod watch keeps our pods, slimmed (kept.slim_pod)
         pods = cache.listed("Pod", namespace, {LABEL_DEPLOYMENT: name})
         gone = cache.tombstones("Pod", namespace, {LABEL_DEPLOYMENT: name})
         for node in {(p.get("spec") or {}).get("nodeName") for p in pods} - {None, ""}:

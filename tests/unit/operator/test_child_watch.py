@@ -28,8 +28,8 @@ from ascend_pd_operator.kubeio.child_watch import (
     child_watches,
     pod_with_news,
     selector_for,
-    slim_pod,
 )
+from ascend_pd_operator.kubeio.kept import slim_pod
 from ascend_pd_operator.kubeio.kube import Kube, KubeError, Listing, iter_lines
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 
