@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from ascend_pd_dev import kubelet_sim as ks
+from ascend_pd_dev.kubelet_sim import simulator as ks
 
 NOW = "2026-01-01T00:00:00Z"
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_dev import kubelet_sim as ks
-from ascend_pd_dev import launch_check as lc
-from ascend_pd_dev import launch_check_runs as lcr
+from ascend_pd_dev.kubelet_sim import check_runs as lcr
+from ascend_pd_dev.kubelet_sim import launch_check as lc
+from ascend_pd_dev.kubelet_sim import simulator as ks
 from ascend_pd_runtime import env_contract
 
 NOW = "2026-01-01T00:00:00Z"

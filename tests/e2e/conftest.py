@@ -47,12 +47,12 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_pd_dev import cluster as dev_cluster
-from ascend_pd_dev import paths
-from ascend_pd_dev.certs import Pki
-from ascend_pd_dev.faultproxy import STATS_PATH, FaultPlan, FaultProxy
-from ascend_pd_dev.kubectl import install_crd, kubectl_path
-from ascend_pd_dev.local_run import OperatorProcess
+from ascend_pd_dev.controlplane import cluster as dev_cluster
+from ascend_pd_dev.controlplane import paths
+from ascend_pd_dev.controlplane.certs import Pki
+from ascend_pd_dev.testtools.faultproxy import STATS_PATH, FaultPlan, FaultProxy
+from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
+from ascend_pd_dev.testtools.local_run import OperatorProcess
 
 E2E_DIR = Path(__file__).resolve().parent
 

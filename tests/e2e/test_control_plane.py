@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_pd_dev import kubelet_sim as ks
+from ascend_pd_dev.kubelet_sim import simulator as ks
 
 ASCEND = ks.ASCEND_RESOURCE
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ascend_pd_dev import sim_annotations
+from ascend_pd_dev.kubelet_sim import annotations as sim_annotations
 from ascend_pd_runtime.env_contract import DEFAULT_TERMINATION_LOG, TERMINATION_LOG
 
 RUN_CHECK_ANNOTATION = sim_annotations.RUN_LAUNCH_CHECK

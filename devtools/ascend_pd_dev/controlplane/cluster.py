@@ -27,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev import build, certs, kubelet_sim, procs
+from ascend_pd_dev.controlplane import build, certs, procs
+from ascend_pd_dev.kubelet_sim import simulator as kubelet_sim
 
 #: controllers the dev cluster runs: what workloads, ownership and namespaces need, no more
 CONTROLLERS = (

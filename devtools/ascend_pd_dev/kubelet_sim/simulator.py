@@ -98,7 +98,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ascend_pd_dev import launch_check, launch_check_runs, sim_annotations
+from ascend_pd_dev.kubelet_sim import annotations as sim_annotations
+from ascend_pd_dev.kubelet_sim import check_runs as launch_check_runs
+from ascend_pd_dev.kubelet_sim import launch_check
 
 SIM_LABEL = "ascend-pd.dev/simulated"
 OUTCOME_ANNOTATION = sim_annotations.OUTCOME

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev import build, cluster, crd_build, procs
+from ascend_pd_dev.controlplane import build, cluster, crd_build, procs
 
 #: admission plugins that need the core API (namespaces) or resources this server lacks
 DISABLED_ADMISSION = (

@@ -10,7 +10,6 @@ binary is cached under ``~/.cache/ascend-pd/tools/`` (never installed system-wid
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -144,16 +143,3 @@ def _helm_version(helm: Path) -> str:
     if done.returncode != 0:
         raise ToolError(f"{helm} version failed: {done.stderr.strip()}")
     return done.stdout.strip()
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("tool", choices=["helm"], help="the tool to locate (installed if missing)")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        print(ensure_helm())
-    except ToolError as exc:
-        print(f"ascend-pd-dev tools: {exc}", file=sys.stderr)
-        return 1
-    return 0

@@ -16,15 +16,8 @@ import json
 import sys
 import time
 
-from ascend_pd_dev import (
-    build,
-    certs,
-    cluster,
-    crd_server,
-    kubelet_sim,
-    paths,
-    reflect2_fix,
-)
+from ascend_pd_dev.controlplane import build, certs, cluster, crd_server, paths, reflect2_fix
+from ascend_pd_dev.kubelet_sim import simulator as kubelet_sim
 
 
 def _progress(message: str) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ascend_pd_dev import launch_check as lc
+from ascend_pd_dev.kubelet_sim import launch_check as lc
 
 BACKOFF_START, BACKOFF_CAP = 10.0, 300.0
 #: how long a failed run shows as ``state.terminated`` before ``CrashLoopBackOff``
