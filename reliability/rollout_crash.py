@@ -14,7 +14,7 @@ import random
 import time
 from typing import Any
 
-from ascend_pd_dev.kubelet_sim.annotations import READY_AFTER
+from ascend_pd_dev.kubelet_sim.knobs import READY_AFTER
 
 from .env import Env, Release, wait_for
 from .result import ScenarioResult

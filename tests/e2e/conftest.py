@@ -19,7 +19,7 @@ Fixtures (all session-scoped except ``namespace``):
   ``api_client`` (a ``kubernetes.client.ApiClient``), ``layout`` (the dev cluster's
   ``cluster.Layout`` when local, else None).
 - ``kubectl(*args, input=None, check=True, kubeconfig=None) -> CompletedProcess[str]``: runs the
-  project's kubectl (``ascend_pd_dev.kubectl.kubectl_path()``) against the cluster;
+  project's kubectl (``ascend_pd_dev.testtools.kubectl.kubectl_path()``) against the cluster;
   with ``check`` a non-zero exit fails the test showing stderr.
 - ``api_client``: the ``kubernetes.client.ApiClient`` of ``cluster``.
 - ``namespace`` (function scope): a fresh namespace named after the test, deleted afterwards

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from ascend_pd_dev.controlplane import build, certs, procs
-from ascend_pd_dev.kubelet_sim import simulator as kubelet_sim
+from ascend_pd_dev.kubelet_sim import knobs
 
 #: controllers the dev cluster runs: what workloads, ownership and namespaces need, no more
 CONTROLLERS = (
@@ -346,7 +346,7 @@ def _start_kubelet_sim(
         # nodes served by this very process (an older one may have left Ready nodes behind)
         ready = [
             n for n in items
-            if (n["metadata"].get("annotations") or {}).get(kubelet_sim.OWNER_ANNOTATION)
+            if (n["metadata"].get("annotations") or {}).get(knobs.OWNER)
             == str(record.pid)
             and any(c.get("type") == "Ready" and c.get("status") == "True"
                    for c in n.get("status", {}).get("conditions", []))

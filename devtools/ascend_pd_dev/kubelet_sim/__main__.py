@@ -2,6 +2,6 @@
 
 import sys
 
-from ascend_pd_dev.kubelet_sim.simulator import main
+from ascend_pd_dev.kubelet_sim.process import main
 
 sys.exit(main())
