@@ -299,12 +299,7 @@ def healthy(layout: Layout) -> bool:
 
 def stop_all(layout: Layout, progress: Progress) -> list[str]:
     """Stop every component this state directory started; return the names stopped."""
-    stopped = []
-    for component in reversed(COMPONENTS):
-        if procs.stop(layout.pid_file(component)):
-            stopped.append(component)
-            progress(f"stopped {component}")
-    return stopped
+    return procs.stop_all(layout.pid_file, COMPONENTS, progress)
 
 
 def _write_kubeconfigs(layout: Layout, pki: certs.Pki, state: ClusterState) -> None:

