@@ -25,7 +25,7 @@ lint: venv
 # reliability, SGLang, CRD server), each cluster tier on a control plane of its own; ends
 # with a table of each tier's time. One tier: make test TIERS="--only e2e".
 test: lint
-	$(BIN)/python -m ascend_pd_dev.tiers $(TIERS)
+	$(BIN)/python -m ascend_pd_dev.cli.tiers $(TIERS)
 
 unit: venv
 	$(BIN)/pytest -m "not e2e and not sglang and not crdserver"

@@ -39,12 +39,12 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev import cluster as dev_cluster
-from ascend_pd_dev import paths
-from ascend_pd_dev.certs import Pki
-from ascend_pd_dev.faultproxy import STATS_PATH
-from ascend_pd_dev.kubectl import install_crd, kubectl_path
-from ascend_pd_dev.local_run import OperatorProcess, free_port, stop_child_group
+from ascend_pd_dev.controlplane import cluster as dev_cluster
+from ascend_pd_dev.controlplane import paths
+from ascend_pd_dev.controlplane.certs import Pki
+from ascend_pd_dev.testtools.faultproxy import STATS_PATH
+from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
+from ascend_pd_dev.testtools.local_run import OperatorProcess, free_port, stop_child_group
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 from ascend_pd_operator.kubeio.kube import Kube
@@ -268,7 +268,7 @@ class Bench:
         # Its own process: a proxy thread here would share a GIL with the watches.
         self.proxy_url = f"http://127.0.0.1:{free_port()}"
         self.proxy = subprocess.Popen(
-            [sys.executable, "-m", "ascend_pd_dev.faultproxy", "--upstream", state.server,
+            [sys.executable, "-m", "ascend_pd_dev.testtools.faultproxy", "--upstream", state.server,
              "--ca-file", str(Pki(self.layout.pki).ca_crt),
              "--port", self.proxy_url.rsplit(":", 1)[1]],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

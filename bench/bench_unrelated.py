@@ -33,10 +33,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ascend_pd_dev import cluster as dev_cluster
-from ascend_pd_dev import paths, procs
-from ascend_pd_dev.kubectl import install_crd, kubectl_path
-from ascend_pd_dev.local_run import OperatorProcess
+from ascend_pd_dev.controlplane import cluster as dev_cluster
+from ascend_pd_dev.controlplane import paths, procs
+from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
+from ascend_pd_dev.testtools.local_run import OperatorProcess
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.access import resource_for
 from ascend_pd_operator.kubeio.kube import Kube, KubeError, path

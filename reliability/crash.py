@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ascend_pd_operator.api import models
 
 from .audit import audit_namespace
-from .env import Env, Release, wait_for
+from .env import Env, Operator, Release, wait_for
 from .result import ScenarioResult
 from .specs import pdd
 
@@ -60,6 +61,31 @@ def _fleet_problems(env: Env, namespace: str, fleet: dict[str, Json]) -> tuple[i
     return len(set(fleet) - live), len(live - set(fleet))
 
 
+def crash_rounds(
+    operator: Operator,
+    rng: random.Random,
+    kills: int,
+    pause: tuple[float, float],
+    change: Callable[[int], None],
+    converged: Callable[[], bool],
+    bound_seconds: float,
+    while_down: Callable[[], None] = lambda: None,
+) -> Iterator[tuple[int, bool, float]]:
+    """SIGKILL the running ``operator`` ``kills`` times: each round ``change(round)``, waits a
+    seeded moment in ``pause`` (seconds), kills it, calls ``while_down()``, starts it again and
+    waits up to ``bound_seconds`` for ``converged``; yields (round, converged, seconds from the
+    restart)."""
+    for round_ in range(kills):
+        change(round_)
+        time.sleep(rng.uniform(*pause))
+        operator.kill()
+        while_down()
+        restarted = time.monotonic()
+        operator.start()
+        ok, _ = wait_for(converged, bound_seconds, 0.5)
+        yield round_, bool(ok), time.monotonic() - restarted
+
+
 def run(
     env: Env,
     release: Release,
@@ -76,32 +102,34 @@ def run(
     env.apply(list(fleet.values()))
     operator = release.operator([namespace], "crash-operator")
     history: list[str] = []
+    found = None
+
+    def converged() -> bool:
+        nonlocal found
+        found = audit_namespace(env.kube, namespace)
+        return found.ok and _fleet_problems(env, namespace, fleet) == (0, 0)
+
+    def change(round_: int) -> None:
+        history.append(_mutate(env, rng, fleet, namespace))
+        if rng.random() < 0.5:
+            history.append(_mutate(env, rng, fleet, namespace))
+
+    def while_down() -> None:
+        nonlocal found
+        found = None
+        if rng.random() < 0.3:
+            history.append(_mutate(env, rng, fleet, namespace) + " (operator down)")
+
     try:
         operator.start()
-        for round_ in range(kills):
-            history.append(_mutate(env, rng, fleet, namespace))
-            if rng.random() < 0.5:
-                history.append(_mutate(env, rng, fleet, namespace))
-            time.sleep(rng.uniform(0.0, 2.5))
-            operator.kill()
-            if rng.random() < 0.3:
-                history.append(_mutate(env, rng, fleet, namespace) + " (operator down)")
-            restarted = time.monotonic()
-            operator.start()
-            found = None
-
-            def converged() -> bool:
-                nonlocal found
-                found = audit_namespace(env.kube, namespace)
-                return found.ok and _fleet_problems(env, namespace, fleet) == (0, 0)
-
-            ok, _ = wait_for(converged, bound_seconds, 0.5)
-            seconds = time.monotonic() - restarted
+        rounds = crash_rounds(operator, rng, kills, (0.0, 2.5), change, converged, bound_seconds,
+                              while_down)  # fmt: skip
+        for round_, ok, seconds in rounds:
             lost, duplicated = _fleet_problems(env, namespace, fleet)
             if not ok and found is not None:
                 result.lost += len(found.missing) + lost
                 result.duplicated += len(found.extra) + duplicated
-            result.record(bool(ok), seconds, f"round {round_}: {found}" if not ok else "")
+            result.record(ok, seconds, f"round {round_}: {found}" if not ok else "")
         result.details["kills"] = kills
         result.details["changes"] = len(history)
         result.details["seed"] = seed

@@ -22,12 +22,12 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev import cluster as dev_cluster
-from ascend_pd_dev import paths
-from ascend_pd_dev.kubectl import install_crd, kubectl_path
-from ascend_pd_dev.local_run import LocalOperator
-from ascend_pd_dev.rbac import service_account_kubeconfig
-from ascend_pd_dev.tools import ensure_helm
+from ascend_pd_dev.controlplane import cluster as dev_cluster
+from ascend_pd_dev.controlplane import paths
+from ascend_pd_dev.testtools.helm import ensure_helm
+from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
+from ascend_pd_dev.testtools.local_run import LocalOperator
+from ascend_pd_dev.testtools.rbac import service_account_kubeconfig
 from ascend_pd_operator.kubeio.kube import Kube
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import logging
 import time
 import urllib.request
 
-from ascend_pd_dev.faultproxy import FaultPlan, FaultProxy
+from ascend_pd_dev.testtools.faultproxy import FaultPlan, FaultProxy
 
 from .audit import audit_namespace
 from .env import Env, Release, wait_for

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ascend_pd_dev.faultproxy import WRITE_METHODS, FaultPlan, FaultProxy
+from ascend_pd_dev.testtools.faultproxy import WRITE_METHODS, FaultPlan, FaultProxy
 
 from .audit import audit_namespace
 from .env import Env, Operator, Release, wait_for

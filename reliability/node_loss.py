@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ascend_pd_dev.kubelet_sim import NODE_TAINTS, set_node_ready
+from ascend_pd_dev.kubelet_sim.nodes import NODE_TAINTS
+from ascend_pd_dev.kubelet_sim.testing import set_node_ready
 from ascend_pd_operator.api.access import resource_for
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_ROUTER,

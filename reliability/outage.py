@@ -44,7 +44,7 @@ from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 from urllib.parse import urlsplit
 
-from ascend_pd_dev import cluster as dev_cluster
+from ascend_pd_dev.controlplane import cluster as dev_cluster
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.access import HEALTH_PATH
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT

@@ -11,11 +11,11 @@ templates, at any sample is a problem.
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
-from ascend_pd_dev.sim_annotations import READY_AFTER
+from ascend_pd_dev.kubelet_sim.knobs import READY_AFTER
 
+from .crash import crash_rounds
 from .env import Env, Release, wait_for
 from .result import ScenarioResult
 from .rollout_watch import Sampler
@@ -53,21 +53,23 @@ def run(
     operator = release.operator([namespace], "rollout-crash-operator")
     worst = PREFILL
     mixed: list[str] = []
+
+    def change(round_: int) -> None:
+        doc["spec"]["runtime"]["image"] = f"registry.example.com/ascend-pd-runtime:0.{round_ + 2}.0"
+        env.apply([doc])
+
+    def complete() -> bool:
+        return _complete(env, namespace, "rolling")
+
     try:
         operator.start()
         env.apply([doc])
-        wait_for(lambda: _complete(env, namespace, "rolling"), bound_seconds, 0.5)
+        wait_for(complete, bound_seconds, 0.5)
         with Sampler(env.kube.api, namespace, "rolling", {"prefill": 2, "decode": 1}) as s:
-            for round_ in range(kills):
-                image = f"registry.example.com/ascend-pd-runtime:0.{round_ + 2}.0"
-                doc["spec"]["runtime"]["image"] = image
-                env.apply([doc])
-                time.sleep(rng.uniform(0.5, 4.0))  # a seeded moment inside the rollout
-                operator.kill()
-                started = time.monotonic()
-                operator.start()
-                ok, _ = wait_for(lambda: _complete(env, namespace, "rolling"), bound_seconds, 0.5)
-                result.record(bool(ok), time.monotonic() - started, f"round {round_}")
+            # each kill at a seeded moment inside the rollout
+            rounds = crash_rounds(operator, rng, kills, (0.5, 4.0), change, complete, bound_seconds)
+            for round_, ok, seconds in rounds:
+                result.record(ok, seconds, f"round {round_}")
         worst = min((x.ready["prefill"] for x in s.samples), default=0)
         mixed = sorted({m for x in s.samples for m in x.mixed})
         if worst < PREFILL - MAX_UNAVAILABLE:

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.testtools.kubectl import kubectl_path
 from ascend_pd_operator.api.vocabulary import COMPONENT_ROUTER, LABEL_COMPONENT
 
 from .audit import audit_namespace

@@ -1,8 +1,16 @@
-"""The local development cluster: a real Kubernetes 1.20 control plane with simulated Ascend nodes.
+"""The development toolbox of ascend-pd (the ``ascend-pd-dev`` distribution; no image carries it).
 
-``ascend-pd-dev cluster up|down|status`` (``cli``) builds kube-apiserver and kube-controller-manager
-from Debian's source package once (``build``), generates the certificates and tokens
-(``certs``), runs etcd, the API server, the controller manager and the simulated kubelet as
-background processes owned through pid files (``cluster``). The simulated kubelet
-(``kubelet_sim``) binds and reports pods but never runs a container.
+Four folders, each importing only those below it (the import-linter contract in the root
+``pyproject.toml`` keeps it so), read bottom-up:
+
+1. ``kubelet_sim``: the simulated Ascend nodes: the scheduler and kubelets of a cluster that
+   runs no container (node registration, pod lifecycle, the failure knobs a test turns).
+2. ``controlplane`` and ``testtools``, side by side:
+
+   - ``controlplane``: the local Kubernetes 1.20 control plane: the build of its binaries,
+     its certificates, its processes (etcd, kube-apiserver, kube-controller-manager,
+     kubelet-sim) and the current CRD server;
+   - ``testtools``: what tests, ``reliability`` and ``bench`` drive against a cluster: the
+     fault proxy, kubectl, the operator as a local process, the chart's RBAC, helm.
+3. ``cli``: the ``ascend-pd-dev`` command and the demo.
 """

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_pd_dev.tools import ensure_helm
+from ascend_pd_dev.testtools.helm import ensure_helm
 
 # pytest runs with --import-mode=importlib, so the chart tests' helper modules
 # (chart_env, pod_security) are importable only once their folder is on sys.path.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, RELEASE, Render
 
-from ascend_pd_dev.rbac import (
+from ascend_pd_dev.testtools.rbac import (
     Grant,
     RBACError,
     grants_by_role,

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from ascend_pd_dev.rbac import kubeconfig_for_token, service_account_token
+from ascend_pd_dev.testtools.rbac import kubeconfig_for_token, service_account_token
 
 
 class FakeCore:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_dev import tools
+from ascend_pd_dev.testtools import helm as tools
 
 
 def make_wheel(

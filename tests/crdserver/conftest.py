@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_dev import crd_server
+from ascend_pd_dev.controlplane import crd_server
 
 # pytest runs with --import-mode=importlib: the helper module is importable once its folder
 # is on sys.path, the ``reliability`` package (the bad-input corpus) once the repository is

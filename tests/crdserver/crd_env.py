@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.testtools.kubectl import kubectl_path
 
 REPO = Path(__file__).resolve().parents[2]
 CEL_CRD = REPO / "crds" / "ascendpd.io_pddeployments.yaml"

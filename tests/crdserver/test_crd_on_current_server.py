@@ -24,8 +24,8 @@ import pytest
 import yaml
 from crd_env import CRD_NAME, REPO, RESOURCES, Kubectl, crd_document
 
-from ascend_pd_dev import crd_server
-from ascend_pd_dev.tools import ensure_helm
+from ascend_pd_dev.controlplane import crd_server
+from ascend_pd_dev.testtools.helm import ensure_helm
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.rules import MAX_POD_ANNOTATIONS_BYTES, RULES, rules_for
 from reliability.bad_inputs import FIELD, Case, case_document, load_corpus

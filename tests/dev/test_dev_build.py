@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_dev import build, reflect2_fix
+from ascend_pd_dev.controlplane import build, reflect2_fix
 
 DEB822 = """Types: deb
 # a comment

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_dev import certs
+from ascend_pd_dev.controlplane import certs
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 

@@ -6,7 +6,7 @@ import base64
 import socket
 from pathlib import Path
 
-from ascend_pd_dev import certs, cluster
+from ascend_pd_dev.controlplane import certs, cluster
 
 
 def test_previous_ports_are_reused_while_free_and_replaced_when_taken() -> None:
@@ -65,7 +65,7 @@ def test_state_round_trips(tmp_path: Path) -> None:
 def test_a_new_crd_without_conditions_is_not_established_yet() -> None:
     """``make reliability`` once stopped at its start: the jsonpath filter on a new CRD's
     conditions failed ("<nil> is not array or slice") instead of waiting."""
-    from ascend_pd_dev.kubectl import established
+    from ascend_pd_dev.testtools.kubectl import established
 
     assert not established({"status": {"conditions": None}})
     assert not established({})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_dev import build, crd_build, crd_server
+from ascend_pd_dev.controlplane import build, crd_build, crd_server
 
 INDEX = """\
 Package: golang-k8s-apiextensions-apiserver-dev

@@ -8,13 +8,26 @@ from decimal import Decimal
 
 import pytest
 
-from ascend_pd_dev import kubelet_sim as ks
+from ascend_pd_dev.kubelet_sim import knobs
+from ascend_pd_dev.kubelet_sim.nodes import (
+    ASCEND_RESOURCE,
+    HOSTNAME_KEY,
+    NODE_STATUS_REPORT_SECONDS,
+    SIM_LABEL,
+    node_manifest,
+    node_taints,
+)
+from ascend_pd_dev.kubelet_sim.placement import choose_node, parse_quantity, pod_requests
+from ascend_pd_dev.kubelet_sim.pod_status import desired_status, status_signature
+from ascend_pd_dev.kubelet_sim.pods import IpPool
+from ascend_pd_dev.kubelet_sim.simulator import Simulator
+from ascend_pd_dev.kubelet_sim.testing import crash_pod, fail_pod, set_node_ready
 
 NOW = "2026-01-01T00:00:00Z"
 
 
 def pod(name: str, ascend: int | None = 8, node: str | None = None, **extra: object) -> dict:
-    resources = {"limits": {ks.ASCEND_RESOURCE: str(ascend)}} if ascend else {}
+    resources = {"limits": {ASCEND_RESOURCE: str(ascend)}} if ascend else {}
     spec: dict = {"containers": [{"name": "main", "image": "img:1", "resources": resources}]}
     if node:
         spec["nodeName"] = node
@@ -25,15 +38,15 @@ def pod(name: str, ascend: int | None = 8, node: str | None = None, **extra: obj
 
 
 def nodes(count: int, ascend: int = 8) -> list[dict]:
-    return [ks.node_manifest(i, ascend, NOW) for i in range(count)]
+    return [node_manifest(i, ascend, NOW) for i in range(count)]
 
 
 def test_node_manifest_declares_ascend_capacity_and_says_it_is_simulated() -> None:
-    node = ks.node_manifest(3, 8, NOW)
+    node = node_manifest(3, 8, NOW)
     assert node["metadata"]["name"] == "sim-ascend-3"
-    assert node["status"]["capacity"][ks.ASCEND_RESOURCE] == "8"
-    assert node["status"]["allocatable"][ks.ASCEND_RESOURCE] == "8"
-    assert node["metadata"]["labels"][ks.SIM_LABEL] == "true"
+    assert node["status"]["capacity"][ASCEND_RESOURCE] == "8"
+    assert node["status"]["allocatable"][ASCEND_RESOURCE] == "8"
+    assert node["metadata"]["labels"][SIM_LABEL] == "true"
     assert "no container" in node["status"]["nodeInfo"]["osImage"]
     assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": "127.0.1.4"}
 
@@ -41,11 +54,11 @@ def test_node_manifest_declares_ascend_capacity_and_says_it_is_simulated() -> No
 def test_requests_default_to_limits_and_sum_over_containers() -> None:
     p = pod("a", ascend=4)
     p["spec"]["containers"].append(
-        {"name": "side", "resources": {"requests": {"cpu": "500m", ks.ASCEND_RESOURCE: "2"}}}
+        {"name": "side", "resources": {"requests": {"cpu": "500m", ASCEND_RESOURCE: "2"}}}
     )
     p["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "2"}}}]
-    req = ks.pod_requests(p)
-    assert req[ks.ASCEND_RESOURCE] == 6
+    req = pod_requests(p)
+    assert req[ASCEND_RESOURCE] == 6
     assert req["cpu"] == 2  # the init container's 2 beats the containers' 0.5
     assert req["pods"] == 1
 
@@ -56,25 +69,25 @@ def test_whole_node_pods_spread_one_per_node_and_the_extra_one_stays_pending() -
     placed = []
     for name in ("p0", "p1", "p2"):
         p = pod(name)
-        chosen, message = ks.choose_node(p, cluster_nodes, pods)
+        chosen, message = choose_node(p, cluster_nodes, pods)
         if chosen:
             p["spec"]["nodeName"] = chosen
             placed.append(chosen)
         pods.append(p)
     assert placed == ["sim-ascend-0", "sim-ascend-1"]
-    assert message == f"0/2 nodes are available: 2 Insufficient {ks.ASCEND_RESOURCE}."
+    assert message == f"0/2 nodes are available: 2 Insufficient {ASCEND_RESOURCE}."
 
 
 def test_terminal_pods_free_their_devices() -> None:
     done = pod("old", node="sim-ascend-0", status={"phase": "Succeeded"})
-    chosen, _ = ks.choose_node(pod("new"), nodes(1), [done])
+    chosen, _ = choose_node(pod("new"), nodes(1), [done])
     assert chosen == "sim-ascend-0"
 
 
 def test_node_selector_and_required_node_affinity_are_honoured() -> None:
     ns = nodes(3)
-    p = pod("a", spec={"nodeSelector": {ks.HOSTNAME_KEY: "sim-ascend-2"}})
-    assert ks.choose_node(p, ns, [])[0] == "sim-ascend-2"
+    p = pod("a", spec={"nodeSelector": {HOSTNAME_KEY: "sim-ascend-2"}})
+    assert choose_node(p, ns, [])[0] == "sim-ascend-2"
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -82,7 +95,7 @@ def test_node_selector_and_required_node_affinity_are_honoured() -> None:
                     {
                         "matchExpressions": [
                             {
-                                "key": ks.HOSTNAME_KEY,
+                                "key": HOSTNAME_KEY,
                                 "operator": "NotIn",
                                 "values": ["sim-ascend-0"],
                             }
@@ -92,9 +105,9 @@ def test_node_selector_and_required_node_affinity_are_honoured() -> None:
             }
         }
     }
-    assert ks.choose_node(pod("b", spec={"affinity": affinity}), ns, [])[0] == "sim-ascend-1"
+    assert choose_node(pod("b", spec={"affinity": affinity}), ns, [])[0] == "sim-ascend-1"
     nowhere = pod("c", spec={"nodeSelector": {"zone": "mars"}})
-    chosen, message = ks.choose_node(nowhere, ns, [])
+    chosen, message = choose_node(nowhere, ns, [])
     assert chosen is None and "didn't match node selector" in message
 
 
@@ -102,20 +115,20 @@ def test_required_pod_anti_affinity_on_hostname() -> None:
     anti = {
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"topologyKey": ks.HOSTNAME_KEY, "labelSelector": {"matchLabels": {"app": "x"}}}
+                {"topologyKey": HOSTNAME_KEY, "labelSelector": {"matchLabels": {"app": "x"}}}
             ]
         }
     }
     first = pod("a", ascend=None, node="sim-ascend-0")
     second = pod("b", ascend=None, spec={"affinity": anti})
-    assert ks.choose_node(second, nodes(2), [first])[0] == "sim-ascend-1"
-    assert ks.choose_node(second, nodes(1), [first])[0] is None
+    assert choose_node(second, nodes(2), [first])[0] == "sim-ascend-1"
+    assert choose_node(second, nodes(1), [first])[0] is None
 
 
 def test_a_resource_the_node_lacks_does_not_fit() -> None:
     p = pod("a", ascend=None)
     p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
-    chosen, message = ks.choose_node(p, nodes(1), [])
+    chosen, message = choose_node(p, nodes(1), [])
     assert chosen is None and "Insufficient nvidia.com/gpu" in message
 
 
@@ -138,9 +151,9 @@ def _ready(status: dict) -> str:
 def test_outcome_annotation_decides_the_reported_status(
     outcome: str | None, phase: str, ready: str, state: str
 ) -> None:
-    annotations = {ks.OUTCOME_ANNOTATION: outcome} if outcome else {}
+    annotations = {knobs.OUTCOME: outcome} if outcome else {}
     p = pod("a", node="sim-ascend-0", metadata={"annotations": annotations})
-    status = ks.desired_status(p, "127.0.1.1", "127.1.0.9", NOW)
+    status = desired_status(p, "127.0.1.1", "127.1.0.9", NOW)
     assert status["phase"] == phase
     assert _ready(status) == ready
     assert status["podIP"] == "127.1.0.9" and status["hostIP"] == "127.0.1.1"
@@ -149,23 +162,23 @@ def test_outcome_annotation_decides_the_reported_status(
     if state == "terminated":
         assert container["state"]["terminated"]["exitCode"] == (0 if phase == "Succeeded" else 1)
     if outcome == "bogus":
-        assert ks.OUTCOME_ANNOTATION in status["message"] and "'bogus'" in status["message"]
+        assert knobs.OUTCOME in status["message"] and "'bogus'" in status["message"]
 
 
 def test_an_unchanged_pod_gives_an_unchanged_signature() -> None:
     p = pod("a", node="sim-ascend-0")
-    first = ks.desired_status(p, "127.0.1.1", "127.1.0.2", NOW)
+    first = desired_status(p, "127.0.1.1", "127.1.0.2", NOW)
     p["status"] = first
-    again = ks.desired_status(p, "127.0.1.1", "127.1.0.2", "2030-01-01T00:00:00Z")
-    assert ks.status_signature(again) == ks.status_signature(first)
+    again = desired_status(p, "127.0.1.1", "127.1.0.2", "2030-01-01T00:00:00Z")
+    assert status_signature(again) == status_signature(first)
     assert again["startTime"] == NOW
-    p["metadata"]["annotations"] = {ks.OUTCOME_ANNOTATION: "unready"}
-    changed = ks.desired_status(p, "127.0.1.1", "127.1.0.2", NOW)
-    assert ks.status_signature(changed) != ks.status_signature(first)
+    p["metadata"]["annotations"] = {knobs.OUTCOME: "unready"}
+    changed = desired_status(p, "127.0.1.1", "127.1.0.2", NOW)
+    assert status_signature(changed) != status_signature(first)
 
 
 def test_ip_pool_gives_unique_loopback_addresses_and_skips_reserved_ones() -> None:
-    pool = ks.IpPool()
+    pool = IpPool()
     pool.reserve("127.1.0.2")
     got = [pool.allocate() for _ in range(3)]
     assert got == ["127.1.0.1", "127.1.0.3", "127.1.0.4"]
@@ -174,8 +187,8 @@ def test_ip_pool_gives_unique_loopback_addresses_and_skips_reserved_ones() -> No
 
 
 def test_quantities() -> None:
-    assert ks.parse_quantity("500m") == Decimal("0.5")
-    assert ks.parse_quantity("2Gi") == 2 * 1024**3
+    assert parse_quantity("500m") == Decimal("0.5")
+    assert parse_quantity("2Gi") == 2 * 1024**3
 
 
 @pytest.mark.parametrize("restart", [None, "Always", "Never", "OnFailure"])
@@ -183,7 +196,7 @@ def test_without_annotation_every_pod_runs_and_none_is_declared_finished(
     restart: str | None,
 ) -> None:
     p = pod("a", node="sim-ascend-0", spec={"restartPolicy": restart} if restart else {})
-    assert ks.desired_status(p, "127.0.1.1", "127.1.0.9", NOW)["phase"] == "Running"
+    assert desired_status(p, "127.0.1.1", "127.1.0.9", NOW)["phase"] == "Running"
 
 
 # --------------------------------------------------------------------------- failures and time
@@ -318,9 +331,9 @@ class FakeCore:
     read_namespaced_config_map = read_namespaced_secret = read_namespaced_service = None
 
 
-def sim(nodes_count: int = 2, ready_after: float = 0.0) -> tuple[ks.Simulator, FakeCore, Clock]:
+def sim(nodes_count: int = 2, ready_after: float = 0.0) -> tuple[Simulator, FakeCore, Clock]:
     api, clock = FakeCore(), Clock()
-    simulator = ks.Simulator(api, nodes_count, 8, owner="1", ready_after=ready_after, clock=clock)
+    simulator = Simulator(api, nodes_count, 8, owner="1", ready_after=ready_after, clock=clock)
     return simulator, api, clock
 
 
@@ -332,7 +345,7 @@ def container(p: dict) -> dict:
     return p["status"]["containerStatuses"][0]
 
 
-def running_pod(simulator: ks.Simulator, api: FakeCore, name: str = "p", **extra: object) -> dict:
+def running_pod(simulator: Simulator, api: FakeCore, name: str = "p", **extra: object) -> dict:
     api.add_pod(pod(name, ascend=1, **extra))
     simulator.step()
     return api.pod(name)
@@ -358,7 +371,7 @@ def test_readiness_delay_runs_the_container_at_once_and_readies_it_after_the_del
 
 def test_the_pod_annotation_overrides_the_default_readiness_delay() -> None:
     simulator, api, clock = sim(ready_after=30)
-    p = running_pod(simulator, api, metadata={"annotations": {ks.READY_AFTER_ANNOTATION: "2"}})
+    p = running_pod(simulator, api, metadata={"annotations": {knobs.READY_AFTER: "2"}})
     assert cond(p, "Ready")["status"] == "False"
     clock.t = T0 + 2
     simulator.step()
@@ -370,9 +383,9 @@ def test_the_pod_annotation_overrides_the_default_readiness_delay() -> None:
 
 def test_a_bad_readiness_delay_fails_the_pod_naming_the_annotation() -> None:
     simulator, api, _ = sim()
-    p = running_pod(simulator, api, metadata={"annotations": {ks.READY_AFTER_ANNOTATION: "soon"}})
+    p = running_pod(simulator, api, metadata={"annotations": {knobs.READY_AFTER: "soon"}})
     assert p["status"]["phase"] == "Failed"
-    assert ks.READY_AFTER_ANNOTATION in p["status"]["message"]
+    assert knobs.READY_AFTER in p["status"]["message"]
 
 
 def test_a_crash_shows_the_termination_raises_restart_count_and_restarts_the_container() -> None:
@@ -382,7 +395,7 @@ def test_a_crash_shows_the_termination_raises_restart_count_and_restarts_the_con
     simulator.step()
     assert cond(api.pod("p"), "Ready")["status"] == "True"
     clock.t = T0 + 20
-    crash_id = ks.crash_pod(api, "ns", "p", 137, "Error", "HCCL timeout on rank 1")
+    crash_id = crash_pod(api, "ns", "p", 137, "Error", "HCCL timeout on rank 1")
     simulator.step()
     p = api.pod("p")
     c = container(p)
@@ -394,7 +407,7 @@ def test_a_crash_shows_the_termination_raises_restart_count_and_restarts_the_con
     }  # fmt: skip
     assert c["state"]["waiting"]["reason"] == "CrashLoopBackOff" and c["ready"] is False
     assert cond(p, "Ready")["status"] == "False" and p["status"]["phase"] == "Running"
-    assert p["metadata"]["annotations"][ks.CRASH_HANDLED_ANNOTATION] == crash_id
+    assert p["metadata"]["annotations"][knobs.CRASH_HANDLED] == crash_id
     assert [e["reason"] for e in api.events if e["reason"] == "BackOff"] == ["BackOff"]
     # the first restart is at once (no back-off yet); ready again after the delay
     clock.t = T0 + 21
@@ -419,13 +432,13 @@ def test_a_crash_shows_the_termination_raises_restart_count_and_restarts_the_con
 def test_a_second_crash_counts_again_and_waits_out_the_kubelet_back_off() -> None:
     simulator, api, clock = sim()
     running_pod(simulator, api)
-    ks.crash_pod(api, "ns", "p", 1, "Error", "first")
+    crash_pod(api, "ns", "p", 1, "Error", "first")
     simulator.step()
     clock.t = T0 + 1
     simulator.step()
     assert container(api.pod("p"))["state"]["running"]
     clock.t = T0 + 30
-    ks.crash_pod(api, "ns", "p", 139, "Error", "second")
+    crash_pod(api, "ns", "p", 139, "Error", "second")
     simulator.step()
     c = container(api.pod("p"))
     assert c["restartCount"] == 2
@@ -444,10 +457,10 @@ def test_a_second_crash_counts_again_and_waits_out_the_kubelet_back_off() -> Non
 def test_restart_after_seconds_overrides_the_back_off_and_survives_a_restarted_sim() -> None:
     simulator, api, clock = sim()
     running_pod(simulator, api)
-    ks.crash_pod(api, "ns", "p", message="slow", restart_after_seconds=5)
+    crash_pod(api, "ns", "p", message="slow", restart_after_seconds=5)
     simulator.step()
     # a new kubelet-sim process: it reads the back-off from the pod and repeats no crash
-    again = ks.Simulator(api, 2, 8, owner="2", clock=clock)
+    again = Simulator(api, 2, 8, owner="2", clock=clock)
     clock.t = T0 + 4
     again.step()
     c = container(api.pod("p"))
@@ -461,7 +474,7 @@ def test_restart_after_seconds_overrides_the_back_off_and_survives_a_restarted_s
 def test_a_crash_of_a_restart_policy_never_pod_fails_the_pod() -> None:
     simulator, api, _ = sim()
     running_pod(simulator, api, spec={"restartPolicy": "Never"})
-    ks.crash_pod(api, "ns", "p", 2, "Error", "bad config")
+    crash_pod(api, "ns", "p", 2, "Error", "bad config")
     simulator.step()
     p = api.pod("p")
     assert p["status"]["phase"] == "Failed"
@@ -477,12 +490,12 @@ def test_a_crash_of_a_restart_policy_never_pod_fails_the_pod() -> None:
 def test_a_malformed_crash_request_fails_the_pod_saying_why(annotation: str) -> None:
     simulator, api, _ = sim()
     running_pod(simulator, api)
-    api.pod("p")["metadata"]["annotations"] = {ks.CRASH_ANNOTATION: annotation}
+    api.pod("p")["metadata"]["annotations"] = {knobs.CRASH: annotation}
     simulator.step()
     p = api.pod("p")
     assert p["status"]["phase"] == "Failed"
     assert p["status"]["reason"] == "InvalidSimulationRequest"
-    assert ks.CRASH_ANNOTATION in p["status"]["message"]
+    assert knobs.CRASH in p["status"]["message"]
 
 
 @pytest.mark.parametrize(("restart", "pod_reason"), [("Never", None), ("Always", "Evicted")])
@@ -491,7 +504,7 @@ def test_fail_pod_ends_the_pod_with_its_containers_terminated(
 ) -> None:
     simulator, api, _ = sim()
     running_pod(simulator, api, spec={"restartPolicy": restart})
-    ks.fail_pod(api, "ns", "p", 3, "Error", "device lost")
+    fail_pod(api, "ns", "p", 3, "Error", "device lost")
     simulator.step()
     p = api.pod("p")
     assert p["status"]["phase"] == "Failed"
@@ -501,7 +514,7 @@ def test_fail_pod_ends_the_pod_with_its_containers_terminated(
     assert p["status"].get("reason") == pod_reason
     assert cond(p, "Ready")["status"] == "False"
     # Failed is final: nothing brings it back
-    del p["metadata"]["annotations"][ks.FAIL_ANNOTATION]
+    del p["metadata"]["annotations"][knobs.FAIL]
     simulator.step()
     assert api.pod("p")["status"]["phase"] == "Failed"
 
@@ -510,7 +523,7 @@ def test_a_not_ready_node_makes_its_pods_not_ready_and_gets_them_back() -> None:
     simulator, api, clock = sim()
     running_pod(simulator, api, "a", spec={"nodeName": "sim-ascend-0"})
     running_pod(simulator, api, "b", spec={"nodeName": "sim-ascend-1"})
-    ks.set_node_ready(api, "sim-ascend-0", False)
+    set_node_ready(api, "sim-ascend-0", False)
     clock.t = T0 + 5
     simulator.step()
     node = api.nodes["sim-ascend-0"]
@@ -525,12 +538,12 @@ def test_a_not_ready_node_makes_its_pods_not_ready_and_gets_them_back() -> None:
     assert a["status"]["phase"] == "Running"
     assert cond(api.pod("b"), "Ready")["status"] == "True"
     # nothing new goes to the NotReady node
-    api.add_pod(pod("c", ascend=1, spec={"nodeSelector": {ks.HOSTNAME_KEY: "sim-ascend-0"}}))
+    api.add_pod(pod("c", ascend=1, spec={"nodeSelector": {HOSTNAME_KEY: "sim-ascend-0"}}))
     simulator.step()
     assert not api.pod("c")["spec"].get("nodeName")
     scheduled = cond(api.pod("c"), "PodScheduled")
     assert "node.kubernetes.io/not-ready" in scheduled["message"]
-    ks.set_node_ready(api, "sim-ascend-0", True)
+    set_node_ready(api, "sim-ascend-0", True)
     clock.t = T0 + 10
     simulator.step()
     node = api.nodes["sim-ascend-0"]
@@ -544,7 +557,7 @@ def test_an_unreachable_node_stops_its_heartbeat_and_its_kubelet() -> None:
     simulator, api, clock = sim(1)
     running_pod(simulator, api, "a")
     beat = cond(api.nodes["sim-ascend-0"], "Ready")["lastHeartbeatTime"]
-    ks.set_node_ready(api, "sim-ascend-0", unreachable=True)
+    set_node_ready(api, "sim-ascend-0", unreachable=True)
     clock.t = T0 + 3
     simulator.step()
     node = api.nodes["sim-ascend-0"]
@@ -555,13 +568,13 @@ def test_an_unreachable_node_stops_its_heartbeat_and_its_kubelet() -> None:
     a = api.pod("a")
     assert cond(a, "Ready")["status"] == "False" and cond(a, "Ready")["reason"] == "NodeNotReady"
     # no kubelet: no crash is applied, no deleted pod goes away, the heartbeat stays put
-    ks.crash_pod(api, "ns", "a", message="later")
+    crash_pod(api, "ns", "a", message="later")
     api.pod("a")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:04Z"
-    clock.t = T0 + 10 * ks.NODE_STATUS_REPORT_SECONDS
+    clock.t = T0 + 10 * NODE_STATUS_REPORT_SECONDS
     simulator.step()
     assert cond(api.nodes["sim-ascend-0"], "Ready")["lastHeartbeatTime"] == beat
     assert container(api.pod("a"))["restartCount"] == 0
-    ks.set_node_ready(api, "sim-ascend-0")
+    set_node_ready(api, "sim-ascend-0")
     simulator.step()
     assert ("ns", "a") not in api.pods  # the kubelet is back and confirms the deletion
     assert cond(api.nodes["sim-ascend-0"], "Ready")["lastHeartbeatTime"] != beat
@@ -572,10 +585,10 @@ def test_a_ready_node_heartbeats_every_report_interval_and_only_then() -> None:
     simulator.step()
     assert cond(api.nodes["sim-ascend-0"], "Ready")["lastHeartbeatTime"] == NOW
     writes = api.node_status_writes
-    clock.t = T0 + ks.NODE_STATUS_REPORT_SECONDS - 1
+    clock.t = T0 + NODE_STATUS_REPORT_SECONDS - 1
     simulator.step()
     assert api.node_status_writes == writes
-    clock.t = T0 + ks.NODE_STATUS_REPORT_SECONDS
+    clock.t = T0 + NODE_STATUS_REPORT_SECONDS
     simulator.step()
     assert api.node_status_writes == writes + 1
     ready = cond(api.nodes["sim-ascend-0"], "Ready")
@@ -585,16 +598,16 @@ def test_a_ready_node_heartbeats_every_report_interval_and_only_then() -> None:
 
 def test_a_pod_tolerating_the_taint_is_still_placed() -> None:
     node = nodes(1)[0]
-    node["spec"]["taints"] = ks.node_taints([], "False", NOW)
+    node["spec"]["taints"] = node_taints([], "False", NOW)
     tolerant = pod("t", spec={"tolerations": [{"key": "node.kubernetes.io/not-ready",
                                                "operator": "Exists"}]})  # fmt: skip
-    assert ks.choose_node(tolerant, [node], [])[0] == "sim-ascend-0"
-    assert ks.choose_node(pod("u"), [node], [])[0] is None
+    assert choose_node(tolerant, [node], [])[0] == "sim-ascend-0"
+    assert choose_node(pod("u"), [node], [])[0] is None
 
 
 def test_a_ready_again_pod_keeps_no_stale_not_ready_message() -> None:
     simulator, api, _ = sim()
-    running_pod(simulator, api, metadata={"annotations": {ks.OUTCOME_ANNOTATION: "unready"}})
+    running_pod(simulator, api, metadata={"annotations": {knobs.OUTCOME: "unready"}})
     assert api.pod("p")["status"]["message"]
     api.pod("p")["metadata"]["annotations"] = {}
     simulator.step()
@@ -606,8 +619,8 @@ def test_a_ready_again_pod_keeps_no_stale_not_ready_message() -> None:
 
 
 def test_on_a_not_ready_node_an_unready_container_keeps_its_own_reason() -> None:
-    p = pod("a", node="sim-ascend-0", metadata={"annotations": {ks.READY_AFTER_ANNOTATION: "9"}})
-    status = ks.desired_status(p, "127.0.1.1", "127.1.0.2", NOW, node_readiness="False")
+    p = pod("a", node="sim-ascend-0", metadata={"annotations": {knobs.READY_AFTER: "9"}})
+    status = desired_status(p, "127.0.1.1", "127.1.0.2", NOW, node_readiness="False")
     reasons = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert reasons["Ready"] == ("False", "NodeNotReady")
     assert reasons["ContainersReady"] == ("False", "ContainersNotReady")

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_dev import kubelet_sim as ks
-from ascend_pd_dev import launch_check as lc
-from ascend_pd_dev import launch_check_runs as lcr
+from ascend_pd_dev.kubelet_sim import check_runs as lcr
+from ascend_pd_dev.kubelet_sim import knobs
+from ascend_pd_dev.kubelet_sim import launch_check as lc
+from ascend_pd_dev.kubelet_sim.pod_status import desired_status, status_signature
 from ascend_pd_runtime import env_contract
 
 NOW = "2026-01-01T00:00:00Z"
@@ -281,7 +282,7 @@ def test_never_restart_policy_leaves_it_terminated_and_the_pod_failed(tmp_path: 
     clock.now += 1000
     views = checks.views(pod, "127.1.0.1", "127.0.1.1", cluster(), asked=True)
     assert views["sglang"].final and len(runner.runs) == 1
-    status = ks.desired_status(pod, "127.0.1.1", "127.1.0.1", NOW, views)
+    status = desired_status(pod, "127.0.1.1", "127.1.0.1", NOW, views)
     assert status["phase"] == "Failed"
     assert status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 5
 
@@ -298,7 +299,7 @@ def test_an_unregistered_image_waits_in_err_image_pull(tmp_path: Path) -> None:
 def test_pod_status_while_checking_is_running_but_not_ready() -> None:
     pod = runtime_pod([])
     view = lcr.View({"running": {"startedAt": NOW}}, {}, 0, ready=False, started=True)
-    status = ks.desired_status(pod, "127.0.1.1", "127.1.0.1", NOW, {"sglang": view})
+    status = desired_status(pod, "127.0.1.1", "127.1.0.1", NOW, {"sglang": view})
     assert status["phase"] == "Running"
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (
@@ -308,19 +309,19 @@ def test_pod_status_while_checking_is_running_but_not_ready() -> None:
     # a running pod carries no pod-level message (null: the patch deletes an earlier one)
     assert status["message"] is None
     done = lcr.View({"running": {"startedAt": NOW}}, {}, 0, ready=True, started=True)
-    status = ks.desired_status(pod, "127.0.1.1", "127.1.0.1", NOW, {"sglang": done})
+    status = desired_status(pod, "127.0.1.1", "127.1.0.1", NOW, {"sglang": done})
     assert status["containerStatuses"][0]["ready"] is True
     # the outcome annotation still has the last word on readiness
-    pod["metadata"]["annotations"][ks.OUTCOME_ANNOTATION] = "unready"
-    status = ks.desired_status(pod, "127.0.1.1", "127.1.0.1", NOW, {"sglang": done})
+    pod["metadata"]["annotations"][knobs.OUTCOME] = "unready"
+    status = desired_status(pod, "127.0.1.1", "127.1.0.1", NOW, {"sglang": done})
     assert status["containerStatuses"][0]["ready"] is False
 
 
 def test_signature_sees_restarts_and_last_state() -> None:
     pod = runtime_pod([])
     term = {"terminated": {"exitCode": 5, "reason": "Error", "startedAt": NOW, "finishedAt": NOW}}
-    a = ks.desired_status(pod, "h", "p", NOW, {"sglang": lcr.View(term, {}, 0, False, False)})
+    a = desired_status(pod, "h", "p", NOW, {"sglang": lcr.View(term, {}, 0, False, False)})
     wait = {"waiting": {"reason": "CrashLoopBackOff"}}
-    b = ks.desired_status(pod, "h", "p", NOW, {"sglang": lcr.View(wait, term, 1, False, False)})
-    c = ks.desired_status(pod, "h", "p", NOW, {"sglang": lcr.View(wait, term, 2, False, False)})
-    assert len({ks.status_signature(s) for s in (a, b, c)}) == 3
+    b = desired_status(pod, "h", "p", NOW, {"sglang": lcr.View(wait, term, 1, False, False)})
+    c = desired_status(pod, "h", "p", NOW, {"sglang": lcr.View(wait, term, 2, False, False)})
+    assert len({status_signature(s) for s in (a, b, c)}) == 3

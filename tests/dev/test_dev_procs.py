@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ascend_pd_dev import procs
+from ascend_pd_dev.controlplane import procs
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

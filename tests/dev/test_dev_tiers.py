@@ -8,7 +8,7 @@ from pathlib import Path
 
 from _pytest.mark.expression import Expression
 
-from ascend_pd_dev.tiers import TIERS, Run, Tier, table
+from ascend_pd_dev.cli.tiers import TIERS, Run, Tier, table
 
 MARKERS = ("e2e", "sglang", "crdserver")
 

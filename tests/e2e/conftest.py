@@ -19,7 +19,7 @@ Fixtures (all session-scoped except ``namespace``):
   ``api_client`` (a ``kubernetes.client.ApiClient``), ``layout`` (the dev cluster's
   ``cluster.Layout`` when local, else None).
 - ``kubectl(*args, input=None, check=True, kubeconfig=None) -> CompletedProcess[str]``: runs the
-  project's kubectl (``ascend_pd_dev.kubectl.kubectl_path()``) against the cluster;
+  project's kubectl (``ascend_pd_dev.testtools.kubectl.kubectl_path()``) against the cluster;
   with ``check`` a non-zero exit fails the test showing stderr.
 - ``api_client``: the ``kubernetes.client.ApiClient`` of ``cluster``.
 - ``namespace`` (function scope): a fresh namespace named after the test, deleted afterwards
@@ -47,12 +47,12 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_pd_dev import cluster as dev_cluster
-from ascend_pd_dev import paths
-from ascend_pd_dev.certs import Pki
-from ascend_pd_dev.faultproxy import STATS_PATH, FaultPlan, FaultProxy
-from ascend_pd_dev.kubectl import install_crd, kubectl_path
-from ascend_pd_dev.local_run import OperatorProcess
+from ascend_pd_dev.controlplane import cluster as dev_cluster
+from ascend_pd_dev.controlplane import paths
+from ascend_pd_dev.controlplane.certs import Pki
+from ascend_pd_dev.testtools.faultproxy import STATS_PATH, FaultPlan, FaultProxy
+from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
+from ascend_pd_dev.testtools.local_run import OperatorProcess
 
 E2E_DIR = Path(__file__).resolve().parent
 

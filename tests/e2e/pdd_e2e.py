@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev.local_run import OperatorProcess
+from ascend_pd_dev.testtools.local_run import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

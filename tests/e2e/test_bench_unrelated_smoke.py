@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from ascend_pd_dev import build  # noqa: E402
+from ascend_pd_dev.controlplane import build  # noqa: E402
 from bench import bench_unrelated  # noqa: E402
 from bench.__main__ import check_rows  # noqa: E402
 

@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_pd_dev.local_run import LocalOperator
-from ascend_pd_dev.rbac import service_account_kubeconfig
-from ascend_pd_dev.tools import ensure_helm
+from ascend_pd_dev.testtools.helm import ensure_helm
+from ascend_pd_dev.testtools.local_run import LocalOperator
+from ascend_pd_dev.testtools.rbac import service_account_kubeconfig
 from ascend_pd_operator.api import access
 
 pytestmark = [pytest.mark.timeout(1200)]

@@ -8,9 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_pd_dev import kubelet_sim as ks
+from ascend_pd_dev.kubelet_sim import knobs
+from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE, HOSTNAME_KEY, SIM_LABEL
+from ascend_pd_dev.kubelet_sim.objects import parse_iso
+from ascend_pd_dev.kubelet_sim.testing import crash_pod, fail_pod, set_node_ready
 
-ASCEND = ks.ASCEND_RESOURCE
+ASCEND = ASCEND_RESOURCE
 
 
 def _get(kubectl: Any, *args: str) -> Any:
@@ -97,7 +100,7 @@ def test_rbac_refuses_a_user_without_roles_until_a_role_grants_it(
 
 @pytest.mark.simulated
 def test_simulated_nodes_offer_ascend_devices(kubectl: Any) -> None:
-    nodes = _get(kubectl, "nodes", "-l", f"{ks.SIM_LABEL}=true")["items"]
+    nodes = _get(kubectl, "nodes", "-l", f"{SIM_LABEL}=true")["items"]
     assert nodes, "kubelet-sim registered no node"
     for node in nodes:
         assert int(node["status"]["allocatable"][ASCEND]) > 0
@@ -132,7 +135,7 @@ def test_statefulset_of_whole_node_pods_becomes_ready_one_pod_per_node(
 def test_a_pod_that_fits_no_node_stays_pending_and_says_why(
     kubectl: Any, namespace: str, wait_until: Any
 ) -> None:
-    nodes = _get(kubectl, "nodes", "-l", f"{ks.SIM_LABEL}=true")["items"]
+    nodes = _get(kubectl, "nodes", "-l", f"{SIM_LABEL}=true")["items"]
     most = max(int(n["status"]["allocatable"][ASCEND]) for n in nodes)
     _apply(kubectl, _pod("too-big", most + 1), "-n", namespace)
     cond = wait_until(
@@ -153,7 +156,7 @@ def test_a_pod_that_fits_no_node_stays_pending_and_says_why(
 def test_unready_outcome_keeps_a_running_pod_unready_until_changed(
     kubectl: Any, namespace: str, wait_until: Any
 ) -> None:
-    _apply(kubectl, _pod("slow", 1, {ks.OUTCOME_ANNOTATION: "unready"}), "-n", namespace)
+    _apply(kubectl, _pod("slow", 1, {knobs.OUTCOME: "unready"}), "-n", namespace)
 
     def status() -> tuple[str | None, str | None]:
         pod = _get(kubectl, "pod", "slow", "-n", namespace)
@@ -162,7 +165,7 @@ def test_unready_outcome_keeps_a_running_pod_unready_until_changed(
 
     wait_until(lambda: status()[0] == "Running", "the pod to run")
     assert status() == ("Running", "False")
-    kubectl("annotate", "pod", "slow", "-n", namespace, f"{ks.OUTCOME_ANNOTATION}=ready",
+    kubectl("annotate", "pod", "slow", "-n", namespace, f"{knobs.OUTCOME}=ready",
             "--overwrite")  # fmt: skip
     wait_until(lambda: status() == ("Running", "True"), "the pod to become ready")
 
@@ -171,7 +174,7 @@ def test_unready_outcome_keeps_a_running_pod_unready_until_changed(
 def test_crash_outcome_shows_crash_loop_backoff(
     kubectl: Any, namespace: str, wait_until: Any
 ) -> None:
-    _apply(kubectl, _pod("crashy", 1, {ks.OUTCOME_ANNOTATION: "crash"}), "-n", namespace)
+    _apply(kubectl, _pod("crashy", 1, {knobs.OUTCOME: "crash"}), "-n", namespace)
     state = wait_until(
         lambda: (_get(kubectl, "pod", "crashy", "-n", namespace)["status"].get(
             "containerStatuses") or [{}])[0].get("state", {}).get("waiting"),
@@ -193,7 +196,7 @@ def test_job_pods_run_to_the_chosen_outcome(
         "spec": {
             "backoffLimit": 0,
             "template": {
-                "metadata": {"annotations": {ks.OUTCOME_ANNOTATION: outcome}},
+                "metadata": {"annotations": {knobs.OUTCOME: outcome}},
                 "spec": {"restartPolicy": "Never", "containers": [
                     {"name": "check", "image": "example.invalid/check:1"}]},
             },
@@ -375,7 +378,7 @@ def test_a_job_pod_without_an_outcome_runs_until_told_then_completes(
     running = wait_until(pod, "the Job's pod to run")
     assert _get(kubectl, "job", "told", "-n", namespace)["status"].get("active") == 1
     kubectl("annotate", "pod", running["metadata"]["name"], "-n", namespace,
-            f"{ks.OUTCOME_ANNOTATION}=succeed")  # fmt: skip
+            f"{knobs.OUTCOME}=succeed")  # fmt: skip
     wait_until(
         lambda: (_condition(_get(kubectl, "job", "told", "-n", namespace), "Complete") or {}).get(
             "status") == "True",
@@ -395,7 +398,7 @@ def _ready(pod: dict[str, Any]) -> str | None:
 
 
 def _seconds(timestamp: str) -> float:
-    parsed = ks.parse_iso(timestamp)
+    parsed = parse_iso(timestamp)
     assert parsed is not None, timestamp
     return parsed
 
@@ -404,7 +407,7 @@ def _seconds(timestamp: str) -> float:
 def test_a_readiness_delay_readies_a_running_container_only_after_it(
     kubectl: Any, namespace: str, wait_until: Any
 ) -> None:
-    _apply(kubectl, _pod("warm", 1, {ks.READY_AFTER_ANNOTATION: "2"}), "-n", namespace)
+    _apply(kubectl, _pod("warm", 1, {knobs.READY_AFTER: "2"}), "-n", namespace)
 
     def ready_pod() -> dict[str, Any] | None:
         got = _get(kubectl, "pod", "warm", "-n", namespace)
@@ -431,7 +434,7 @@ def test_each_crash_request_restarts_the_container_once_and_keeps_its_terminatio
         return status if done else None
 
     for count, message in ((1, "HCCL timeout on rank 1"), (2, "HCCL timeout on rank 3")):
-        ks.crash_pod(cluster.api_client, namespace, "engine", 137, "Error", message,
+        crash_pod(cluster.api_client, namespace, "engine", 137, "Error", message,
                      restart_after_seconds=0)  # fmt: skip
         status = wait_until(lambda c=count: restarted(c), f"restart {count}, ready again")
         ended = status["lastState"]["terminated"]
@@ -452,7 +455,7 @@ def test_a_failed_statefulset_pod_is_replaced_by_the_statefulset_controller(
         "1 ready replica",
     )  # fmt: skip
     old = _get(kubectl, "pod", "prefill-0", "-n", namespace)["metadata"]["uid"]
-    ks.fail_pod(cluster.api_client, namespace, "prefill-0", 3, "Error", "device lost")
+    fail_pod(cluster.api_client, namespace, "prefill-0", 3, "Error", "device lost")
 
     def replaced() -> bool:
         pod = _get(kubectl, "pod", "prefill-0", "-n", namespace)
@@ -468,10 +471,10 @@ def test_a_not_ready_node_makes_its_statefulset_pod_unready_and_ready_again(
 ) -> None:
     # the StatefulSet controller's readyReplicas is the oracle (the endpoints controller
     # would be the natural one, but it refuses kubelet-sim's loopback pod IPs)
-    nodes = _get(kubectl, "nodes", "-l", f"{ks.SIM_LABEL}=true")["items"]
+    nodes = _get(kubectl, "nodes", "-l", f"{SIM_LABEL}=true")["items"]
     node = max((n["metadata"]["name"] for n in nodes), key=lambda n: int(n.rsplit("-", 1)[1]))
     sts = _statefulset("edge", 1, 1)
-    sts["spec"]["template"]["spec"]["nodeSelector"] = {ks.HOSTNAME_KEY: node}
+    sts["spec"]["template"]["spec"]["nodeSelector"] = {HOSTNAME_KEY: node}
     _apply(kubectl, sts, "-n", namespace)
 
     def ready_replicas() -> int:
@@ -480,7 +483,7 @@ def test_a_not_ready_node_makes_its_statefulset_pod_unready_and_ready_again(
 
     wait_until(lambda: ready_replicas() == 1, "1 ready replica")
     try:
-        ks.set_node_ready(cluster.api_client, node, False, unreachable=unreachable)
+        set_node_ready(cluster.api_client, node, False, unreachable=unreachable)
         wait_until(lambda: ready_replicas() == 0, "the StatefulSet to count no ready replica")
         ready = _condition(_get(kubectl, "node", node), "Ready")
         assert ready is not None and ready["status"] == ("Unknown" if unreachable else "False")
@@ -488,6 +491,6 @@ def test_a_not_ready_node_makes_its_statefulset_pod_unready_and_ready_again(
         assert _ready(got) == "False" and got["status"]["phase"] == "Running"
         assert _condition(got, "Ready")["reason"] == "NodeNotReady"  # type: ignore[index]
     finally:
-        ks.set_node_ready(cluster.api_client, node, True)
+        set_node_ready(cluster.api_client, node, True)
     wait_until(lambda: ready_replicas() == 1, "the replica ready again")
     assert _ready(_get(kubectl, "pod", "edge-0", "-n", namespace)) == "True"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_dev import build, procs
-from ascend_pd_dev.kubectl import kubectl_path
+from ascend_pd_dev.controlplane import build, procs
+from ascend_pd_dev.testtools.kubectl import kubectl_path
 
 pytestmark = [pytest.mark.local, pytest.mark.simulated, pytest.mark.timeout(900)]
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_pd_dev import launch_check
-from ascend_pd_dev.kubectl import install_crd
-from ascend_pd_dev.local_run import OperatorProcess
+from ascend_pd_dev.kubelet_sim import launch_check
+from ascend_pd_dev.testtools.kubectl import install_crd
+from ascend_pd_dev.testtools.local_run import OperatorProcess
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, LABEL_ROLE, REASON_LAUNCH_REFUSED
 from ascend_pd_runtime import env_contract
 

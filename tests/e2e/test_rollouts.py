@@ -20,9 +20,9 @@ import pytest
 from kubernetes import client
 from pdd_e2e import Operator, apply, example, pdd_doc
 
-from ascend_pd_dev.faultproxy import FaultProxy
-from ascend_pd_dev.kubelet_sim import crash_pod, set_node_ready
-from ascend_pd_dev.sim_annotations import READY_AFTER as READY_AFTER_ANNOTATION
+from ascend_pd_dev.kubelet_sim.knobs import READY_AFTER as READY_AFTER_ANNOTATION
+from ascend_pd_dev.kubelet_sim.testing import crash_pod, set_node_ready
+from ascend_pd_dev.testtools.faultproxy import FaultProxy
 from reliability.rollout_watch import LABEL_FINGERPRINT, Sampler, pod_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

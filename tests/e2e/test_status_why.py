@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from pdd_e2e import Operator, apply, condition, example, pdd_doc, status
 
-from ascend_pd_dev import sim_annotations
+from ascend_pd_dev.kubelet_sim import knobs
 
 pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
 
@@ -42,7 +42,7 @@ def ready_saying(kubectl: Any, namespace: str, *words: str) -> str:
 def test_a_missing_pvc_is_named_and_creating_it_makes_the_deployment_ready(
     kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
-    kubectl("annotate", "namespace", namespace, f"{sim_annotations.CHECK_CLAIMS}=true")
+    kubectl("annotate", "namespace", namespace, f"{knobs.CHECK_CLAIMS}=true")
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     why = 'not scheduled (Unschedulable): persistentvolumeclaim "models" not found'
     message = wait_until(
@@ -76,7 +76,7 @@ def test_a_bad_image_is_named(
     spec = pdd_doc(docs)["spec"]
     spec["runtime"]["image"] = bad
     for role in ("prefill", "decode"):
-        spec[role]["podAnnotations"] = {sim_annotations.UNPULLABLE_IMAGES: bad}
+        spec[role]["podAnnotations"] = {knobs.UNPULLABLE_IMAGES: bad}
     apply(kubectl, docs)
     pulling = (f'ImagePullBackOff: Back-off pulling image "{bad}"',
                f'ErrImagePull: rpc error: code = NotFound desc = failed to pull and unpack '

@@ -1,6 +1,6 @@
 """The PromQL tier: the real Prometheus 2.42 (Debian's package, fetched once into
-``~/.cache/ascend-pd/prometheus-2.42.0`` by ``ascend_pd_dev.prometheus``) judges the chart's
-alert rules and the dashboard's queries; helm renders them as a user's install would."""
+``~/.cache/ascend-pd/prometheus-2.42.0`` by ``ascend_pd_dev.controlplane.prometheus``)
+judges the chart's alert rules and the dashboard's queries; helm renders them as a user's install would."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_dev import prometheus
+from ascend_pd_dev.controlplane import prometheus
 
 # --import-mode=importlib: this folder's helpers (promql_env) by their folder
 sys.path.insert(0, str(Path(__file__).resolve().parent))

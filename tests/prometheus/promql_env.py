@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev.tools import ensure_helm
+from ascend_pd_dev.testtools.helm import ensure_helm
 
 # --import-mode=importlib: the chart tests' helpers (chart_env) by their folder
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chart"))

@@ -4,11 +4,14 @@ outage fit inside kopf's 54 s retry budget; the issue's 120 s did not)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import kopf
 
 from ascend_pd_operator.kubeio.denials import WARMUP_SECONDS
 from ascend_pd_operator.kubeio.supervisor import RESTART_BACKOFF
 from reliability import outage
+from tests.json_server import serving
 
 
 def test_ci_outage_outlasts_every_retry_budget_and_the_rbac_warm_up() -> None:
@@ -34,32 +37,16 @@ def test_ci_outage_outlasts_every_retry_budget_and_the_rbac_warm_up() -> None:
 def test_a_health_probe_that_did_not_answer_never_reads_as_faults_cleared() -> None:
     """CI read a probe that timed out on a busy machine as "no faults" and went on while the
     fault was still named; only an answer with an empty list means cleared."""
-    import http.server
-    import json
-    import threading
-
     answers = iter([(200, {"faults": ["RBAC denies watch x"]}), (503, b"not json"),
                     (200, {"faults": []})])  # fmt: skip
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            status, body = next(answers)
-            self.send_response(status)
-            self.end_headers()
-            self.wfile.write(body if isinstance(body, bytes) else json.dumps(body).encode())
+    def answer(method: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        status, body = next(answers)
+        return status, {}, body
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        sampler = outage.HealthSampler(server.server_address[1])
+    with serving(answer) as url:
+        sampler = outage.HealthSampler(int(url.rsplit(":", 1)[1]))
         assert sampler.faults() == ["RBAC denies watch x"]
         assert sampler.faults() is None  # an unreadable answer
         assert sampler.faults() == []
-        server.shutdown()
-        server.server_close()
-        assert sampler.faults() is None  # nobody listening
-    finally:
-        server.server_close()
+    assert sampler.faults() is None  # nobody listening

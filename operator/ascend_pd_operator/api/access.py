@@ -2,7 +2,7 @@
 
 ``kube.py`` resolves paths only through this table, so a resource missing here cannot be
 touched by the operator. The chart's RBAC is written by hand; a test (with the toolbox's
-``ascend_pd_dev.rbac``) compares it with ``RBAC_RULES`` both ways, so the chart grants
+``ascend_pd_dev.testtools.rbac``) compares it with ``RBAC_RULES`` both ways, so the chart grants
 exactly these verbs.
 kopf itself needs the PDDeployment watch, its own events and (for peering when
 enabled) nothing else, since we do not enable kopf peering.

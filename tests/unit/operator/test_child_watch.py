@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 from kubernetes import client
@@ -32,6 +30,7 @@ from ascend_pd_operator.kubeio.child_watch import (
 from ascend_pd_operator.kubeio.kept import slim_pod
 from ascend_pd_operator.kubeio.kube import Kube, KubeError, Listing, iter_lines
 from ascend_pd_operator.kubeio.live_cache import LiveCache
+from tests.json_server import Chunked, serving
 
 Json = dict[str, Any]
 
@@ -356,39 +355,22 @@ def watch_server() -> Iterator[tuple[str, list[dict[str, list[str]]], list[int]]
     queries: list[dict[str, list[str]]] = []
     status = [200]
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(method: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        queries.append({key: [value] for key, value in query.items()})
+        if status[0] != 200:
+            return 410, {}, {"kind": "Status", "code": 410, "reason": "Gone",
+                             "message": "too old resource version"}  # fmt: skip
+        lines = [
+            event("ADDED", obj("a", "5")),
+            event("MODIFIED", obj("a", "6")),
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}},
+        ]
+        payload = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+        # events split anywhere
+        return 200, {}, Chunked([payload[:7], payload[7:40], payload[40:]])
 
-        def do_GET(self) -> None:
-            queries.append(parse_qs(urlparse(self.path).query))
-            if status[0] != 200:
-                body = json.dumps({"kind": "Status", "code": 410, "reason": "Gone",
-                                   "message": "too old resource version"}).encode()  # fmt: skip
-                self.send_response(410)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                return
-            self.send_response(200)
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            lines = [
-                event("ADDED", obj("a", "5")),
-                event("MODIFIED", obj("a", "6")),
-                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}},
-            ]
-            payload = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
-            for piece in (payload[:7], payload[7:40], payload[40:]):  # events split anywhere
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-            self.wfile.write(b"0\r\n\r\n")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", queries, status
-    server.shutdown()
+    with serving(answer) as url:
+        yield url, queries, status
 
 
 def _kube(url: str) -> Kube:

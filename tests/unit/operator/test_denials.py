@@ -22,7 +22,8 @@ from ascend_pd_operator.kubeio.denials import Access, Denials, access_of
 from ascend_pd_operator.kubeio.kube import Denied, KubeError, is_transient
 from ascend_pd_operator.kubeio.supervisor import Supervisor, Unit
 from ascend_pd_operator.wiring.handlers import KOPF_RETRY_BACKOFF, KopfDenials, operator_settings
-from tests.unit.operator.local_api import local_kube, serving
+from tests.json_server import serving
+from tests.unit.operator.local_api import local_kube
 
 FORBIDDEN = {"kind": "Status", "code": 403, "reason": "Forbidden",
              "message": 'statefulsets.apps "x" is forbidden: User "system:serviceaccount:op:sa" '

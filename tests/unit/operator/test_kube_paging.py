@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.json_server import serving
 from tests.unit.operator.local_api import local_kube as _kube
-from tests.unit.operator.local_api import serving
 
 
 def test_every_page_is_fetched_with_its_continue_token() -> None:

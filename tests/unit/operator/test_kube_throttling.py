@@ -9,8 +9,8 @@ import pytest
 
 from ascend_pd_operator.kubeio import kube as kube_module
 from ascend_pd_operator.kubeio.kube import KubeError, retry_after
+from tests.json_server import serving
 from tests.unit.operator.local_api import local_kube as _kube
-from tests.unit.operator.local_api import serving
 
 
 def test_retry_after_rule() -> None:

@@ -7,11 +7,9 @@ through prometheus_client's own text parser from the real HTTP endpoint.
 
 from __future__ import annotations
 
-import json
 import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -24,6 +22,7 @@ from ascend_pd_operator.kubeio.metrics import REGISTRY, DeploymentCollector
 from ascend_pd_operator.kubeio.workqueue import RateLimitedQueue
 from ascend_pd_operator.wiring.handlers import worker
 from ascend_pd_operator.wiring.reconciler import Result
+from tests.json_server import serving
 
 Json = dict[str, Any]
 
@@ -67,28 +66,14 @@ def throttling_server() -> Iterator[str]:
     """An API server answering the first request 429 (Retry-After: 1), the rest 200."""
     seen: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_PATCH(self) -> None:
-            seen.append(self.command)
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            first = len(seen) == 1
-            body = {"kind": "Status", "code": 429} if first else {"metadata": {"name": "x"}}
-            self.send_response(429 if first else 200)
-            if first:
-                self.send_header("Retry-After", "1")
-            data = json.dumps(body).encode()
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(method: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        seen.append(method)
+        if len(seen) == 1:
+            return 429, {"Retry-After": "1"}, {"kind": "Status", "code": 429}
+        return 200, {}, {"metadata": {"name": "x"}}
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(answer) as url:
+        yield url
 
 
 def _kube(url: str) -> Kube:

@@ -8,10 +8,7 @@ Expected values are written out by hand from the issue, not computed by the buil
 from __future__ import annotations
 
 import copy
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -24,6 +21,7 @@ from ascend_pd_operator.builders.desired import desired_state
 from ascend_pd_operator.builders.disruption import pdb_api_version, pod_disruption_budget
 from ascend_pd_operator.builders.model_source import resolve_facts
 from ascend_pd_operator.kubeio.kube import Kube, new_client, path, server_minor
+from tests.json_server import serving
 
 Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", uid="0b6f8d4e-0000-4000-8000-000000000001", generation=3)
@@ -185,26 +183,14 @@ def server_1_20() -> Iterator[tuple[str, list[str]]]:
     """Answers ``/version`` as Kubernetes 1.20 and every other GET with an empty list."""
     paths: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            paths.append(self.path.split("?", 1)[0])
-            body: Json = {"items": [], "metadata": {"resourceVersion": "1"}}
-            if self.path == "/version":
-                body = {"major": "1", "minor": "20", "gitVersion": "v1.20.2"}
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(method: str, where: str, query: dict[str, str]) -> tuple[int, dict[str, str], Json]:
+        paths.append(where)
+        if where == "/version" and not query:
+            return 200, {}, {"major": "1", "minor": "20", "gitVersion": "v1.20.2"}
+        return 200, {}, {"items": [], "metadata": {"resourceVersion": "1"}}
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", paths
-    server.shutdown()
+    with serving(answer) as url:
+        yield url, paths
 
 
 def test_the_client_asks_the_server_its_version_once_and_uses_its_budget_version(

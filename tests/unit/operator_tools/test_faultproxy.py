@@ -9,7 +9,7 @@ import pytest
 import requests
 from aiohttp import web
 
-from ascend_pd_dev.faultproxy import FaultPlan, FaultProxy
+from ascend_pd_dev.testtools.faultproxy import FaultPlan, FaultProxy
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from ascend_pd_dev.local_run import stop_child_group
+from ascend_pd_dev.testtools.local_run import stop_child_group
 
 
 def _child(code: str) -> subprocess.Popen[bytes]:

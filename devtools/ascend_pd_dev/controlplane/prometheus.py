@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ascend_pd_dev import build, paths
+from ascend_pd_dev.controlplane import build, paths
 
 PACKAGE = "prometheus"
 #: the upstream release of the system's Debian package (checked after unpacking)

@@ -23,11 +23,11 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev import cluster, paths
-from ascend_pd_dev.kubectl import kubectl_path
-from ascend_pd_dev.local_run import LocalOperator, stop_process_group
-from ascend_pd_dev.rbac import service_account_kubeconfig
-from ascend_pd_dev.tools import ensure_helm
+from ascend_pd_dev.controlplane import cluster, paths
+from ascend_pd_dev.testtools.helm import ensure_helm
+from ascend_pd_dev.testtools.kubectl import kubectl_path
+from ascend_pd_dev.testtools.local_run import LocalOperator, stop_process_group
+from ascend_pd_dev.testtools.rbac import service_account_kubeconfig
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 
 RELEASE = "ascend-pd"

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ascend_pd_dev.paths import TEST_CLUSTER_ENV, project_root
+from ascend_pd_dev.controlplane.paths import TEST_CLUSTER_ENV, project_root
 
 ROOT = project_root()
 LOG_DIR = ROOT / ".dev" / "tiers"
@@ -169,7 +169,7 @@ def check(tiers: Sequence[Tier]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ascend_pd_dev.tiers", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ascend_pd_dev.cli.tiers", description=__doc__)
     parser.add_argument("--jobs", type=int, default=len(TIERS),
                         help="tiers at once (default: all of them)")  # fmt: skip
     parser.add_argument("--only", action="append", choices=[t.name for t in TIERS],

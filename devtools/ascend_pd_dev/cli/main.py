@@ -13,10 +13,10 @@ from ascend_pd_runtime.subcommands import dispatch
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "cluster": ("ascend_pd_dev.cluster_cli", "local control plane with simulated Ascend nodes"),
-    "demo": ("ascend_pd_dev.demo", "the operator on the local control plane, end to end"),
-    "tools": ("ascend_pd_dev.tools", "print the path of a tool the tests use, installing it"),
-    "values-table": ("ascend_pd_dev.values_table", "the chart README's table of values"),
+    "cluster": ("ascend_pd_dev.cli.cluster", "local control plane with simulated Ascend nodes"),
+    "demo": ("ascend_pd_dev.cli.demo", "the operator on the local control plane, end to end"),
+    "tools": ("ascend_pd_dev.cli.tools", "print the path of a tool the tests use, installing it"),
+    "values-table": ("ascend_pd_dev.cli.values_table", "the chart README's table of values"),
 }
 
 

@@ -16,18 +16,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ascend_pd_dev.testtools.executables import overridden
+
 
 class KubectlNotFound(RuntimeError):
     """No kubectl anywhere; the message says how to get one."""
 
 
 def kubectl_path() -> Path:
-    override = os.environ.get("ASCEND_PD_KUBECTL")
-    if override:
-        path = Path(override)
-        if not os.access(path, os.X_OK):
-            raise KubectlNotFound(f"ASCEND_PD_KUBECTL={override!r}: not an executable file")
-        return path
+    override = overridden("ASCEND_PD_KUBECTL", KubectlNotFound)
+    if override is not None:
+        return override
     beside_python = Path(sys.executable).parent / "kubectl"
     if os.access(beside_python, os.X_OK):
         return beside_python

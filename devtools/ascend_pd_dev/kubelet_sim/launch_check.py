@@ -49,10 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ascend_pd_dev import sim_annotations
+from ascend_pd_dev.kubelet_sim import knobs
+from ascend_pd_dev.kubelet_sim.objects import is_terminal, list_items
 from ascend_pd_runtime.env_contract import DEFAULT_TERMINATION_LOG, TERMINATION_LOG
 
-RUN_CHECK_ANNOTATION = sim_annotations.RUN_LAUNCH_CHECK
+RUN_CHECK_ANNOTATION = knobs.RUN_LAUNCH_CHECK
 LAUNCHER = "ascend-pd-runtime"
 #: kubelet reads at most this much of a termination message file
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -479,3 +480,54 @@ def scratch_dir(root: Path | None, pod: Obj, container: str) -> Path:
 
 def remove_scratch(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- from the API server
+
+
+def pods_asking(api: Any, pods: list[Obj], nodes: set[str]) -> set[str]:
+    """Uids of the live pods on ``nodes`` with a launcher container that ask for its check
+    (``api``: a CoreV1Api; namespaces are read only when a candidate exists)."""
+    candidates = [
+        p for p in pods
+        if p.get("spec", {}).get("nodeName") in nodes
+        and not is_terminal(p)
+        and not p["metadata"].get("deletionTimestamp")
+        and any(is_launcher(c) for c in p.get("spec", {}).get("containers") or [])
+    ]  # fmt: skip
+    if not candidates:
+        return set()
+    namespaces = {
+        n["metadata"]["name"]: n["metadata"].get("annotations") or {}
+        for n in list_items(api.list_namespace)
+    }
+    return {
+        str(p["metadata"].get("uid"))
+        for p in candidates
+        if asks_for_check(p, namespaces.get(p["metadata"]["namespace"], {}))
+    }
+
+
+def cluster_view(api: Any, pods: list[Obj]) -> Cluster:
+    """The reads a check needs, from the API server: ConfigMaps, Secrets, Services (404: None)."""
+    from kubernetes.client.exceptions import ApiException
+
+    def reader(call: Any) -> Callable[[str, str], Obj | None]:
+        def read(namespace: str, name: str) -> Obj | None:
+            try:
+                response = call(name, namespace, _preload_content=False)
+            except ApiException as err:
+                if err.status == 404:
+                    return None
+                raise
+            found: Obj = json.loads(response.data)
+            return found
+
+        return read
+
+    return Cluster(
+        config_map=reader(api.read_namespaced_config_map),
+        secret=reader(api.read_namespaced_secret),
+        service=reader(api.read_namespaced_service),
+        pods=pods,
+    )

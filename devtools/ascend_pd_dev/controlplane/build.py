@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascend_pd_dev import paths, reflect2_fix
+from ascend_pd_dev.controlplane import paths, reflect2_fix
 
 #: apt packages the build and the cluster need
 APT_PACKAGES = (

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ascend_pd_dev.rbac import local_operator_command
+from ascend_pd_dev.testtools.rbac import local_operator_command
 from ascend_pd_operator.api.access import HEALTH_PATH, METRICS_PATH
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascend_pd_dev import build, paths
+from ascend_pd_dev.controlplane import build, paths
 
 #: the Debian suite and binary package the Go sources come from
 SUITE = "sid"

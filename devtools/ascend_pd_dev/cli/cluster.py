@@ -6,7 +6,7 @@ exactly the processes ``up`` started (by their pid files). ``status`` exits 0 wh
 is up and 3 when it is not. ``crd-server up|down`` runs a current CRD server beside it
 (``crd_server``: Kubernetes 1.36, CRDs and custom resources only) for checking the CRD.
 ``node NAME ready|not-ready|unreachable`` makes a simulated node (and its pods) NotReady and
-back (``kubelet_sim.set_node_ready``).
+back (``kubelet_sim.testing.set_node_ready``).
 """
 
 from __future__ import annotations
@@ -16,15 +16,9 @@ import json
 import sys
 import time
 
-from ascend_pd_dev import (
-    build,
-    certs,
-    cluster,
-    crd_server,
-    kubelet_sim,
-    paths,
-    reflect2_fix,
-)
+from ascend_pd_dev.controlplane import build, certs, cluster, crd_server, paths, reflect2_fix
+from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE
+from ascend_pd_dev.kubelet_sim.testing import set_node_ready
 
 
 def _progress(message: str) -> None:
@@ -37,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--nodes", type=_positive, default=8,
                     help="simulated Ascend nodes (default 8)")  # fmt: skip
     up.add_argument("--ascend-per-node", type=_positive, default=8,
-                    help=f"{kubelet_sim.ASCEND_RESOURCE} per node (default 8)")  # fmt: skip
+                    help=f"{ASCEND_RESOURCE} per node (default 8)")  # fmt: skip
     up.add_argument("--rebuild", action="store_true",
                     help="rebuild the control-plane binaries even when cached")  # fmt: skip
     down = sub.add_parser("down", help="stop the processes 'dev up' started")
@@ -106,7 +100,7 @@ def _node(layout: cluster.Layout, name: str, readiness: str) -> int:
         print("ascend-pd-dev cluster node: the local control plane is not up", file=sys.stderr)
         return 3
     try:
-        kubelet_sim.set_node_ready(layout.kubeconfig, name, readiness == "ready",
+        set_node_ready(layout.kubeconfig, name, readiness == "ready",
                                    unreachable=readiness == "unreachable")  # fmt: skip
     except ApiException as err:
         print(f"ascend-pd-dev cluster node {name}: {err.reason}", file=sys.stderr)
@@ -154,7 +148,7 @@ def _status(layout: cluster.Layout, output: str) -> int:
         if state is not None:
             print(f"  server                   {state.server}")
             print(f"  simulated nodes          {state.nodes} x {state.ascend_per_node} "
-                  f"{kubelet_sim.ASCEND_RESOURCE}")  # fmt: skip
+                  f"{ASCEND_RESOURCE}")  # fmt: skip
         if healthy:
             print(f"export KUBECONFIG={layout.kubeconfig}")
     return 0 if healthy else 3

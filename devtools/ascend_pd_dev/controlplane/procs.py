@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +114,18 @@ def stop(pid_file: Path, timeout: float = 15.0) -> bool:
         _reap(record.pid)
         stopped = True
     pid_file.unlink(missing_ok=True)
+    return stopped
+
+
+def stop_all(
+    pid_file: Callable[[str], Path], components: Sequence[str], progress: Callable[[str], None]
+) -> list[str]:
+    """Stop ``components`` (the last first) by their pid files; return the names stopped."""
+    stopped = []
+    for component in reversed(components):
+        if stop(pid_file(component)):
+            stopped.append(component)
+            progress(f"stopped {component}")
     return stopped
 
 

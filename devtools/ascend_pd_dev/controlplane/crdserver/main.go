@@ -6,7 +6,7 @@
 //   - the /apis discovery document is served (upstream turns it off because the aggregator of
 //     a full control plane serves it; without it every kubectl command fails on discovery).
 //
-// Built by ascend_pd_dev.crd_build in GOPATH mode against Debian's Go sources.
+// Built by ascend_pd_dev.controlplane.crd_build in GOPATH mode against Debian's Go sources.
 package main
 
 import (

@@ -27,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev import build, certs, kubelet_sim, procs
+from ascend_pd_dev.controlplane import build, certs, procs
+from ascend_pd_dev.kubelet_sim import knobs
 
 #: controllers the dev cluster runs: what workloads, ownership and namespaces need, no more
 CONTROLLERS = (
@@ -298,12 +299,7 @@ def healthy(layout: Layout) -> bool:
 
 def stop_all(layout: Layout, progress: Progress) -> list[str]:
     """Stop every component this state directory started; return the names stopped."""
-    stopped = []
-    for component in reversed(COMPONENTS):
-        if procs.stop(layout.pid_file(component)):
-            stopped.append(component)
-            progress(f"stopped {component}")
-    return stopped
+    return procs.stop_all(layout.pid_file, COMPONENTS, progress)
 
 
 def _write_kubeconfigs(layout: Layout, pki: certs.Pki, state: ClusterState) -> None:
@@ -345,7 +341,7 @@ def _start_kubelet_sim(
         # nodes served by this very process (an older one may have left Ready nodes behind)
         ready = [
             n for n in items
-            if (n["metadata"].get("annotations") or {}).get(kubelet_sim.OWNER_ANNOTATION)
+            if (n["metadata"].get("annotations") or {}).get(knobs.OWNER)
             == str(record.pid)
             and any(c.get("type") == "Ready" and c.get("status") == "True"
                    for c in n.get("status", {}).get("conditions", []))

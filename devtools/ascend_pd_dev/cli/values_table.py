@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev import paths
+from ascend_pd_dev.controlplane import paths
 
 START, END = "<!-- values-table:start -->", "<!-- values-table:end -->"
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.-]+):(?P<rest>.*)$")

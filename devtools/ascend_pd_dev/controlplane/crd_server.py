@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev import build, cluster, crd_build, procs
+from ascend_pd_dev.controlplane import build, cluster, crd_build, procs
 
 #: admission plugins that need the core API (namespaces) or resources this server lacks
 DISABLED_ADMISSION = (
@@ -318,13 +318,7 @@ def stop(root: Path, progress: Progress) -> list[str]:
 
 
 def stop_locked(root: Path, progress: Progress) -> list[str]:
-    layout = cluster.Layout(root)
-    stopped = []
-    for component in reversed(COMPONENTS):
-        if procs.stop(layout.pid_file(component)):
-            stopped.append(component)
-            progress(f"stopped {component}")
-    return stopped
+    return procs.stop_all(cluster.Layout(root).pid_file, COMPONENTS, progress)
 
 
 def server_version(server: CrdServer) -> str:

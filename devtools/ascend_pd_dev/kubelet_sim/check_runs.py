@@ -18,27 +18,18 @@ Checks run on a small thread pool so a slow one never stalls the simulated nodes
 
 from __future__ import annotations
 
-import datetime as dt
-import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from ascend_pd_dev import launch_check as lc
+from ascend_pd_dev.kubelet_sim import launch_check as lc
+from ascend_pd_dev.kubelet_sim.objects import Obj, iso, log
 
 BACKOFF_START, BACKOFF_CAP = 10.0, 300.0
 #: how long a failed run shows as ``state.terminated`` before ``CrashLoopBackOff``
 TERMINATED_SHOWN = 2.0
-
-Obj = dict[str, Any]
-log = logging.getLogger("kubelet-sim")
-
-
-def _now_iso() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def backoff(failures: int) -> float:
@@ -146,7 +137,7 @@ class LaunchChecks:
         record = self.records.get(key)
         if record is None:
             scratch = lc.scratch_dir(self.scratch_root, pod, key[1])
-            record = self.records[key] = Record(scratch, _now_iso(), restarts)
+            record = self.records[key] = Record(scratch, iso(time.time()), restarts)
         self._collect(pod, record)
         never = (pod.get("spec", {}).get("restartPolicy") or "Always") == "Never"
         last = record.attempts[-1] if record.attempts else None
@@ -190,7 +181,7 @@ class LaunchChecks:
             return View({"running": {"startedAt": started}}, last_state, count, False, True)
         log.info("%s/%s: running %s", pod["metadata"]["namespace"], pod["metadata"]["name"],
                  " ".join(prepared.argv))  # fmt: skip
-        record.attempts.append(Attempt(_now_iso(), self.pool.submit(self.runner, prepared)))
+        record.attempts.append(Attempt(iso(time.time()), self.pool.submit(self.runner, prepared)))
         return None
 
     def _collect(self, pod: Obj, record: Record) -> None:
@@ -200,7 +191,7 @@ class LaunchChecks:
                     attempt.ended = attempt.future.result()
                 except Exception as exc:  # a bug here must not look like the launcher's exit
                     attempt.ended = lc.Ended(128, f"kubelet-sim: the check crashed: {exc}", "")
-                attempt.finished_at = _now_iso()
+                attempt.finished_at = iso(time.time())
                 attempt.finished = self.clock()
             if attempt.ended is not None and not attempt.reported:
                 attempt.reported = True
