@@ -567,7 +567,9 @@ RULES: tuple[Rule, ...] = (
     _mount_names_rule("Router", "the router's"),
     Rule(
         where="ContainerSecurityContext",
-        # Kubernetes' own pod validation: the StatefulSet or Deployment would not apply.
+        # Kubernetes refuses such a container in a pod; the router's Deployment would not
+        # apply, and a StatefulSet, whose pod template the API server does not check, would
+        # apply and then fail to create its pods.
         cel="!has(self.allowPrivilegeEscalation) || self.allowPrivilegeEscalation || "
         "((!has(self.privileged) || !self.privileged) && "
         f"(!has(self.capabilities) || !('{CAP_SYS_ADMIN}' in self.capabilities.add)))",
