@@ -14,7 +14,7 @@ import pytest
 import yaml
 from chart_env import CHART
 
-from ascend_pd_dev.testtools import values_table
+from ascend_pd_dev.cli import values_table
 
 
 def check(chart: Path) -> subprocess.CompletedProcess[str]:

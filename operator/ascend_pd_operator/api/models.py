@@ -25,32 +25,45 @@ from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import PlainValidator
 
 from ascend_pd_operator.api.rules import (
+    CAP_SYS_ADMIN,
+    DNS_LABEL_PATTERN,
     ENV_NAME_PATTERN,
     EXTENDED_RESOURCE_MAX_LENGTH,
     EXTENDED_RESOURCE_PATTERN,
     LABEL_VALUE_PATTERN,
+    MAX_DNS_SUBDOMAIN_LENGTH,
     MAX_ENV,
     MAX_ENV_NAME_LENGTH,
     MAX_MAP_ENTRIES,
     MAX_NAME_PART_LENGTH,
+    MAX_PATH_LENGTH,
     MAX_POD_ANNOTATIONS_BYTES,
+    MAX_POD_LIST,
     MAX_QUANTITY_LENGTH,
     MAX_REPLICAS,
+    MOUNT_PATH_PATTERN,
+    OPTIONAL_DNS_SUBDOMAIN_PATTERN,
     OWNED_ANNOTATIONS,
     OWNED_ENV,
+    OWNED_ROUTER_MOUNTS,
+    OWNED_RUNTIME_MOUNTS,
+    OWNED_VOLUMES,
     QUALIFIED_NAME,
     QUANTITY,
     QUANTITY_PATTERN,
+    SYSCTL_NAME_PATTERN,
     is_quantity,
     violations,
 )
 
-# The API's identity is vocabulary (owner references name it); the models serve it.
+# The API's identity is vocabulary (owner references name it): naming holds it, api serves it.
 from ascend_pd_operator.api.vocabulary import API_VERSION as API_VERSION
 from ascend_pd_operator.api.vocabulary import GROUP as GROUP
 from ascend_pd_operator.api.vocabulary import KIND as KIND
 from ascend_pd_operator.api.vocabulary import VERSION as VERSION
 from ascend_pd_runtime.layout import SpeculativeAlgorithm
+
+# The API's identity is vocabulary (owner references name it); the models serve it.
 
 PLURAL = "pddeployments"
 SINGULAR = "pddeployment"
@@ -227,6 +240,8 @@ class ModelSpec(_Model):
     path: str = Field(
         ...,
         pattern=r"^/",
+        # PATH_MAX, and a bound the CEL cost estimate needs (volumeMounts are compared to it).
+        max_length=MAX_PATH_LENGTH,
         description="Model directory inside the container; config.json lives here.",
     )
     volume: ModelVolume | None = Field(
@@ -314,6 +329,215 @@ class EnvVar(_Model):
     )
 
 
+# --- pod fields a platform needs (escape hatches) -------------------------------------
+
+#: The range Kubernetes allows for user and group IDs.
+MAX_ID = 2147483647
+Id = Annotated[int, Field(ge=0, le=MAX_ID)]
+
+
+def _unique(values: list[Any], key: str, what: str) -> list[Any]:
+    """Refuse duplicate ``key``s; the CRD declares the list a map on ``key``, so the API
+    server refuses them too (pydantic speaks for ``ascend-pd render``)."""
+    seen = [getattr(v, key) for v in values]
+    duplicates = sorted({k for k in seen if seen.count(k) > 1})
+    if duplicates:
+        raise ValueError(f"{what} {duplicates} given more than once; list each once")
+    return values
+
+
+def _map_list(description: str, key: str) -> Any:
+    """A list of objects keyed by ``key`` (as in a pod), at most ``MAX_POD_LIST`` of them."""
+    return _list(
+        description,
+        max_length=MAX_POD_LIST,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]},
+    )
+
+
+def _dns_subdomain(description: str) -> Any:
+    return Field(
+        "",
+        max_length=MAX_DNS_SUBDOMAIN_LENGTH,
+        pattern=OPTIONAL_DNS_SUBDOMAIN_PATTERN,
+        description=f"{description} A DNS subdomain: lowercase letters, digits, '-' and '.', "
+        f"a letter or digit at both ends, at most {MAX_DNS_SUBDOMAIN_LENGTH} characters.",
+    )
+
+
+class LocalObjectReference(_Model):
+    """A Secret in the PDDeployment's namespace (core/v1 LocalObjectReference)."""
+
+    name: str = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_DNS_SUBDOMAIN_LENGTH,
+        pattern=OPTIONAL_DNS_SUBDOMAIN_PATTERN,
+        description="Secret name (a DNS subdomain).",
+    )
+
+
+class Volume(_Model):
+    """A pod volume (core/v1 Volume): its name and one volume source with that source's
+    fields (configMap, secret, emptyDir, persistentVolumeClaim, hostPath, nfs, csi,
+    projected, ...), passed to the pods as given."""
+
+    # The source is any of Kubernetes' volume sources, kept as written: the API server checks
+    # it when the operator applies the workload (a bad one is ApplyFailed, naming it).
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(
+        ...,
+        max_length=MAX_NAME_PART_LENGTH,
+        pattern=DNS_LABEL_PATTERN,
+        description="Volume name (a DNS label: lowercase letters, digits and '-', at most 63), "
+        "unique in the list; volumeMounts mount it by this name.",
+    )
+
+
+class VolumeMount(_Model):
+    """Where the container mounts one of the volumes (core/v1 VolumeMount)."""
+
+    name: str = Field(
+        ..., max_length=MAX_NAME_PART_LENGTH, pattern=DNS_LABEL_PATTERN,
+        description="The volume to mount: a name in volumes.",
+    )  # fmt: skip
+    mount_path: str = Field(
+        ...,
+        max_length=MAX_PATH_LENGTH,
+        pattern=MOUNT_PATH_PATTERN,
+        description="Absolute path in the container, written plainly: no empty, '.' or '..' "
+        "part, no trailing '/'. Unique in the list.",
+    )
+    read_only: bool = Field(False, description="Mount read-only.")
+    sub_path: str = Field(
+        "", max_length=MAX_PATH_LENGTH,
+        description="Path within the volume to mount instead of its root; empty: the root.",
+    )  # fmt: skip
+    sub_path_expr: str = Field(
+        "", max_length=MAX_PATH_LENGTH,
+        description="subPath with $(VAR) references to the container's env expanded; "
+        "exclusive with subPath.",
+    )  # fmt: skip
+    mount_propagation: Literal["None", "HostToContainer", "Bidirectional"] | None = Field(
+        None,
+        description="How mounts propagate between host and container; Bidirectional needs "
+        "containerSecurityContext.privileged. Unset: None.",
+    )
+
+
+class SELinuxOptions(_Model):
+    """SELinux labels (core/v1 SELinuxOptions)."""
+
+    user: str = Field("", max_length=MAX_PATH_LENGTH, description="SELinux user label.")
+    role: str = Field("", max_length=MAX_PATH_LENGTH, description="SELinux role label.")
+    type: str = Field("", max_length=MAX_PATH_LENGTH, description="SELinux type label.")
+    level: str = Field("", max_length=MAX_PATH_LENGTH, description="SELinux level label.")
+
+
+class SeccompProfile(_Model):
+    """The seccomp profile (core/v1 SeccompProfile)."""
+
+    type: Literal["RuntimeDefault", "Unconfined", "Localhost"] = Field(
+        ..., description="RuntimeDefault, Unconfined, or Localhost (with localhostProfile)."
+    )
+    localhost_profile: str = Field(
+        "", max_length=MAX_PATH_LENGTH,
+        description="With type Localhost: the profile's path, relative to the kubelet's "
+        "seccomp directory.",
+    )  # fmt: skip
+
+
+class Sysctl(_Model):
+    """A namespaced sysctl of the pod (core/v1 Sysctl)."""
+
+    name: str = Field(
+        ..., max_length=MAX_DNS_SUBDOMAIN_LENGTH, pattern=SYSCTL_NAME_PATTERN,
+        description="Sysctl name, e.g. kernel.shm_rmid_forced.",
+    )  # fmt: skip
+    value: str = Field(..., max_length=MAX_PATH_LENGTH, description="Its value.")
+
+
+class Capabilities(_Model):
+    """Linux capabilities added to and dropped from the container (core/v1 Capabilities)."""
+
+    add: list[Annotated[str, Field(max_length=MAX_NAME_PART_LENGTH)]] = _list(
+        "Capabilities to add, e.g. IPC_LOCK.", max_length=MAX_POD_LIST
+    )
+    drop: list[Annotated[str, Field(max_length=MAX_NAME_PART_LENGTH)]] = _list(
+        "Capabilities to drop, e.g. ALL.", max_length=MAX_POD_LIST
+    )
+
+
+class PodSecurityContext(_Model):
+    """The pod's securityContext (core/v1 PodSecurityContext, the fields Kubernetes 1.20
+    has, without windowsOptions). The operator sets none of them itself."""
+
+    run_as_user: Id | None = Field(
+        None, description="UID the containers run as; unset: the image's."
+    )
+    run_as_group: Id | None = Field(
+        None, description="GID the containers run as; unset: the image's."
+    )
+    run_as_non_root: bool | None = Field(
+        None, description="Refuse to start a container whose user is root (SGLang images run "
+        "as root: give runAsUser too)."
+    )  # fmt: skip
+    fs_group: Id | None = Field(
+        None, description="Group owning the pod's volumes, added to every container."
+    )
+    fs_group_change_policy: Literal["OnRootMismatch", "Always"] | None = Field(
+        None, description="When fsGroup ownership is applied: OnRootMismatch or Always."
+    )
+    supplemental_groups: list[Id] = _list(
+        "Groups added to every container's first process.", max_length=MAX_POD_LIST
+    )
+    se_linux_options: SELinuxOptions | None = Field(None, description="SELinux labels.")
+    seccomp_profile: SeccompProfile | None = Field(None, description="Seccomp profile.")
+    sysctls: list[Sysctl] = _map_list(
+        "Namespaced sysctls of the pod. On runtime pods in the host network "
+        "(ascend.hostNetwork) no net.* sysctl: it would be the node's, and the kubelet refuses "
+        "the pod.",
+        "name",
+    )
+
+    @field_validator("sysctls")
+    @classmethod
+    def _each_sysctl_once(cls, sysctls: list[Sysctl]) -> list[Sysctl]:
+        return _unique(sysctls, "name", "sysctls")
+
+
+class ContainerSecurityContext(_Model):
+    """The container's securityContext (core/v1 SecurityContext, the fields Kubernetes 1.20
+    has, without procMount and windowsOptions); it overrides the pod's. The operator sets
+    none of them itself."""
+
+    run_as_user: Id | None = Field(None, description="UID the container runs as.")
+    run_as_group: Id | None = Field(None, description="GID the container runs as.")
+    run_as_non_root: bool | None = Field(
+        None, description="Refuse to start the container if its user is root."
+    )
+    read_only_root_filesystem: bool | None = Field(
+        None, description="Mount the image read-only (SGLang writes caches: give it "
+        "writable volumes)."
+    )  # fmt: skip
+    allow_privilege_escalation: bool | None = Field(
+        None, description="Whether a process may gain privileges (no_new_privs); false "
+        f"contradicts privileged true and an added {CAP_SYS_ADMIN}."
+    )  # fmt: skip
+    privileged: bool | None = Field(None, description="Run the container privileged.")
+    capabilities: Capabilities | None = Field(None, description="Capabilities to add and drop.")
+    se_linux_options: SELinuxOptions | None = Field(None, description="SELinux labels.")
+    seccomp_profile: SeccompProfile | None = Field(None, description="Seccomp profile.")
+
+
+def dump(obj: BaseModel | None) -> Json:
+    """A pod field as Kubernetes takes it: only what was given."""
+    if obj is None:
+        return {}
+    return obj.model_dump(by_alias=True, exclude_defaults=True)
+
+
 class RoleSpec(_Model):
     """One role (prefill or decode): independent instances of tensor × pipeline NPUs."""
 
@@ -357,6 +581,58 @@ class RoleSpec(_Model):
         max_length=64,
         json_schema_extra={"items": {"type": "string", "maxLength": 256}},
     )
+    image_pull_secrets: list[LocalObjectReference] = _map_list(
+        "Secrets in the namespace to pull the runtime image with (a private registry). The "
+        "model inspector, a Job of the runtime image, uses prefill's.",
+        "name",
+    )
+    service_account_name: str = _dns_subdomain(
+        "ServiceAccount of this role's pods (for its imagePullSecrets or the policies bound "
+        "to it); empty: the namespace's default. Its token is not mounted: the runtime uses "
+        "no Kubernetes API. The model inspector uses prefill's."
+    )
+    priority_class_name: str = _dns_subdomain(
+        "PriorityClass of this role's pods and PodGroups; empty: scheduling.priorityClassName. "
+        "The model inspector uses prefill's."
+    )
+    pod_security_context: PodSecurityContext | None = Field(
+        None,
+        description="securityContext of this role's pods (and prefill's of the model "
+        "inspector); unset: none. The pods still need a namespace that admits the host "
+        "network and the driver's hostPath (docs/security.md).",
+    )
+    container_security_context: ContainerSecurityContext | None = Field(
+        None,
+        description="securityContext of the runtime container (and prefill's of the model "
+        "inspector's); unset: none. The NPUs come from the device plugin, not from privileges.",
+    )
+    volumes: list[Volume] = _map_list(
+        "Extra volumes of this role's pods (and prefill's of the model inspector: a model on a "
+        f"volume of yours is read there too). Refused, the operator's names: {OWNED_VOLUMES}.",
+        "name",
+    )
+    volume_mounts: list[VolumeMount] = _map_list(
+        "Where the runtime container (and prefill's of the model inspector) mounts volumes. "
+        "Refused at, inside or above the operator's mounts: "
+        f"{OWNED_RUNTIME_MOUNTS}, ascend.driverHostPath, and model.path when model.volume is "
+        "set (with no model.volume, a volume of yours may hold the model at model.path).",
+        "mountPath",
+    )
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _each_secret_once(cls, secrets: list[LocalObjectReference]) -> list[LocalObjectReference]:
+        return _unique(secrets, "name", "imagePullSecrets")
+
+    @field_validator("volumes")
+    @classmethod
+    def _each_volume_once(cls, volumes: list[Volume]) -> list[Volume]:
+        return _unique(volumes, "name", "volumes")
+
+    @field_validator("volume_mounts")
+    @classmethod
+    def _each_mount_path_once(cls, mounts: list[VolumeMount]) -> list[VolumeMount]:
+        return _unique(mounts, "mount_path", "volumeMounts mountPath")
 
     @property
     def nodes_per_instance(self) -> int:
@@ -374,6 +650,54 @@ class Router(_Model):
     )
     port: int = Field(8000, ge=1, le=65535, description="Router HTTP port (and Service port).")
     resources: ResourceRequirements = _sub(ResourceRequirements, "Router container resources.")
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description=f"Router pod nodeSelector. Keys are label keys: {QUALIFIED_NAME}, the "
+        "prefix in lowercase; values are such names, or empty.",
+    )
+    tolerations: list[Json] = _list("Router pod tolerations, passed to the pod as given.")
+    image_pull_secrets: list[LocalObjectReference] = _map_list(
+        "Secrets in the namespace to pull the router image with. With no router.image the "
+        "router runs the runtime image: give it the roles' secrets.",
+        "name",
+    )
+    service_account_name: str = _dns_subdomain(
+        "ServiceAccount of the router pods; empty: <name>-router, which the operator creates. "
+        "The router's service discovery watches pods with its token, so the operator binds "
+        "its Role <name>-router (get, list and watch pods in the namespace) to this account "
+        "too."
+    )
+    priority_class_name: str = _dns_subdomain(
+        "PriorityClass of the router pods; empty: scheduling.priorityClassName."
+    )
+    pod_security_context: PodSecurityContext | None = Field(
+        None, description="securityContext of the router pods; unset: none."
+    )
+    container_security_context: ContainerSecurityContext | None = Field(
+        None, description="securityContext of the router container; unset: none."
+    )
+    volumes: list[Volume] = _map_list("Extra volumes of the router pods.", "name")
+    volume_mounts: list[VolumeMount] = _map_list(
+        "Where the router container mounts volumes. Refused at, inside or above the "
+        f"operator's mount: {OWNED_ROUTER_MOUNTS}.",
+        "mountPath",
+    )
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _each_secret_once(cls, secrets: list[LocalObjectReference]) -> list[LocalObjectReference]:
+        return _unique(secrets, "name", "imagePullSecrets")
+
+    @field_validator("volumes")
+    @classmethod
+    def _each_volume_once(cls, volumes: list[Volume]) -> list[Volume]:
+        return _unique(volumes, "name", "volumes")
+
+    @field_validator("volume_mounts")
+    @classmethod
+    def _each_mount_path_once(cls, mounts: list[VolumeMount]) -> list[VolumeMount]:
+        return _unique(mounts, "mount_path", "volumeMounts mountPath")
 
 
 class Ascend(_Model):
@@ -388,7 +712,10 @@ class Ascend(_Model):
     )
     host_network: bool = Field(True, description="Run runtime pods in the host network.")
     driver_host_path: str = Field(
-        "/usr/local/Ascend/driver", description="Ascend driver directory on the nodes."
+        "/usr/local/Ascend/driver",
+        # PATH_MAX, and a bound the CEL cost estimate needs (volumeMounts are compared to it).
+        max_length=MAX_PATH_LENGTH,
+        description="Ascend driver directory on the nodes, mounted at the same path.",
     )
     hccl_socket_ifname: str = Field("", description="HCCL_SOCKET_IFNAME; empty: HCCL's default.")
     store_port: int = Field(

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
-from ascend_pd_operator.api.vocabulary import POD_ANNOTATIONS, PREFIX
+from ascend_pd_operator.api.vocabulary import (
+    POD_ANNOTATIONS,
+    PREFIX,
+    RUNTIME_VOLUMES,
+    SERVICE_ACCOUNT_TOKEN_PATH,
+    SHM_MOUNT_PATH,
+)
 from ascend_pd_runtime.layout import (
     SGLANG_PP_PREFILL_DRAFT,
     SUPPORTED_SGLANG_MAX,
@@ -111,6 +117,31 @@ MAX_MAP_ENTRIES = 64
 #: Kubernetes allows 256 KiB of annotations per object (keys and values, in bytes); 1 KiB of
 #: it stays free for the annotations the operator adds to a runtime pod itself.
 MAX_POD_ANNOTATIONS_BYTES = 255 * 1024
+#: Names Kubernetes checks as DNS-1123 subdomains (Secrets, ServiceAccounts, PriorityClasses;
+#: empty: none given) and as DNS-1123 labels (volumes).
+OPTIONAL_DNS_SUBDOMAIN_PATTERN = f"^({_DNS_SUBDOMAIN})?$"
+MAX_DNS_SUBDOMAIN_LENGTH = 253
+DNS_LABEL_PATTERN = f"^{_DNS_LABEL}$"
+#: A mount path, absolute and normalized (no empty, '.' or '..' segment, no trailing '/', not
+#: '/' itself), so that "at, inside or above another mount" is a comparison of strings.
+_SEGMENT = "([^/.][^/]*|[.][^/.][^/]*|[.][.][^/]+)"
+MOUNT_PATH_PATTERN = f"^(/{_SEGMENT})+$"
+#: Linux's PATH_MAX: a bound the CEL cost estimate needs on the paths rules compare.
+MAX_PATH_LENGTH = 4096
+#: A sysctl name as Kubernetes checks it (IsValidSysctlName: '.' or '/' separated).
+_SYSCTL_PART = "[a-z0-9]([-_a-z0-9]*[a-z0-9])?"
+SYSCTL_NAME_PATTERN = f"^({_SYSCTL_PART}[./])*{_SYSCTL_PART}$"
+#: Entries of a list that reaches a pod (volumes, mounts, pull secrets, sysctls, capabilities):
+#: far more than a pod needs, and a bound the CEL cost estimate needs.
+MAX_POD_LIST = 64
+#: Where the operator mounts something into every runtime container, besides the model
+#: (model.path, with model.volume) and the driver (ascend.driverHostPath): shared memory for
+#: SGLang, the KV layout the launcher checks, the termination message the launcher writes.
+RUNTIME_MOUNTS = (SHM_MOUNT_PATH, ec.KV_LAYOUT_MOUNT_DIR, ec.DEFAULT_TERMINATION_LOG)
+#: The router's: the ServiceAccount token its service discovery watches pods with.
+ROUTER_MOUNTS = (SERVICE_ACCOUNT_TOKEN_PATH,)
+#: The capability whose addition Kubernetes refuses with allowPrivilegeEscalation false.
+CAP_SYS_ADMIN = "CAP_SYS_ADMIN"
 #: Annotations under our prefix (or a subdomain of it) are the operator's.
 OWNED_ANNOTATION_PREFIX_PATTERN = "^([^/]*[.])?" + PREFIX.replace(".", "[.]") + "/"
 
@@ -199,10 +230,10 @@ def _bad_keys(pattern: str, keys: Collection[str]) -> list[str]:
     return [k for k in keys if k not in good]
 
 
-def _keys_rule(field: str, pattern: str, keys_are: str) -> Rule:
-    """Every key of the RoleSpec map ``field`` is a qualified name of ``pattern``."""
+def _keys_rule(field: str, pattern: str, keys_are: str, where: str = "RoleSpec") -> Rule:
+    """Every key of the map ``field`` of ``where`` is a qualified name of ``pattern``."""
     return Rule(
-        where="RoleSpec",
+        where=where,
         field=field,
         cel=f"self.all(k, k.matches('{pattern}') && k.matches('{PREFIX_LENGTH_PATTERN}'))",
         message=f"keys must be {keys_are}",
@@ -211,16 +242,117 @@ def _keys_rule(field: str, pattern: str, keys_are: str) -> Rule:
     )
 
 
-def _owned_rule(field: str, cel: str, owned: str, found: Callable[[Any], list[str]]) -> Rule:
-    """The RoleSpec field ``field`` sets nothing the operator does (``found`` lists what)."""
+def _owned_rule(
+    field: str, cel: str, owned: str, found: Callable[[Any], list[str]], where: str = "RoleSpec"
+) -> Rule:
+    """The field ``field`` of ``where`` sets nothing the operator does (``found`` lists what)."""
     return Rule(
-        where="RoleSpec",
+        where=where,
         field=field,
         cel=cel,
         message=f"may not set {owned}",
         check=lambda value: not found(value),
         detail=lambda value: _got(found(value)),
     )
+
+
+def overlaps(path: str, owned: str) -> bool:
+    """``path`` is ``owned``, lies inside it, or contains it: a mount there would hide the
+    owned one, or the owned one part of it (the order runtimes mount in is theirs)."""
+    return path == owned or path.startswith(owned + "/") or owned.startswith(path + "/")
+
+
+def _overlaps_cel(path: str, owned: str) -> str:
+    """``overlaps(path, owned)`` in CEL; both are CEL expressions of strings."""
+    inside, above = f"{path}.startsWith({owned} + '/')", f"{owned}.startsWith({path} + '/')"
+    return f"({path} == {owned} || {inside} || {above})"
+
+
+def _mounts_over(mounts: Iterable[Any], owned: Iterable[str]) -> list[str]:
+    owned = tuple(owned)
+    return [m.mount_path for m in mounts if any(overlaps(m.mount_path, o) for o in owned)]
+
+
+def _mounts_rule(where: str, owned: tuple[str, ...], what: str) -> Rule:
+    """No volumeMount of ``where`` is at, inside or above a path in ``owned``."""
+    return Rule(
+        where=where,
+        field="volumeMounts",
+        cel="self.all(m, "
+        + " && ".join(f"!{_overlaps_cel('m.mountPath', repr(o))}" for o in owned)
+        + ")",
+        message=f"mountPath may not be at, inside or above a path the operator mounts: {what}",
+        check=lambda mounts: not _mounts_over(mounts, owned),
+        detail=lambda mounts: _got(_mounts_over(mounts, owned)),
+    )
+
+
+def _unmounted(obj: Any) -> list[str]:
+    names = {v.name for v in obj.volumes}
+    return [m.name for m in obj.volume_mounts if m.name not in names]
+
+
+def _mount_names_rule(where: str, whose: str) -> Rule:
+    """Every volumeMount of ``where`` names one of its own volumes."""
+    return Rule(
+        where=where,
+        cel="self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name))",
+        message=f"volumeMounts must each name a volume of volumes ({whose}); the operator's "
+        "own volumes cannot be mounted again",
+        check=lambda obj: not _unmounted(obj),
+        detail=lambda obj: _got(_unmounted(obj)),
+    )
+
+
+def _role_mounts_over(s: Any) -> list[str]:
+    """Mount paths of a role over the driver, or over the model when a volume holds it."""
+    owned = [s.ascend.driver_host_path]
+    if s.model.volume is not None:
+        owned.append(s.model.path)
+    return [
+        f"{role}.volumeMounts {path!r}"
+        for role in ("prefill", "decode")
+        for path in _mounts_over(s.role(role).volume_mounts, owned)
+    ]
+
+
+def _role_mounts_cel(role: str) -> str:
+    driver = _overlaps_cel("m.mountPath", "self.ascend.driverHostPath")
+    model = _overlaps_cel("m.mountPath", "self.model.path")
+    return f"self.{role}.volumeMounts.all(m, !{driver} && (!has(self.model.volume) || !{model}))"
+
+
+def _is_net_sysctl(name: str) -> bool:
+    return name.startswith(("net.", "net/"))
+
+
+def _host_net_sysctls(s: Any) -> list[str]:
+    if not s.ascend.host_network:
+        return []
+    return [
+        f"{role}.podSecurityContext.sysctls {sysctl.name!r}"
+        for role in ("prefill", "decode")
+        if (psc := s.role(role).pod_security_context) is not None
+        for sysctl in psc.sysctls
+        if _is_net_sysctl(sysctl.name)
+    ]
+
+
+def _host_net_sysctls_cel(role: str) -> str:
+    ctx = f"self.{role}.podSecurityContext"
+    return (
+        f"(!has({ctx}) || {ctx}.sysctls.all(s, "
+        "!s.name.startsWith('net.') && !s.name.startsWith('net/')))"
+    )
+
+
+def _escalation_contradiction(c: Any) -> list[str]:
+    if c.allow_privilege_escalation is not False:
+        return []
+    found = ["privileged true"] if c.privileged else []
+    if c.capabilities is not None and CAP_SYS_ADMIN in c.capabilities.add:
+        found.append(f"capabilities.add {CAP_SYS_ADMIN}")
+    return found
 
 
 def _cel_list(texts: Iterable[str]) -> str:
@@ -299,6 +431,14 @@ OWNED_ENV = (
     "sets them from ascend.storePort, ascend.transferProtocol, layerPartition and "
     "ascend.hcclSocketIfname)"
 )
+OWNED_VOLUMES = (
+    f"{', '.join(RUNTIME_VOLUMES)} (the model, shared memory, the driver, the KV layout)"
+)
+OWNED_RUNTIME_MOUNTS = (
+    f"{', '.join(RUNTIME_MOUNTS)} (shared memory, the KV layout, the launcher's termination "
+    "message)"
+)
+OWNED_ROUTER_MOUNTS = f"{SERVICE_ACCOUNT_TOKEN_PATH} (the token the router's discovery uses)"
 #: What a qualified name is, in words (the rules' messages, the API's descriptions).
 QUALIFIED_NAME = (
     f"an optional DNS-subdomain prefix of at most {MAX_PREFIX_LENGTH} characters and '/', "
@@ -408,6 +548,37 @@ RULES: tuple[Rule, ...] = (
     _keys_rule(
         "nodeSelector", LABEL_KEY_PATTERN, f"label keys: {QUALIFIED_NAME}; the prefix in lowercase"
     ),
+    _keys_rule(
+        "nodeSelector",
+        LABEL_KEY_PATTERN,
+        f"label keys: {QUALIFIED_NAME}; the prefix in lowercase",
+        where="Router",
+    ),
+    _owned_rule(
+        "volumes",
+        f"self.all(v, !(v.name in {_cel_list(RUNTIME_VOLUMES)}))",
+        f"volume names the operator uses: {OWNED_VOLUMES}",
+        lambda volumes: [v.name for v in volumes if v.name in RUNTIME_VOLUMES],
+    ),
+    _mounts_rule("RoleSpec", RUNTIME_MOUNTS, OWNED_RUNTIME_MOUNTS),
+    _mounts_rule("Router", ROUTER_MOUNTS, OWNED_ROUTER_MOUNTS),
+    _mount_names_rule("RoleSpec", "this role's"),
+    _mount_names_rule("Router", "the router's"),
+    Rule(
+        where="ContainerSecurityContext",
+        # Kubernetes refuses such a container in a pod; the router's Deployment would not
+        # apply, and a StatefulSet, whose pod template the API server does not check, would
+        # apply and then fail to create its pods.
+        cel="!has(self.allowPrivilegeEscalation) || self.allowPrivilegeEscalation || "
+        "((!has(self.privileged) || !self.privileged) && "
+        f"(!has(self.capabilities) || !('{CAP_SYS_ADMIN}' in self.capabilities.add)))",
+        message="allowPrivilegeEscalation false contradicts privileged true and an added "
+        f"{CAP_SYS_ADMIN} (Kubernetes refuses such a container)",
+        check=lambda c: not _escalation_contradiction(c),
+        detail=lambda c: (
+            f"got allowPrivilegeEscalation false with {' and '.join(_escalation_contradiction(c))}"
+        ),
+    ),
     _resource_names_rule("requests"),
     _resource_names_rule("limits"),
     Rule(
@@ -507,6 +678,26 @@ RULES: tuple[Rule, ...] = (
         "ascend.resourceName): devicesPerNode sets their request and limit",
         check=lambda s: not _npus_in_resources(s),
         detail=lambda s: f"{s.ascend.resource_name} in {', '.join(_npus_in_resources(s))}",
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel=" && ".join(_role_mounts_cel(role) for role in ("prefill", "decode")),
+        message="prefill.volumeMounts and decode.volumeMounts may not mount at, inside or above "
+        "ascend.driverHostPath, nor model.path when model.volume is set: the operator mounts "
+        "the Ascend driver and the model there",
+        check=lambda s: not _role_mounts_over(s),
+        detail=lambda s: f"got {', '.join(_role_mounts_over(s))}",
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        cel="!self.ascend.hostNetwork || ("
+        + " && ".join(_host_net_sysctls_cel(role) for role in ("prefill", "decode"))
+        + ")",
+        message="prefill.podSecurityContext.sysctls and decode.podSecurityContext.sysctls may "
+        "not set net.* sysctls while ascend.hostNetwork is true: they would be the node's, and "
+        "the kubelet refuses such a pod",
+        check=lambda s: not _host_net_sysctls(s),
+        detail=lambda s: f"got {', '.join(_host_net_sysctls(s))}",
     ),
 )
 

@@ -72,6 +72,19 @@ BOOTSTRAP_PORT_BASE = 8998
 
 ROLES = ("prefill", "decode")
 
+#: The volumes of every runtime pod, and where its container mounts them (``workloads``).
+#: A role's own volumes and volumeMounts may use none of these names and no path at, inside
+#: or above these mounts (``rules``): the launcher reads the KV layout and writes its
+#: termination message there, SGLang needs the shared memory.
+VOLUME_MODEL = "model"
+VOLUME_SHM = "dshm"
+VOLUME_DRIVER = "ascend-driver"
+VOLUME_KV_LAYOUT = "kv-layout"
+RUNTIME_VOLUMES = (VOLUME_MODEL, VOLUME_SHM, VOLUME_DRIVER, VOLUME_KV_LAYOUT)
+SHM_MOUNT_PATH = "/dev/shm"
+#: Where the kubelet mounts a pod's ServiceAccount token: the router's discovery reads it.
+SERVICE_ACCOUNT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
 # --- status: condition types, reasons, phases ------------------------------------------
 COND_VALIDATED = "Validated"
 COND_MODEL_RESOLVED = "ModelResolved"

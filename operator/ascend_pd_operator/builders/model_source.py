@@ -34,7 +34,13 @@ from ascend_pd_operator.api.vocabulary import (
     metadata,
     model_facts_name,
 )
-from ascend_pd_operator.builders.workloads import model_volume, scheduling_fields
+from ascend_pd_operator.builders.workloads import (
+    model_volume,
+    scheduling_fields,
+    user_container_fields,
+    user_pod_fields,
+    user_volumes,
+)
 from ascend_pd_runtime.errors import ModelConfigError
 from ascend_pd_runtime.model_facts import ModelFacts, parse_model_facts
 
@@ -224,16 +230,24 @@ def inspector_job(owner: Owner, spec: PDDeploymentSpec) -> Json:
             "limits": {"memory": "512Mi"},
         },
     }
+    # It runs as a prefill pod would: prefill's pull secrets, account, priority and security
+    # contexts, and its volumes (a model on a volume of the user's is read from there).
+    prefill = spec.prefill
+    container.update(user_container_fields(prefill))
     pod_spec: Json = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "containers": [container],
-        **{k: v for k, v in scheduling_fields(spec).items() if k == "priorityClassName"},
+        **{k: v for k, v in scheduling_fields(spec, prefill).items() if k == "priorityClassName"},
+        **user_pod_fields(prefill),
     }
     volume = model_volume(spec)
-    if volume:
-        pod_spec["volumes"] = [volume[0]]
-        container["volumeMounts"] = [volume[1]]
+    volumes, mounts = ([volume[0]], [volume[1]]) if volume else ([], [])
+    extra_volumes, extra_mounts = user_volumes(prefill)
+    if volumes + extra_volumes:
+        pod_spec["volumes"] = volumes + extra_volumes
+    if mounts + extra_mounts:
+        container["volumeMounts"] = mounts + extra_mounts
     # The model lives where prefill runs (a hostPath is only on those nodes).
     if spec.prefill.node_selector:
         pod_spec["nodeSelector"] = dict(spec.prefill.node_selector)

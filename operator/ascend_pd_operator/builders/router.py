@@ -41,7 +41,12 @@ from ascend_pd_operator.api.vocabulary import (
     router_name,
     selector,
 )
-from ascend_pd_operator.builders.workloads import scheduling_fields
+from ascend_pd_operator.builders.workloads import (
+    scheduling_fields,
+    user_container_fields,
+    user_pod_fields,
+    user_volumes,
+)
 
 Json = dict[str, Any]
 
@@ -92,6 +97,27 @@ def router_deployment(owner: Owner, spec: PDDeploymentSpec, serving: str) -> Jso
     }
     if resources := spec.router.resources.manifest():
         container["resources"] = resources
+    r = spec.router
+    volumes, mounts = user_volumes(r)
+    if mounts:
+        container["volumeMounts"] = mounts
+    container.update(user_container_fields(r))
+    pod_spec: Json = {
+        # The discovery's pod watch authenticates with this account's token.
+        "serviceAccountName": name,
+        "automountServiceAccountToken": True,
+        "containers": [container],
+        **{k: v for k, v in scheduling_fields(spec, r).items() if k == "priorityClassName"},
+        # A serviceAccountName of the user's replaces the router's own (the operator binds
+        # the router's Role to it too: router_role_binding).
+        **user_pod_fields(r),
+    }
+    if volumes:
+        pod_spec["volumes"] = volumes
+    if r.node_selector:
+        pod_spec["nodeSelector"] = dict(r.node_selector)
+    if r.tolerations:
+        pod_spec["tolerations"] = list(r.tolerations)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -99,18 +125,7 @@ def router_deployment(owner: Owner, spec: PDDeploymentSpec, serving: str) -> Jso
         "spec": {
             "replicas": spec.router.replicas,
             "selector": {"matchLabels": component_selector(owner, COMPONENT_ROUTER)},
-            "template": {
-                "metadata": {"labels": meta["labels"]},
-                "spec": {
-                    # The discovery's pod watch authenticates with this account's token.
-                    "serviceAccountName": name,
-                    "automountServiceAccountToken": True,
-                    "containers": [container],
-                    **{
-                        k: v for k, v in scheduling_fields(spec).items() if k == "priorityClassName"
-                    },
-                },
-            },
+            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod_spec},
         },
     }
 
@@ -151,14 +166,22 @@ def router_role(owner: Owner) -> Json:
     }
 
 
-def router_role_binding(owner: Owner) -> Json:
+def router_role_binding(owner: Owner, spec: PDDeploymentSpec) -> Json:
+    """The router's Role bound to its own ServiceAccount and to ``router.serviceAccountName``
+    when one is given: the router pods run as that one, and during a switch between the two
+    the old pod keeps discovering until it is gone."""
     name = router_name(owner)
+    accounts = [name]
+    if spec.router.service_account_name not in ("", name):
+        accounts.append(spec.router.service_account_name)
     return {
         "apiVersion": f"{RBAC_GROUP}/v1",
         "kind": "RoleBinding",
         "metadata": metadata(owner, name, COMPONENT_ROUTER),
         "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
+        "subjects": [
+            {"kind": "ServiceAccount", "name": a, "namespace": owner.namespace} for a in accounts
+        ],
     }
 
 
@@ -168,7 +191,7 @@ def router_children(owner: Owner, spec: PDDeploymentSpec, serving: str) -> list[
     return [
         router_service_account(owner),
         router_role(owner),
-        router_role_binding(owner),
+        router_role_binding(owner, spec),
         router_service(owner, spec),
         router_deployment(owner, spec, serving),
     ]

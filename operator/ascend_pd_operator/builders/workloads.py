@@ -10,13 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
-from ascend_pd_operator.api.models import EnvVar, PDDeploymentSpec
+from ascend_pd_operator.api.models import EnvVar, PDDeploymentSpec, RoleSpec, Router, dump
 from ascend_pd_operator.api.vocabulary import (
     ANNOTATION_BOOTSTRAP_PORT,
     ANNOTATION_VOLCANO_GROUP,
     DIST_INIT_PORT,
     HTTP_PORT,
     LABEL_FINGERPRINT,
+    SHM_MOUNT_PATH,
+    VOLUME_DRIVER,
+    VOLUME_KV_LAYOUT,
+    VOLUME_MODEL,
+    VOLUME_SHM,
     Owner,
     bootstrap_port,
     instance_name,
@@ -110,17 +115,17 @@ def _resources(spec: PDDeploymentSpec, role: str) -> Json:
 
 def _volumes(owner: Owner, spec: PDDeploymentSpec) -> tuple[list[Json], list[Json]]:
     volumes: list[Json] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory"}},
         {
-            "name": "ascend-driver",
+            "name": VOLUME_DRIVER,
             "hostPath": {"path": spec.ascend.driver_host_path, "type": "Directory"},
         },
-        {"name": "kv-layout", "configMap": {"name": kv_layout_name(owner)}},
+        {"name": VOLUME_KV_LAYOUT, "configMap": {"name": kv_layout_name(owner)}},
     ]
     mounts: list[Json] = [
-        {"name": "dshm", "mountPath": "/dev/shm"},
-        {"name": "ascend-driver", "mountPath": spec.ascend.driver_host_path, "readOnly": True},
-        {"name": "kv-layout", "mountPath": ec.KV_LAYOUT_MOUNT_DIR, "readOnly": True},
+        {"name": VOLUME_SHM, "mountPath": SHM_MOUNT_PATH},
+        {"name": VOLUME_DRIVER, "mountPath": spec.ascend.driver_host_path, "readOnly": True},
+        {"name": VOLUME_KV_LAYOUT, "mountPath": ec.KV_LAYOUT_MOUNT_DIR, "readOnly": True},
     ]
     model = model_volume(spec)
     if model:
@@ -144,21 +149,49 @@ def model_volume(spec: PDDeploymentSpec) -> tuple[Json, Json] | None:
         assert v.host_path is not None
         source = {"hostPath": {"path": v.host_path.path, "type": v.host_path.type}}
         read_only = True
-    volume = {"name": "model", **source}
-    mount = {"name": "model", "mountPath": spec.model.path, "readOnly": read_only}
+    volume = {"name": VOLUME_MODEL, **source}
+    mount = {"name": VOLUME_MODEL, "mountPath": spec.model.path, "readOnly": read_only}
     return volume, mount
 
 
-def scheduling_fields(spec: PDDeploymentSpec) -> Json:
-    """schedulerName / priorityClassName for every pod the operator creates."""
+def scheduling_fields(spec: PDDeploymentSpec, pod: RoleSpec | Router | None = None) -> Json:
+    """schedulerName / priorityClassName for every pod the operator creates; ``pod``'s own
+    priorityClassName (a role's, the router's) wins over scheduling's."""
     s = spec.scheduling
     out: Json = {}
     scheduler = s.scheduler_name or (VOLCANO_SCHEDULER if s.gang == "volcano" else "")
     if scheduler:
         out["schedulerName"] = scheduler
-    if s.priority_class_name:
-        out["priorityClassName"] = s.priority_class_name
+    priority = (pod.priority_class_name if pod is not None else "") or s.priority_class_name
+    if priority:
+        out["priorityClassName"] = priority
     return out
+
+
+def user_pod_fields(pod: RoleSpec | Router) -> Json:
+    """The pod spec fields a role or the router gives (imagePullSecrets, serviceAccountName,
+    securityContext): only those given, so a spec without them keeps its pod template, and
+    an operator upgrade restarts no pod."""
+    out: Json = {}
+    if pod.image_pull_secrets:
+        out["imagePullSecrets"] = [dump(s) for s in pod.image_pull_secrets]
+    if pod.service_account_name:
+        out["serviceAccountName"] = pod.service_account_name
+    if context := dump(pod.pod_security_context):
+        out["securityContext"] = context
+    return out
+
+
+def user_container_fields(pod: RoleSpec | Router) -> Json:
+    """The container's securityContext, when one is given."""
+    context = dump(pod.container_security_context)
+    return {"securityContext": context} if context else {}
+
+
+def user_volumes(pod: RoleSpec | Router) -> tuple[list[Json], list[Json]]:
+    """(volumes, volumeMounts) of the user's, to follow the operator's; the API refuses
+    their names and paths where they would collide with the operator's (``rules``)."""
+    return [dump(v) for v in pod.volumes], [dump(m) for m in pod.volume_mounts]
 
 
 def readiness_probe(owner: Owner, role: str, index: int) -> Json:
@@ -184,6 +217,7 @@ def pod_template(
     r = spec.role(role)
     values = launch_values(owner, spec, layout, role, index)
     volumes, mounts = _volumes(owner, spec)
+    extra_volumes, extra_mounts = user_volumes(r)
     annotations: dict[str, str] = dict(r.pod_annotations)
     if role == "prefill":
         # The router's service discovery reads the bootstrap port it hands decode here.
@@ -198,17 +232,20 @@ def pod_template(
         "env": _env(values, r.env),
         "ports": _ports(role, index),
         "resources": _resources(spec, role),
-        "volumeMounts": mounts,
+        "volumeMounts": mounts + extra_mounts,
         "readinessProbe": readiness_probe(owner, role, index),
+        **user_container_fields(r),
     }
     pod_spec: Json = {
+        # Also with a serviceAccountName of the user's: the runtime uses no Kubernetes API.
         "automountServiceAccountToken": False,
         "hostNetwork": spec.ascend.host_network,
         "dnsPolicy": "ClusterFirstWithHostNet" if spec.ascend.host_network else "ClusterFirst",
         "terminationGracePeriodSeconds": 60,
         "containers": [container],
-        "volumes": volumes,
-        **scheduling_fields(spec),
+        "volumes": volumes + extra_volumes,
+        **scheduling_fields(spec, r),
+        **user_pod_fields(r),
     }
     if r.node_selector:
         pod_spec["nodeSelector"] = dict(r.node_selector)
@@ -272,8 +309,8 @@ def podgroup(owner: Owner, spec: PDDeploymentSpec, role: str, index: int) -> Jso
         "minMember": r.nodes_per_instance,
         "minResources": {spec.ascend.resource_name: str(r.nodes_per_instance * r.devices_per_node)},
     }
-    if spec.scheduling.priority_class_name:
-        group["priorityClassName"] = spec.scheduling.priority_class_name
+    if priority := scheduling_fields(spec, r).get("priorityClassName"):
+        group["priorityClassName"] = priority
     return {
         "apiVersion": PODGROUP_API_VERSION,
         "kind": "PodGroup",

@@ -58,7 +58,7 @@ def slim_pod(pod: Json) -> Json:
     }
 
 
-#: ``<deployment>-<role>-<index>``: the instance StatefulSet an Event names (``naming``).
+#: ``<deployment>-<role>-<index>``: the instance StatefulSet an Event names (``vocabulary``).
 _INSTANCE = re.compile(rf"^(?P<owner>.+)-(?:{'|'.join(ROLES)})-\d+$")
 
 

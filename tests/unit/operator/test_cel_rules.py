@@ -275,6 +275,79 @@ INVALID += [
      LABEL_KEY),
 ]  # fmt: skip
 
+OWNED_VOLUME = _msg("RoleSpec", 0, "volumes")
+RUNTIME_MOUNT = _msg("RoleSpec", 0, "volumeMounts")
+ROUTER_MOUNT = _msg("Router", 0, "volumeMounts")
+ROLE_MOUNT_NAME = _msg("RoleSpec", 4)
+ROUTER_MOUNT_NAME = _msg("Router", 0)
+ROLE_MOUNT_OVER_DRIVER_OR_MODEL = _msg("PDDeploymentSpec", 5)
+HOST_NET_SYSCTL = _msg("PDDeploymentSpec", 6)
+ESCALATION = _msg("ContainerSecurityContext")
+
+
+def _mounts(role: str, *paths: str, volume: str = "extra") -> Mutation:
+    """``role`` gets the emptyDir ``volume`` mounted at each of ``paths``."""
+    return _all(
+        _set(f"spec.{role}.volumes", [{"name": volume, "emptyDir": {}}]),
+        _set(f"spec.{role}.volumeMounts", [{"name": volume, "mountPath": p} for p in paths]),
+    )
+
+
+# The example's driver is at /usr/local/Ascend/driver (the default) and its model at
+# /models/DeepSeek-V3 on a PVC (model.volume).
+INVALID += [
+    ("a volume named as the shared memory", _set("spec.prefill.volumes", [{"name": "dshm",
+     "emptyDir": {}}]), OWNED_VOLUME),
+    ("a volume named as the model", _set("spec.decode.volumes", [{"name": "model",
+     "hostPath": {"path": "/data"}}]), OWNED_VOLUME),
+    ("a mount at /dev/shm", _mounts("decode", "/dev/shm"), RUNTIME_MOUNT),
+    ("a mount inside the KV layout", _mounts("prefill", "/etc/ascend-pd/kv-layout/x"),
+     RUNTIME_MOUNT),
+    ("a mount above the KV layout", _mounts("prefill", "/etc/ascend-pd"), RUNTIME_MOUNT),
+    ("a mount at the termination log", _mounts("decode", "/dev/termination-log"),
+     RUNTIME_MOUNT),
+    ("a mount over /dev hides shared memory and the log", _mounts("decode", "/dev"),
+     RUNTIME_MOUNT),
+    ("a mount at the driver", _mounts("prefill", "/usr/local/Ascend/driver"),
+     ROLE_MOUNT_OVER_DRIVER_OR_MODEL),
+    ("a mount above the driver", _mounts("decode", "/usr/local/Ascend"),
+     ROLE_MOUNT_OVER_DRIVER_OR_MODEL),
+    ("a mount at a driver moved elsewhere",
+     _all(_set("spec.ascend.driverHostPath", "/opt/driver"), _mounts("decode", "/opt/driver/x")),
+     ROLE_MOUNT_OVER_DRIVER_OR_MODEL),
+    ("a mount inside the model on its volume", _mounts("decode", "/models/DeepSeek-V3/cache"),
+     ROLE_MOUNT_OVER_DRIVER_OR_MODEL),
+    ("a mount above the model on its volume", _mounts("prefill", "/models"),
+     ROLE_MOUNT_OVER_DRIVER_OR_MODEL),
+    ("a mount naming no volume",
+     _set("spec.prefill.volumeMounts", [{"name": "missing", "mountPath": "/x"}]),
+     ROLE_MOUNT_NAME),
+    ("a mount of the operator's model volume",
+     _set("spec.decode.volumeMounts", [{"name": "model", "mountPath": "/m"}]), ROLE_MOUNT_NAME),
+    ("a router mount over its token", _mounts("router", "/var/run/secrets"), ROUTER_MOUNT),
+    ("a router mount inside its token",
+     _mounts("router", "/var/run/secrets/kubernetes.io/serviceaccount/token"), ROUTER_MOUNT),
+    ("a router mount naming no volume",
+     _set("spec.router.volumeMounts", [{"name": "cache", "mountPath": "/cache"}]),
+     ROUTER_MOUNT_NAME),
+    ("a router nodeSelector key with a space", _set("spec.router.nodeSelector", {"my zone": "a"}),
+     LABEL_KEY),
+    ("a net sysctl in the host network",
+     _set("spec.prefill.podSecurityContext", {"sysctls": [
+         {"name": "net.core.somaxconn", "value": "1024"}]}), HOST_NET_SYSCTL),
+    ("a net sysctl written with slashes in the host network",
+     _set("spec.decode.podSecurityContext", {"sysctls": [
+         {"name": "kernel.shm_rmid_forced", "value": "1"},
+         {"name": "net/ipv4/ip_local_port_range", "value": "1024 65000"}]}), HOST_NET_SYSCTL),
+    ("no escalation yet privileged",
+     _set("spec.decode.containerSecurityContext", {"allowPrivilegeEscalation": False,
+                                                   "privileged": True}), ESCALATION),
+    ("no escalation yet CAP_SYS_ADMIN on the router",
+     _set("spec.router.containerSecurityContext", {"allowPrivilegeEscalation": False,
+                                                   "capabilities": {"add": ["CAP_SYS_ADMIN"]}}),
+     ESCALATION),
+]  # fmt: skip
+
 VALID: list[tuple[str, Mutation]] = [
     ("the example", lambda r: None),
     ("longest name", _set("metadata.name", "a" * 41)),
@@ -370,6 +443,71 @@ VALID: list[tuple[str, Mutation]] = [
         _set("spec.prefill.nodeSelector", {"kubernetes.io/hostname": "node-1", "zone": ""}),
     ),
 ]
+
+
+#: Every pod field of issue 26's escape hatches, set as a platform would.
+_EVERY_POD_FIELD = {
+    "imagePullSecrets": [{"name": "registry"}, {"name": "mirror.example.com"}],
+    "serviceAccountName": "llm-runtime",
+    "priorityClassName": "llm-high",
+    "podSecurityContext": {
+        "runAsUser": 0, "runAsGroup": 0, "fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch",
+        "supplementalGroups": [1000, 1001], "seLinuxOptions": {"level": "s0:c1"},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}],
+    },
+    "containerSecurityContext": {
+        "privileged": True,
+        "capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"], "drop": ["NET_RAW"]},
+        "readOnlyRootFilesystem": False, "runAsNonRoot": False,
+    },
+    "volumes": [
+        {"name": "toolkit", "hostPath": {"path": "/usr/local/Ascend/ascend-toolkit"}},
+        {"name": "cache", "emptyDir": {"sizeLimit": "10Gi"}},
+        {"name": "hccn", "configMap": {"name": "hccn", "defaultMode": 420}},
+    ],
+    "volumeMounts": [
+        # beside the driver, not above it; names that only start like an owned path
+        {"name": "toolkit", "mountPath": "/usr/local/Ascend/ascend-toolkit", "readOnly": True},
+        {"name": "cache", "mountPath": "/dev/shmem", "subPath": "a"},
+        {"name": "cache", "mountPath": "/etc/ascend-pd/kv-layouts"},
+        {"name": "cache", "mountPath": "/models/DeepSeek-V3-cache"},
+        {"name": "hccn", "mountPath": "/etc/hccn.conf", "subPath": "hccn.conf",
+         "mountPropagation": "HostToContainer"},
+    ],
+}  # fmt: skip
+
+VALID += [
+    ("every pod field on both roles",
+     _all(*(_set(f"spec.{role}.{k}", v) for role in ("prefill", "decode")
+            for k, v in _EVERY_POD_FIELD.items()))),
+    ("every pod field on the router, and its own",
+     _all(*(_set(f"spec.router.{k}", v) for k, v in _EVERY_POD_FIELD.items()),
+          _set("spec.router.nodeSelector", {"node-role.kubernetes.io/infra": ""}),
+          _set("spec.router.tolerations", [{"key": "infra", "operator": "Exists"}]),
+          _mounts("router", "/var/run/secrets-of-mine", "/var/run/x"))),
+    ("a net sysctl off the host network",
+     _all(_set("spec.ascend.hostNetwork", False),
+          _set("spec.prefill.podSecurityContext", {"sysctls": [
+              {"name": "net.core.somaxconn", "value": "1024"}]}))),
+    ("a net sysctl on the router, in the pod network",
+     _set("spec.router.podSecurityContext", {"sysctls": [
+         {"name": "net.ipv4.ip_local_port_range", "value": "1024 65000"}]})),
+    ("the model on a volume of the user's, at model.path",
+     _all(lambda r: r["spec"]["model"].pop("volume"),
+          _set("spec.prefill.volumes", [{"name": "weights", "nfs": {"server": "nfs.example.com",
+                                                                      "path": "/models"}}]),
+          _set("spec.prefill.volumeMounts", [{"name": "weights", "mountPath": "/models"}]))),
+    ("the driver moved, its old place free", _all(_set("spec.ascend.driverHostPath", "/opt/drv"),
+                                                  _mounts("decode", "/usr/local/Ascend"))),
+    ("no escalation and unprivileged, capabilities dropped",
+     _set("spec.decode.containerSecurityContext", {
+         "allowPrivilegeEscalation": False, "privileged": False,
+         "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}})),
+    ("escalation allowed and CAP_SYS_ADMIN",
+     _set("spec.prefill.containerSecurityContext", {
+         "allowPrivilegeEscalation": True, "capabilities": {"add": ["CAP_SYS_ADMIN"]}})),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("case", "mutation", "message"), INVALID, ids=[c[0] for c in INVALID])
@@ -583,3 +721,89 @@ def test_quantities_are_checked_by_the_schema(quantity: Any, ok: bool) -> None:
             re.search(values["pattern"], quantity)
         )
     assert schema_ok == ok
+
+
+@pytest.mark.parametrize(
+    ("path", "ok"),
+    [("/data", True), ("/a/b.c/.hidden/...", True), ("/a..b", True), ("/a b", True),
+     ("/", False), ("", False), ("data", False), ("/data/", False), ("//data", False),
+     ("/a//b", False), ("/a/./b", False), ("/a/..", False), ("/.", False),
+     ("/" + "a" * 4095, True), ("/" + "a" * 4096, False)],
+)  # fmt: skip
+def test_mount_paths_are_absolute_and_plain(path: str, ok: bool) -> None:
+    """A mountPath is compared with the operator's as a string: the schema keeps it plain (no
+    '.', '..' or empty part), so '/dev/./shm' cannot slip past the rule for /dev/shm."""
+    import re
+
+    resource = copy.deepcopy(base())
+    _set("spec.decode.volumes", [{"name": "v", "emptyDir": {}}])(resource)
+    _set("spec.decode.volumeMounts", [{"name": "v", "mountPath": path}])(resource)
+    assert (pydantic_error(resource) == "") == ok, pydantic_error(resource)
+    schema = openapi_schema()["properties"]["spec"]["properties"]["decode"]["properties"]
+    paths = schema["volumeMounts"]["items"]["properties"]["mountPath"]
+    assert (len(path) <= paths["maxLength"] and bool(re.search(paths["pattern"], path))) == ok
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "ok"),
+    [("serviceAccountName", "llm-runtime", True), ("serviceAccountName", "a.b-c", True),
+     ("serviceAccountName", "", True), ("serviceAccountName", "LLM", False),
+     ("serviceAccountName", "a_b", False), ("serviceAccountName", "-a", False),
+     ("serviceAccountName", "a" * 253, True), ("serviceAccountName", "a" * 254, False),
+     ("priorityClassName", "system-node-critical", True), ("priorityClassName", "high.", False),
+     ("priorityClassName", "High", False)],
+)  # fmt: skip
+def test_account_and_priority_class_names_are_dns_subdomains(
+    field: str, value: str, ok: bool
+) -> None:
+    """Kubernetes checks both as DNS-1123 subdomains; the schema refuses what it would."""
+    import re
+
+    for where in ("prefill", "router"):
+        resource = copy.deepcopy(base())
+        _set(f"spec.{where}.{field}", value)(resource)
+        assert (pydantic_error(resource) == "") == ok, (where, pydantic_error(resource))
+        schema = openapi_schema()["properties"]["spec"]["properties"][where]["properties"][field]
+        schema_ok = len(value) <= schema["maxLength"] and bool(re.search(schema["pattern"], value))
+        assert schema_ok == ok
+
+
+@pytest.mark.parametrize(
+    ("field", "items", "message"),
+    [("imagePullSecrets", [{"name": "r"}, {"name": "r"}], "imagePullSecrets ['r'] given more"),
+     ("volumes", [{"name": "v", "emptyDir": {}}, {"name": "v", "secret": {"secretName": "s"}}],
+      "volumes ['v'] given more"),
+     ("volumeMounts", [{"name": "v", "mountPath": "/a"}, {"name": "w", "mountPath": "/a"}],
+      "volumeMounts mountPath ['/a'] given more")],
+)  # fmt: skip
+def test_lists_keyed_as_in_a_pod_refuse_duplicates(field: str, items: list, message: str) -> None:
+    """The CRD declares them maps on the key Kubernetes keys them by (the API server refuses a
+    duplicate); pydantic says the same for ascend-pd render."""
+    for where in ("decode", "router"):
+        resource = copy.deepcopy(base())
+        _set(f"spec.{where}.{field}", items)(resource)
+        assert message in pydantic_error(resource), pydantic_error(resource)
+        schema = openapi_schema()["properties"]["spec"]["properties"][where]["properties"][field]
+        assert schema["x-kubernetes-list-type"] == "map"
+    resource = copy.deepcopy(base())
+    _set(
+        "spec.prefill.podSecurityContext",
+        {
+            "sysctls": [
+                {"name": "kernel.msgmax", "value": "1"},
+                {"name": "kernel.msgmax", "value": "2"},
+            ]
+        },
+    )(resource)
+    assert "sysctls ['kernel.msgmax'] given more" in pydantic_error(resource)
+
+
+def test_a_volume_keeps_its_source_as_written() -> None:
+    """A volume's source is Kubernetes' to check: kept whole, only its name is the schema's."""
+    source = {"csi": {"driver": "nfs.csi.k8s.io", "volumeAttributes": {"server": "x"}}}
+    resource = copy.deepcopy(base())
+    _set("spec.prefill.volumes", [{"name": "w", **source}])(resource)
+    spec = parse_spec(resource["spec"])
+    assert spec.prefill.volumes[0].model_dump(by_alias=True) == {"name": "w", **source}
+    schema = openapi_schema()["properties"]["spec"]["properties"]["prefill"]["properties"]
+    assert schema["volumes"]["items"]["x-kubernetes-preserve-unknown-fields"] is True

@@ -1,0 +1,132 @@
+"""Pod templates of specs that use none of the newer pod fields stay byte for byte what
+0.1.0 built.
+
+A pod template that changes gives a Deployment a new pod-template-hash and a StatefulSet a
+new controller revision: after an operator upgrade the router would roll and every runtime
+instance would be deleted and recreated (``rollout``), for nothing. So a field added to the
+API reaches a template only when a spec sets it. The digests below were taken from the
+templates 0.1.0 builds (before the escape hatches of issue 26; with the env contract's
+``ASCEND_PD_CONTRACT_VERSION``, which 0.1.0 carries from its first release, and nothing
+else new: the runtime templates differ from the earlier digests by that variable alone,
+the routers not at all); a change here is a decision
+to restart every running deployment on upgrade, to be made on purpose and told in
+CHANGELOG.md, never by accident.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from ascend_pd_operator.api.models import parse_spec
+from ascend_pd_operator.api.vocabulary import Owner
+from ascend_pd_operator.builders.model_source import inspector_job
+from ascend_pd_operator.wiring.render_cli import render
+
+from .conftest import EXAMPLES
+
+Json = dict[str, Any]
+
+
+def _digest(template: Json) -> str:
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _templates(resource: Json, configmaps: list[Json]) -> dict[str, str]:
+    code, manifests, message = render(resource, None, "llm", configmaps)
+    assert code == 0, message
+    return {
+        f"{m['kind']}/{m['metadata']['name']}": _digest(m["spec"]["template"])
+        for m in manifests
+        if m["kind"] in ("StatefulSet", "Deployment")
+    }
+
+
+def _example(name: str) -> tuple[Json, list[Json]]:
+    docs = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+    resource = next(d for d in docs if d["kind"] == "PDDeployment")
+    return resource, [d for d in docs if d["kind"] == "ConfigMap"]
+
+
+#: Every optional pod field 0.1.0 had, set: the new fields must not disturb these either.
+_BUSY_ROLE = {
+    "nodeSelector": {"accelerator": "ascend-910b"},
+    "tolerations": [{"key": "npu", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+    "podAnnotations": {"prometheus.io/scrape": "true"},
+    "env": [{"name": "HCCL_BUFFSIZE", "value": "512"},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+    "resources": {"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"memory": "128Gi"}},
+}  # fmt: skip
+
+
+def _busy() -> tuple[Json, list[Json]]:
+    resource, configmaps = _example("deepseek-v3-pp2.yaml")
+    resource = copy.deepcopy(resource)
+    spec = resource["spec"]
+    for role in ("prefill", "decode"):
+        spec[role].update(copy.deepcopy(_BUSY_ROLE))
+    spec["router"].update({"image": "registry.example.com/router:1",
+                           "resources": {"requests": {"cpu": "1"}}})  # fmt: skip
+    spec["scheduling"] = {"gang": "volcano", "priorityClassName": "llm-high"}
+    return resource, configmaps
+
+
+GOLDEN: dict[str, dict[str, str]] = {
+    "deepseek-v2-lite.yaml": {
+        "StatefulSet/dsv2-lite-prefill-0": "81ae9fbd7f542b85",
+        "StatefulSet/dsv2-lite-decode-0": "7968b9979cd8e09f",
+        "StatefulSet/dsv2-lite-decode-1": "53676773ac9e8adf",
+        "Deployment/dsv2-lite-router": "e174fb886b6728cf",
+    },
+    "deepseek-v3-a3.yaml": {
+        "StatefulSet/dsv3-a3-prefill-0": "cd572531024a0158",
+        "StatefulSet/dsv3-a3-decode-0": "6b71317af37a2e70",
+        "Deployment/dsv3-a3-router": "5a95d8ca6e9842b8",
+    },
+    "deepseek-v3-pp2.yaml": {
+        "StatefulSet/dsv3-prefill-0": "3afcddf919dbd85e",
+        "StatefulSet/dsv3-prefill-1": "ac8437e8c73fa9a4",
+        "StatefulSet/dsv3-decode-0": "e00fe7ed616f574f",
+        "Deployment/dsv3-router": "66bc0c563abcb377",
+    },
+    "deepseek-v3.2.yaml": {
+        "StatefulSet/dsv32-prefill-0": "9c77a3587dd5b440",
+        "StatefulSet/dsv32-decode-0": "b461c953cd9de40e",
+        "Deployment/dsv32-router": "47ad59c6ba51bb5f",
+    },
+}
+GOLDEN_BUSY = {
+    "StatefulSet/dsv3-prefill-0": "7c4b8cc1081de280",
+    "StatefulSet/dsv3-prefill-1": "dabd51e19c4ec42a",
+    "StatefulSet/dsv3-decode-0": "f80014364db48c0e",
+    "Deployment/dsv3-router": "2b1dc04ccb282fe0",
+}
+GOLDEN_INSPECTOR = {"example": "d9dd4ec85772ec7e", "busy": "e3a65e6d45871248"}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_example_templates_are_those_of_0_1_0(name: str) -> None:
+    assert _templates(*_example(name)) == GOLDEN[name]
+
+
+def test_templates_with_every_older_field_are_those_of_0_1_0() -> None:
+    assert _templates(*_busy()) == GOLDEN_BUSY
+
+
+def test_inspector_templates_are_those_of_0_1_0() -> None:
+    got = {}
+    for name, (resource, _) in {"example": _example("deepseek-v3-pp2.yaml"),
+                                "busy": _busy()}.items():  # fmt: skip
+        spec = copy.deepcopy(resource["spec"])
+        spec["model"].pop("config")
+        job = inspector_job(Owner("dsv3", "llm", uid="u", generation=2), parse_spec(spec))
+        got[name] = _digest(job["spec"]["template"])
+    assert got == GOLDEN_INSPECTOR
