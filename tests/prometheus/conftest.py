@@ -1,6 +1,7 @@
 """The PromQL tier: the real Prometheus 2.42 (Debian's package, fetched once into
 ``~/.cache/ascend-pd/prometheus-2.42.0`` by ``ascend_pd_dev.controlplane.prometheus``)
-judges the chart's alert rules and the dashboard's queries; helm renders them as a user's install would."""
+judges the chart's alert rules and the dashboard's queries; helm renders them as a user's
+install would."""
 
 from __future__ import annotations
 
