@@ -632,7 +632,7 @@ def test_on_a_not_ready_node_an_unready_container_keeps_its_own_reason() -> None
 def test_an_unpullable_image_waits_in_err_image_pull_then_image_pull_back_off() -> None:
     simulator, api, clock = sim()
     p = running_pod(simulator, api, metadata={"annotations": {
-        ks.UNPULLABLE_ANNOTATION: "registry.example.com/other:2, img:1"}})  # fmt: skip
+        knobs.UNPULLABLE_IMAGES: "registry.example.com/other:2, img:1"}})  # fmt: skip
     assert p["status"]["phase"] == "Pending"
     assert "reason" not in p["status"]  # a kubelet gives such a pod no reason
     assert container(p)["ready"] is False and container(p)["started"] is False
@@ -659,7 +659,7 @@ def test_an_unpullable_image_waits_in_err_image_pull_then_image_pull_back_off() 
 
 def test_an_image_the_registry_has_is_pulled() -> None:
     simulator, api, _ = sim()
-    p = running_pod(simulator, api, metadata={"annotations": {ks.UNPULLABLE_ANNOTATION: "img:2"}})
+    p = running_pod(simulator, api, metadata={"annotations": {knobs.UNPULLABLE_IMAGES: "img:2"}})
     assert p["status"]["phase"] == "Running" and cond(p, "Ready")["status"] == "True"
 
 
@@ -671,7 +671,7 @@ def _claiming(name: str, claim: str = "models", notes: dict | None = None) -> di
 
 def test_a_missing_claim_keeps_the_pod_pending_as_the_scheduler_says_when_asked() -> None:
     simulator, api, _ = sim()
-    api.namespaces["ns"] = {ks.CHECK_CLAIMS_ANNOTATION: "true"}
+    api.namespaces["ns"] = {knobs.CHECK_CLAIMS: "true"}
     api.add_pod(_claiming("p"))
     simulator.step()
     p = api.pod("p")
@@ -700,7 +700,7 @@ def test_a_missing_claim_keeps_the_pod_pending_as_the_scheduler_says_when_asked(
 def test_claims_are_not_looked_at_unless_the_pod_or_namespace_asks() -> None:
     simulator, api, _ = sim()
     api.add_pod(_claiming("free"))
-    api.add_pod(_claiming("asked", notes={ks.CHECK_CLAIMS_ANNOTATION: "true"}))
+    api.add_pod(_claiming("asked", notes={knobs.CHECK_CLAIMS: "true"}))
     simulator.step()
     assert api.pod("free")["spec"]["nodeName"] == "sim-ascend-0"
     assert "nodeName" not in api.pod("asked")["spec"]

@@ -11,7 +11,12 @@ for the scheduler and the kubelets of N Ascend nodes, and does only what those d
   (cpu, memory, pods, ``huawei.com/Ascend910``, any resource) against what the node has left,
   its ``nodeSelector``, required node affinity and required pod anti-affinity on
   ``kubernetes.io/hostname``; a pod that fits nowhere stays Pending with condition
-  ``PodScheduled=False, reason=Unschedulable`` saying why;
+  ``PodScheduled=False, reason=Unschedulable`` saying why. Volumes are not looked at (the
+  examples mount a PVC ``models`` no test creates), unless the pod or its namespace is
+  annotated ``kubelet-sim.ascend-pd.dev/check-claims: "true"``: then a pod whose
+  PersistentVolumeClaim does not exist, or is being deleted, stays Pending with the 1.20
+  scheduler's message (``persistentvolumeclaim "models" not found``); binding is not
+  simulated (an existing claim is taken as bound);
 - reports every bound pod Running and Ready (after the readiness delay below) with a loopback
   pod IP (127.1.0.1 and up; a ``hostNetwork`` pod gets its node's 127.0.1.x; no traffic is ever
   sent to any of them; the endpoints controller refuses loopback addresses, so a Service lists
@@ -51,6 +56,12 @@ Failures and time, so rollouts and group recovery can be watched (every annotati
   at once for the first restart, then 10 s doubling to 5 min, counted from ``restartCount``),
   and ready after the readiness delay. Under restart policy Never (or OnFailure and exit 0)
   the container stays terminated and, once every container has, the pod Failed (Succeeded);
+- image pull: ``kubelet-sim.ascend-pd.dev/unpullable-images`` on a pod names images (comma-
+  separated) the registry does not have: a container of one of them never starts, as a kubelet
+  shows it: state ``waiting`` ``ErrImagePull`` (the registry's answer) for the kubelet's first
+  back-off (``containers.PULL_BACKOFF_SECONDS`` from the pod's start), then ``ImagePullBackOff``
+  (``Back-off pulling image "<image>"``); pod Pending, not ready (a kubelet goes on
+  alternating the two at each retry; kubelet-sim keeps the second);
 - pod failure: ``kubelet-sim.ascend-pd.dev/fail`` (``"true"`` or ``{"exitCode", "reason",
   "message", "podReason", "podMessage"}``) ends a running pod: phase Failed, every container
   terminated with that exit. Restart policy Never: nothing more, as a kubelet shows a pod whose
@@ -84,7 +95,7 @@ The modules, bottom-up (each imports only those above it in this list):
 - ``objects``: API objects as dicts, timestamps, conditions, a LIST, 404/409 tolerated;
 - ``knobs``: every annotation it reads or writes and what a request in one says;
 - ``nodes``: node registration, readiness, heartbeat and taints;
-- ``placement``: where a pod fits (resources, selectors, affinity, taints);
+- ``placement``: where a pod fits (resources, selectors, affinity, taints, claims);
 - ``launch_check``, ``check_runs``: the launcher check and its containers' runs;
 - ``containers``, ``pod_status``: the status a kubelet would report (pure);
 - ``events``, ``scheduler``, ``pods``: the scheduler's bindings and the kubelets' writes;

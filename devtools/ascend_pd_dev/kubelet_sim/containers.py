@@ -5,7 +5,9 @@ A container runs from the pod's start and is ready ``delay`` seconds later. A cr
 terminates it (``lastState.terminated``, ``restartCount`` + 1, ``CrashLoopBackOff``) and it runs
 again after the kubelet's back-off or the request's ``restartAfterSeconds``; under restart
 policy Never (or OnFailure and exit 0) it stays terminated, ended for good. A container whose
-launcher check kubelet-sim runs shows what the check says (``check_runs.View``).
+launcher check kubelet-sim runs shows what the check says (``check_runs.View``). A container
+whose image the registry lacks (``knobs.UNPULLABLE_IMAGES``) never starts: it waits in
+``ErrImagePull``, then ``ImagePullBackOff`` (``pull_failure``).
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ascend_pd_dev.kubelet_sim import check_runs
+from ascend_pd_dev.kubelet_sim import check_runs, knobs
 from ascend_pd_dev.kubelet_sim.knobs import Crash, Failure
 from ascend_pd_dev.kubelet_sim.objects import Obj, parse_iso
+
+#: A failed pull shows ErrImagePull this long, then ImagePullBackOff (the kubelet's first
+#: image back-off).
+PULL_BACKOFF_SECONDS = 10.0
 
 
 def kubelet_backoff(restarts: int) -> float:
@@ -53,6 +59,8 @@ class PodView:
     checked: Mapping[str, check_runs.View]
     #: the containers' entries in the current status, by name
     previous: Mapping[str, Obj]
+    #: the containers whose image was never pulled (the registry lacks it), by name
+    pulling: frozenset[str] = frozenset()
 
     @property
     def cid_base(self) -> str:
@@ -143,6 +151,40 @@ def next_state(pod: PodView, name: str, prev: Obj) -> tuple[Obj, Obj, int, bool]
     return {"running": {"startedAt": started_at}}, last_state, restarts, False
 
 
+def pull_failure(image: str, waited: float) -> Obj:
+    """The ``waiting`` state of a container whose image the registry lacks, ``waited``
+    seconds after its pod started: the pull's error, then the kubelet's back-off."""
+    if waited >= PULL_BACKOFF_SECONDS:
+        return {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}
+    return {"reason": "ErrImagePull", "message": (
+        f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": not '
+        f"found (kubelet-sim: {knobs.UNPULLABLE_IMAGES})")}  # fmt: skip
+
+
+def never_pulled(containers: list[Obj], lacking: set[str], previous: Mapping[str, Obj]) -> set[str]:
+    """The names of the ``containers`` whose image is in ``lacking`` and that never ran (an
+    image once pulled stays on the node): those wait for their image."""
+
+    def ran(name: str) -> bool:
+        prev = previous.get(name) or {}
+        return bool(prev.get("lastState")) or "running" in (prev.get("state") or {})
+
+    return {
+        c.get("name", "")
+        for c in containers
+        if c.get("image") in lacking and not ran(c.get("name", ""))
+    }
+
+
+def _pulling_entry(pod: PodView, entry: Obj, image: str, name: str) -> Obj:
+    """Never pulled, never started: a kubelet shows ErrImagePull, then backs off."""
+    waiting = pull_failure(image, pod.now - (parse_iso(pod.start) or pod.now))
+    restarts = int((pod.previous.get(name) or {}).get("restartCount", 0) or 0)
+    entry.update(ready=False, started=False, restartCount=restarts, imageID="",
+                 state={"waiting": waiting})  # fmt: skip
+    return entry
+
+
 def _checked_entry(entry: Obj, view: check_runs.View, outcome_ready: bool) -> Obj:
     entry.update(ready=view.ready and outcome_ready, started=view.started,
                  restartCount=view.restart_count, state=view.state)  # fmt: skip
@@ -160,6 +202,8 @@ def container_status(pod: PodView, container: Obj) -> tuple[Obj, bool]:
         "imageID": f"kubelet-sim://{container.get('image', '')}",
         "containerID": f"{pod.cid_base}/{name}",
     }
+    if pod.phase == "Running" and name in pod.pulling:
+        return _pulling_entry(pod, entry, container.get("image", ""), name), False
     # the checked containers' state counts while the outcome says the pod runs
     view = pod.checked.get(name) if pod.phase == "Running" else None
     if view is not None:

@@ -1,5 +1,6 @@
 """The knobs a test turns: every annotation kubelet-sim reads or writes, and what a request in
-one says (a crash, a failure, a readiness delay, an outcome), parsed and checked.
+one says (a crash, a failure, a readiness delay, an outcome, images the registry lacks,
+whether a pod's claims are checked), parsed and checked.
 
 They share one prefix, so ``kubectl get pod -o yaml`` shows at a glance what a test asked of the
 simulation and what the simulation recorded. The package's docstring says what each does; a
@@ -9,7 +10,7 @@ malformed request is a ValueError naming the annotation, which fails the pod.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ascend_pd_dev.kubelet_sim.objects import Obj
@@ -28,6 +29,12 @@ CRASH = PREFIX + "crash"
 CRASH_HANDLED = PREFIX + "crash-handled"
 #: pod, set by a test: the pod fails for good ("true" or a JSON object)
 FAIL = PREFIX + "fail"
+#: pod, set by a test: images the registry does not have, comma-separated; a container of
+#: one of them waits in ErrImagePull, then ImagePullBackOff, as a kubelet shows it
+UNPULLABLE_IMAGES = PREFIX + "unpullable-images"
+#: pod or namespace: "true" to schedule as the 1.20 scheduler does a pod whose
+#: PersistentVolumeClaim is missing or being deleted (Pending, the scheduler's message)
+CHECK_CLAIMS = PREFIX + "check-claims"
 #: Node, set by a test: "true" (the kubelet reports NotReady) or "unknown" (it is unreachable)
 NOT_READY = PREFIX + "not-ready"
 #: Node, written by kubelet-sim: the pid of the kubelet-sim process serving it
@@ -133,6 +140,19 @@ def _annotations(obj: Obj) -> dict[str, str]:
 
 def outcome_of(pod: Obj) -> str:
     return str(_annotations(pod).get(OUTCOME, "ready"))
+
+
+def unpullable_images(pod: Obj) -> set[str]:
+    """The images a test says the registry lacks (``UNPULLABLE_IMAGES``)."""
+    text = _annotations(pod).get(UNPULLABLE_IMAGES) or ""
+    return {image.strip() for image in str(text).split(",") if image.strip()}
+
+
+def checks_claims(pod: Obj, namespace_annotations: Mapping[str, str]) -> bool:
+    """Whether ``pod`` (or its namespace) asked for the scheduler's claim check
+    (``CHECK_CLAIMS``; the pod's annotation wins)."""
+    value = _annotations(pod).get(CHECK_CLAIMS, namespace_annotations.get(CHECK_CLAIMS))
+    return str(value or "").strip().lower() == "true"
 
 
 def ready_after_of(pod: Obj, default: float) -> float:

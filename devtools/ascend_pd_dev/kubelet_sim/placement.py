@@ -5,6 +5,11 @@ taints, matches its ``nodeSelector`` and required node affinity, breaks no requi
 anti-affinity on ``kubernetes.io/hostname``, and its requests (cpu, memory, pods,
 ``huawei.com/Ascend910``, any resource) fit in what the node has left. ``choose_node`` takes
 the first node, by number, where it fits, or says why none does as a scheduler would.
+
+Volumes are not looked at, except by ``claim_problem`` for the pods that ask
+(``knobs.CHECK_CLAIMS``): a PersistentVolumeClaim missing or being deleted stops the pod before
+any node is tried, as the 1.20 scheduler's basic checks do; binding is not simulated (an
+existing claim is taken as bound).
 """
 
 from __future__ import annotations
@@ -204,3 +209,28 @@ def choose_node(pod: Obj, nodes: list[Obj], pods: list[Obj]) -> tuple[str | None
             counts[reason] = counts.get(reason, 0) + 1
     details = ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
     return None, f"0/{len(nodes)} nodes are available: {details}."
+
+
+# --------------------------------------------------------------------------- claims
+
+
+def claim_names(pod: Obj) -> list[str]:
+    """The PersistentVolumeClaims ``pod``'s volumes name."""
+    return [
+        str(v["persistentVolumeClaim"].get("claimName", ""))
+        for v in pod.get("spec", {}).get("volumes") or []
+        if v.get("persistentVolumeClaim")
+    ]
+
+
+def claim_problem(pod: Obj, claims: Mapping[tuple[str, str], Obj]) -> str:
+    """Why the 1.20 scheduler would not place ``pod`` for its claims (its own words, from
+    ``podPassesBasicChecks``), or "" (``claims``: (namespace, name) -> the claim)."""
+    namespace = pod["metadata"].get("namespace", "default")
+    for name in claim_names(pod):
+        claim = claims.get((namespace, name))
+        if claim is None:
+            return f'persistentvolumeclaim "{name}" not found'
+        if claim.get("metadata", {}).get("deletionTimestamp"):
+            return f'persistentvolumeclaim "{name}" is being deleted'
+    return ""

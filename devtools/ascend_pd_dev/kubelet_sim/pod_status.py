@@ -18,6 +18,7 @@ from ascend_pd_dev.kubelet_sim.containers import (
     PodView,
     container_status,
     init_container_statuses,
+    never_pulled,
 )
 from ascend_pd_dev.kubelet_sim.knobs import Failure, Requests
 from ascend_pd_dev.kubelet_sim.objects import Obj, condition, parse_iso
@@ -93,6 +94,7 @@ def _pod_view(pod: Obj, timestamp: str, checked: Mapping[str, check_runs.View],
         outcome=outcome, phase=verdict.phase, ready=verdict.ready, delay=asked.delay,
         failure=verdict.failure, crash=crash, crash_target=target, handled=asked.handled,
         checked=checked, previous=previous,
+        pulling=frozenset(never_pulled(containers, knobs.unpullable_images(pod), previous)),
     )  # fmt: skip
 
 
@@ -107,6 +109,12 @@ def _ended_with_containers(verdict: Verdict, statuses: list[Obj], all_checked: b
     verdict.pod_message = None
     if all_checked:
         verdict.pod_message = "kubelet-sim: the launcher check failed (restart policy Never)"
+
+
+def _waiting_for_images(verdict: Verdict, pulling: frozenset[str]) -> None:
+    """A container never created: the pod has not started running (a kubelet: Pending)."""
+    verdict.phase, verdict.ready, verdict.reason = "Pending", False, "ContainersNotReady"
+    verdict.message = f"containers with unready status: [{' '.join(sorted(pulling))}]"
 
 
 def not_ready_node_message(node: str, readiness: str) -> str:
@@ -138,13 +146,18 @@ def _conditions(
     ]  # fmt: skip
 
 
-def _reason_and_message(verdict: Verdict, ended: bool, outcome: str) -> tuple[Any, Any]:
-    """The pod's own ``status.reason`` and ``status.message``."""
+def _reason_and_message(
+    verdict: Verdict, ended: bool, outcome: str, pulling: bool
+) -> tuple[Any, Any]:
+    """The pod's own ``status.reason`` and ``status.message`` (``pulling``: a container
+    waits for its image)."""
     if verdict.failure is not None and verdict.phase == "Failed":
         return verdict.pod_reason, verdict.message
     if ended:
         # the containers ended on their own: a kubelet gives the pod no reason
         return (verdict.reason if verdict.pod_message else None), verdict.pod_message
+    if pulling and verdict.phase == "Pending":
+        return None, None  # a kubelet gives a pod waiting for its image no reason
     if verdict.phase != "Running" or verdict.pod_message:
         return verdict.reason, verdict.pod_message or f"kubelet-sim: outcome {outcome!r}"
     return None, None
@@ -186,6 +199,9 @@ def desired_status(
         waiting = [e["name"] for e in statuses if not e["ready"]]
         verdict.ready, verdict.reason = False, "ContainersNotReady"
         verdict.message = f"containers with unready status: [{' '.join(waiting)}]"
+    pulling = verdict.phase == "Running" and bool(view.pulling)
+    if pulling:
+        _waiting_for_images(verdict, view.pulling)
     containers_ready = (verdict.ready, verdict.reason, verdict.message)
     if verdict.phase == "Running" and node_readiness != "True":
         # the node lifecycle controller flips only the pod's Ready condition
@@ -201,7 +217,7 @@ def desired_status(
         "conditions": _conditions(current, view, verdict, containers_ready),
         "containerStatuses": statuses,
     }
-    status["reason"], status["message"] = _reason_and_message(verdict, ended, view.outcome)
+    status["reason"], status["message"] = _reason_and_message(verdict, ended, view.outcome, pulling)
     if spec.get("initContainers"):
         status["initContainerStatuses"] = init_container_statuses(view, spec["initContainers"])
     return status

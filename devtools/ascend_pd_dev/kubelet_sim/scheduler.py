@@ -1,7 +1,9 @@
 """kubelet-sim's scheduler: binds each pending pod of the default scheduler to the first node
 where it fits (``placement``), with the ``Scheduled`` and ``FailedScheduling`` events a
 scheduler records; a pod that fits nowhere stays Pending with ``PodScheduled=False, reason
-Unschedulable`` saying why (written once per distinct reason)."""
+Unschedulable`` saying why (written once per distinct reason). The claims of a pod that asks
+(``knobs.CHECK_CLAIMS``) are checked first (``placement.claim_problem``); they are listed only
+while such a pod waits, so a cluster without one pays nothing."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ascend_pd_dev.kubelet_sim import knobs
 from ascend_pd_dev.kubelet_sim.events import record_event
-from ascend_pd_dev.kubelet_sim.objects import Obj, log, unless_gone
-from ascend_pd_dev.kubelet_sim.placement import choose_node
+from ascend_pd_dev.kubelet_sim.objects import Obj, list_items, log, unless_gone
+from ascend_pd_dev.kubelet_sim.placement import choose_node, claim_names, claim_problem
 
 SCHEDULER_NAME = "default-scheduler"
 
@@ -44,13 +47,40 @@ class Scheduler:
         keys = {_key(p) for p in waiting}
         for key in set(self.unschedulable) - keys:
             del self.unschedulable[key]
+        checked, claims = self._claims_checked(waiting)
         for pod in waiting:
-            chosen, message = choose_node(pod, nodes, pods)
+            asked = str(pod["metadata"].get("uid")) in checked
+            # a claim problem stops the pod before any node is tried
+            blocked = claim_problem(pod, claims) if asked else ""
+            chosen, message = (None, blocked) if blocked else choose_node(pod, nodes, pods)
             if chosen is None:
                 self._unschedulable(pod, message)
             else:
                 self.unschedulable.pop(_key(pod), None)
                 self._bind(pod, chosen)
+
+    def _claims_checked(self, waiting: list[Obj]) -> tuple[set[str], dict[tuple[str, str], Obj]]:
+        """(uids of the pending pods whose claims are checked, the claims by (namespace,
+        name)); listed only while such a pod waits, so a cluster without one pays nothing."""
+        with_claims = [p for p in waiting if claim_names(p)]
+        if not with_claims:
+            return set(), {}
+        namespaces = {
+            n["metadata"]["name"]: n["metadata"].get("annotations") or {}
+            for n in list_items(self.api.list_namespace)
+        }
+        asked = {
+            str(p["metadata"].get("uid"))
+            for p in with_claims
+            if knobs.checks_claims(p, namespaces.get(p["metadata"]["namespace"], {}))
+        }
+        if not asked:
+            return set(), {}
+        claims = {
+            (c["metadata"]["namespace"], c["metadata"]["name"]): c
+            for c in list_items(self.api.list_persistent_volume_claim_for_all_namespaces)
+        }
+        return asked, claims
 
     def _unschedulable(self, pod: Obj, message: str) -> None:
         key, meta = _key(pod), pod["metadata"]
