@@ -538,7 +538,27 @@ def dump(obj: BaseModel | None) -> Json:
     return obj.model_dump(by_alias=True, exclude_defaults=True)
 
 
-class RoleSpec(_Model):
+class _PodFields(_Model):
+    """What a role and the router share of the pod fields: each secret, volume and mount
+    path at most once (their fields, with their own descriptions, are the subclasses')."""
+
+    @field_validator("image_pull_secrets", check_fields=False)
+    @classmethod
+    def _each_secret_once(cls, secrets: list[LocalObjectReference]) -> list[LocalObjectReference]:
+        return _unique(secrets, "name", "imagePullSecrets")
+
+    @field_validator("volumes", check_fields=False)
+    @classmethod
+    def _each_volume_once(cls, volumes: list[Volume]) -> list[Volume]:
+        return _unique(volumes, "name", "volumes")
+
+    @field_validator("volume_mounts", check_fields=False)
+    @classmethod
+    def _each_mount_path_once(cls, mounts: list[VolumeMount]) -> list[VolumeMount]:
+        return _unique(mounts, "mount_path", "volumeMounts mountPath")
+
+
+class RoleSpec(_PodFields):
     """One role (prefill or decode): independent instances of tensor × pipeline NPUs."""
 
     replicas: int = Field(
@@ -619,27 +639,12 @@ class RoleSpec(_Model):
         "mountPath",
     )
 
-    @field_validator("image_pull_secrets")
-    @classmethod
-    def _each_secret_once(cls, secrets: list[LocalObjectReference]) -> list[LocalObjectReference]:
-        return _unique(secrets, "name", "imagePullSecrets")
-
-    @field_validator("volumes")
-    @classmethod
-    def _each_volume_once(cls, volumes: list[Volume]) -> list[Volume]:
-        return _unique(volumes, "name", "volumes")
-
-    @field_validator("volume_mounts")
-    @classmethod
-    def _each_mount_path_once(cls, mounts: list[VolumeMount]) -> list[VolumeMount]:
-        return _unique(mounts, "mount_path", "volumeMounts mountPath")
-
     @property
     def nodes_per_instance(self) -> int:
         return self.parallelism.tensor * self.parallelism.pipeline // self.devices_per_node
 
 
-class Router(_Model):
+class Router(_PodFields):
     """The SGLang router in PD mode in front of all instances."""
 
     enabled: bool = Field(True, description="Deploy the router.")
@@ -683,21 +688,6 @@ class Router(_Model):
         f"operator's mount: {OWNED_ROUTER_MOUNTS}.",
         "mountPath",
     )
-
-    @field_validator("image_pull_secrets")
-    @classmethod
-    def _each_secret_once(cls, secrets: list[LocalObjectReference]) -> list[LocalObjectReference]:
-        return _unique(secrets, "name", "imagePullSecrets")
-
-    @field_validator("volumes")
-    @classmethod
-    def _each_volume_once(cls, volumes: list[Volume]) -> list[Volume]:
-        return _unique(volumes, "name", "volumes")
-
-    @field_validator("volume_mounts")
-    @classmethod
-    def _each_mount_path_once(cls, mounts: list[VolumeMount]) -> list[VolumeMount]:
-        return _unique(mounts, "mount_path", "volumeMounts mountPath")
 
 
 class Ascend(_Model):

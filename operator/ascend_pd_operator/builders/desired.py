@@ -97,7 +97,9 @@ def with_children(
     surge: Mapping[str, int] | None = None,
     serving: str | None = None,
 ) -> Desired:
-    """``desired`` with its children, built once (a failed layout has none)."""
+    """``desired`` with its children, built once (a failed layout has none). ``surge``:
+    extra instances per role during a rollout; ``serving``: the generation the router
+    routes to (None: this layout's)."""
     if not desired.ok:
         return desired
     assert desired.layout is not None
@@ -106,18 +108,12 @@ def with_children(
 
 
 def desired_state(
-    owner: Owner,
-    spec: PDDeploymentSpec,
-    facts: ModelFacts,
-    server_minor: int | None = None,
-    surge: Mapping[str, int] | None = None,
-    serving: str | None = None,
+    owner: Owner, spec: PDDeploymentSpec, facts: ModelFacts, server_minor: int | None = None
 ) -> Desired:
-    """The layout and every child. ``server_minor``: the API server's Kubernetes minor
-    version (1.x), where a child's apiVersion depends on it; None when not known
-    (rendering offline). ``surge``: extra instances per role during a rollout;
-    ``serving``: the generation the router routes to."""
-    return with_children(desired_layout(spec, facts), owner, spec, server_minor, surge, serving)
+    """The layout and every child, as no rollout is under way (``ascend-pd render``, the
+    audit). ``server_minor``: the API server's Kubernetes minor version (1.x), where a
+    child's apiVersion depends on it; None when not known (rendering offline)."""
+    return with_children(desired_layout(spec, facts), owner, spec, server_minor)
 
 
 def layout_request(spec: PDDeploymentSpec) -> LayoutRequest:
