@@ -444,171 +444,193 @@ def _router_status(obs: Findings, spec: PDDeploymentSpec) -> tuple[Json, bool, s
     return {"replicas": want, "readyReplicas": ready}, ok, f"{ready}/{want} replicas ready"
 
 
-def compute_status(obs: Findings, now: str) -> Json:
-    """The new status (camelCase, as stored) for one observation at time ``now``."""
-    prev = obs.previous or {}
-    status: Json = {"observedGeneration": obs.owner.generation}
-    conds: list[Json] = []
-    invalid = False
-    # Children keep running as they were when the spec is rejected, so readiness is
-    # reported against the last spec that was applied (carried in the previous status).
-    for key in ("kvLayout", "prefill", "decode", "router", "endpoint", "recovery"):
-        if key in prev:
-            status[key] = prev[key]
+@dataclass
+class _Draft:
+    """The status being built by ``compute_status``'s stages, and what they found."""
 
-    spec = obs.spec
+    status: Json
+    conds: list[Json] = field(default_factory=list)
+    #: the spec, the model or the layout needs the user's fix
+    invalid: bool = False
+    exists: bool = True
+    ready: bool = False
+    #: the first instance that is not ready and why: the Ready condition's message says it
+    first_wait: str = ""
+
+
+def _check_spec(obs: Findings, draft: _Draft) -> None:
+    """Validated, ModelResolved and KVLayoutCompatible (and the layout summary)."""
+    spec, facts, desired = obs.spec, obs.facts, obs.desired
     if spec is None:
-        invalid = True
-        conds.append(_condition(COND_VALIDATED, "False", REASON_INVALID_SPEC, obs.validation_error))
+        draft.invalid = True
+        draft.conds.append(
+            _condition(COND_VALIDATED, "False", REASON_INVALID_SPEC, obs.validation_error)
+        )
     else:
-        conds.append(_condition(COND_VALIDATED, "True", REASON_VALID, "spec follows every rule"))
-
-    facts = obs.facts
+        draft.conds.append(
+            _condition(COND_VALIDATED, "True", REASON_VALID, "spec follows every rule")
+        )
     if spec is None or facts is None:
-        conds.append(
+        draft.conds.append(
             _condition(COND_MODEL_RESOLVED, "Unknown", REASON_NOT_VALIDATED, "spec is invalid")
         )
     else:
-        conds.append(_condition(COND_MODEL_RESOLVED, facts.status, facts.reason, facts.message))
-        # A model that cannot be read needs the user's fix, like a rejected spec.
-        invalid = invalid or facts.reason in INVALID_MODEL_REASONS
-
-    desired = obs.desired
-    if desired is None:
-        conds.append(
-            _condition(
-                COND_KV_LAYOUT_COMPATIBLE,
-                "Unknown",
-                REASON_MODEL_NOT_RESOLVED,
-                "no model facts yet",
-            )
+        draft.conds.append(
+            _condition(COND_MODEL_RESOLVED, facts.status, facts.reason, facts.message)
         )
+        # A model that cannot be read needs the user's fix, like a rejected spec.
+        draft.invalid = draft.invalid or facts.reason in INVALID_MODEL_REASONS
+    if desired is None:
+        draft.conds.append(_condition(COND_KV_LAYOUT_COMPATIBLE, "Unknown",
+                                      REASON_MODEL_NOT_RESOLVED, "no model facts yet"))  # fmt: skip
     elif not desired.ok:
-        invalid = True
-        conds.append(
+        draft.invalid = True
+        draft.conds.append(
             _condition(COND_KV_LAYOUT_COMPATIBLE, "False", desired.reason, desired.message)
         )
     else:
         assert desired.layout is not None
-        status["kvLayout"] = layout_summary(desired.layout)
-        groups = desired.layout.facts.kv_buf_groups
-        layers = desired.layout.facts.total_kv_layers
-        conds.append(
-            _condition(
-                COND_KV_LAYOUT_COMPATIBLE,
-                "True",
-                REASON_COMPATIBLE,
-                f"{layers} KV layers × {groups} buffer groups, prefill PP "
-                f"{desired.layout.prefill.pp} → decode PP {desired.layout.decode.pp}, "
-                f"fingerprint {status['kvLayout']['fingerprint']}",
+        summary = draft.status["kvLayout"] = layout_summary(desired.layout)
+        facts_ = desired.layout.facts
+        draft.conds.append(_condition(
+            COND_KV_LAYOUT_COMPATIBLE, "True", REASON_COMPATIBLE,
+            f"{facts_.total_kv_layers} KV layers × {facts_.kv_buf_groups} buffer groups, "
+            f"prefill PP {desired.layout.prefill.pp} → decode PP {desired.layout.decode.pp}, "
+            f"fingerprint {summary['fingerprint']}",
+        ))  # fmt: skip
+
+
+def _check_role(obs: Findings, spec: PDDeploymentSpec, role: str, draft: _Draft) -> None:
+    """<Role>Ready and the role's status: what is ready, or why not."""
+    role_status, role_exists, role_ready = _role_status(obs, spec, role)
+    draft.status[role] = role_status
+    draft.exists = draft.exists and role_exists
+    draft.ready = draft.ready and role_ready
+    refusals = [] if role_ready else launch_refusals(obs.pods, role)
+    skewed = [] if role_ready else launch_refusals(obs.pods, role, EXIT_CONTRACT_VERSION)
+    if refusals or skewed:
+        found = refusals or skewed
+        reason = REASON_LAUNCH_REFUSED if refusals else REASON_ENV_CONTRACT_MISMATCH
+        draft.conds.append(_refused_condition(role, found, reason))
+        draft.first_wait = draft.first_wait or found[0]
+        return
+    waits = [] if role_ready else role_waits(obs, spec, role)
+    draft.first_wait = draft.first_wait or (waits[0] if waits else "")
+    message = (f"{role_status['readyReplicas']}/{role_status['replicas']} instances ready "
+               f"({role_status['nodesPerInstance']} nodes each)")  # fmt: skip
+    draft.conds.append(_condition(
+        role_ready_condition(role),
+        "True" if role_ready else "False",
+        REASON_INSTANCES_READY if role_ready else REASON_INSTANCES_NOT_READY,
+        quoted(message + (f": {waits_text(waits)}" if waits else ""), ROLE_MESSAGE_CHARS),
+    ))  # fmt: skip
+
+
+def _check_router(obs: Findings, spec: PDDeploymentSpec, draft: _Draft) -> None:
+    """RouterReady, the router's status and the endpoint."""
+    router_status, router_ok, router_text = _router_status(obs, spec)
+    draft.status["router"] = router_status
+    draft.ready = draft.ready and router_ok
+    if not router_ok:
+        reason = REASON_ROUTER_NOT_READY
+    else:
+        reason = REASON_ROUTER_READY if spec.router.enabled else REASON_DISABLED
+    draft.conds.append(
+        _condition(COND_ROUTER_READY, "True" if router_ok else "False", reason, router_text)
+    )
+    if spec.router.enabled:
+        draft.status["endpoint"] = endpoint(obs.owner, spec.router.port)
+    else:
+        draft.status.pop("endpoint", None)
+
+
+def _not_applied(prev: Json, draft: _Draft) -> None:
+    """The readiness conditions while no child is written: a rejected change keeps what
+    the last applied spec's children said (they run on), else Unknown."""
+    for type_ in (COND_PREFILL_READY, COND_DECODE_READY, COND_ROUTER_READY):
+        previous = _find(prev.get("conditions") or [], type_)
+        if draft.invalid and previous:
+            draft.conds.append({k: previous[k] for k in ("type", "status", "reason", "message")})
+        else:
+            draft.conds.append(
+                _condition(type_, "Unknown", REASON_NOT_APPLIED, "children not applied")
             )
-        )
 
-    applied = spec is not None and desired is not None and desired.ok
-    exists = True
-    all_ready = applied
-    #: The first instance that is not ready and why: the Ready condition's message says it.
-    first_wait = ""
-    if applied:
-        assert spec is not None
-        for role in ROLES:
-            role_status, role_exists, role_ready = _role_status(obs, spec, role)
-            status[role] = role_status
-            exists = exists and role_exists
-            all_ready = all_ready and role_ready
-            ready_text = f"{role_status['readyReplicas']}/{role_status['replicas']} instances ready"
-            refusals = [] if role_ready else launch_refusals(obs.pods, role)
-            skewed = [] if role_ready else launch_refusals(obs.pods, role, EXIT_CONTRACT_VERSION)
-            if refusals or skewed:
-                found = refusals or skewed
-                reason = REASON_LAUNCH_REFUSED if refusals else REASON_ENV_CONTRACT_MISMATCH
-                conds.append(_refused_condition(role, found, reason))
-                first_wait = first_wait or found[0]
-                continue
-            waits = [] if role_ready else role_waits(obs, spec, role)
-            first_wait = first_wait or (waits[0] if waits else "")
-            message = f"{ready_text} ({role_status['nodesPerInstance']} nodes each)"
-            conds.append(
-                _condition(
-                    role_ready_condition(role),
-                    "True" if role_ready else "False",
-                    REASON_INSTANCES_READY if role_ready else REASON_INSTANCES_NOT_READY,
-                    quoted(message + (f": {waits_text(waits)}" if waits else ""),
-                           ROLE_MESSAGE_CHARS),
-                )
-            )  # fmt: skip
-        router_status, router_ok, router_text = _router_status(obs, spec)
-        status["router"] = router_status
-        all_ready = all_ready and router_ok
-        reason = (
-            (REASON_DISABLED if not spec.router.enabled else REASON_ROUTER_READY)
-            if router_ok
-            else REASON_ROUTER_NOT_READY
-        )
-        conds.append(
-            _condition(COND_ROUTER_READY, "True" if router_ok else "False", reason, router_text)
-        )
-        if spec.router.enabled:
-            status["endpoint"] = endpoint(obs.owner, spec.router.port)
-        else:
-            status.pop("endpoint", None)
-    else:
-        for type_ in (COND_PREFILL_READY, COND_DECODE_READY, COND_ROUTER_READY):
-            previous = _find(prev.get("conditions") or [], type_)
-            if invalid and previous:
-                conds.append({k: previous[k] for k in ("type", "status", "reason", "message")})
-            else:
-                conds.append(
-                    _condition(type_, "Unknown", REASON_NOT_APPLIED, "children not applied")
-                )
 
-    if applied and obs.recovery is not None:
-        if obs.recovery.records:
-            status["recovery"] = [dict(r) for r in obs.recovery.records]
-        else:
-            status.pop("recovery", None)
-        looping = obs.recovery.looping
-        conds.append(
-            _condition(COND_INSTANCES_HEALTHY, "False", REASON_RESTART_LOOP,
-                       "; ".join(message for _, message in looping))
-            if looping
-            else _condition(COND_INSTANCES_HEALTHY, "True", REASON_HEALTHY,
-                            "no instance is in a restart loop")
-        )  # fmt: skip
-    rolling = applied and obs.rollout is not None and not obs.rollout.complete
-    if applied and obs.rollout is not None:
-        status["rollout"] = {**obs.rollout.summary(), "message": rollout_message(obs.rollout)}
+def _check_recovery(recovery: Recovery, draft: _Draft) -> None:
+    """InstancesHealthy and the recovery records."""
+    if recovery.records:
+        draft.status["recovery"] = [dict(r) for r in recovery.records]
     else:
-        status.pop("rollout", None)
+        draft.status.pop("recovery", None)
+    looping = recovery.looping
+    draft.conds.append(
+        _condition(COND_INSTANCES_HEALTHY, "False", REASON_RESTART_LOOP,
+                   "; ".join(message for _, message in looping))
+        if looping
+        else _condition(COND_INSTANCES_HEALTHY, "True", REASON_HEALTHY,
+                        "no instance is in a restart loop")
+    )  # fmt: skip
+
+
+def _check_ready(obs: Findings, rolling: bool, draft: _Draft) -> None:
+    """Ready: every instance and the router, with no write failing and no rollout left."""
     if obs.write_error:
-        all_ready = False
-        conds.append(_condition(COND_READY, "False", obs.write_error_reason, obs.write_error))
-    elif all_ready and rolling:
+        draft.ready = False
+        draft.conds.append(_condition(COND_READY, "False", obs.write_error_reason, obs.write_error))
+    elif draft.ready and rolling:
         # The new spec is not Ready until every instance runs it (no premature success).
-        all_ready = False
+        draft.ready = False
         assert obs.rollout is not None
-        conds.append(
-            _condition(
-                COND_READY, "False", REASON_ROLLOUT_IN_PROGRESS, rollout_message(obs.rollout)
-            )
-        )
-    elif all_ready:
-        conds.append(
+        draft.conds.append(_condition(COND_READY, "False", REASON_ROLLOUT_IN_PROGRESS,
+                                      rollout_message(obs.rollout)))  # fmt: skip
+    elif draft.ready:
+        draft.conds.append(
             _condition(COND_READY, "True", REASON_READY, "every instance and the router ready")
         )
     else:
-        waiting = [c["type"] for c in conds if c["status"] != "True"]
+        waiting = [c["type"] for c in draft.conds if c["status"] != "True"]
         # The first instance's cause too: `kubectl describe` users read Ready first.
-        why = f": {quoted(first_wait, QUOTE_CHARS * 2)}" if first_wait else ""
-        conds.append(
-            _condition(
-                COND_READY, "False", REASON_NOT_READY, f"waiting for {', '.join(waiting)}{why}"
-            )
-        )
+        why = f": {quoted(draft.first_wait, QUOTE_CHARS * 2)}" if draft.first_wait else ""
+        draft.conds.append(_condition(COND_READY, "False", REASON_NOT_READY,
+                                      f"waiting for {', '.join(waiting)}{why}"))  # fmt: skip
 
-    status["conditions"] = _with_times(conds, prev.get("conditions") or [], now, obs)
+
+def compute_status(obs: Findings, now: str) -> Json:
+    """The new status (camelCase, as stored) for one observation at time ``now``: the
+    spec's conditions, each role's and the router's readiness, recovery, the rollout, and
+    Ready over all of them."""
+    prev = obs.previous or {}
+    # Children keep running as they were when the spec is rejected, so readiness is
+    # reported against the last spec that was applied (carried in the previous status).
+    draft = _Draft({"observedGeneration": obs.owner.generation})
+    for key in ("kvLayout", "prefill", "decode", "router", "endpoint", "recovery"):
+        if key in prev:
+            draft.status[key] = prev[key]
+    _check_spec(obs, draft)
+    spec, desired = obs.spec, obs.desired
+    applied = spec is not None and desired is not None and desired.ok
+    draft.ready = applied
+    if spec is not None and applied:
+        for role in ROLES:
+            _check_role(obs, spec, role, draft)
+        _check_router(obs, spec, draft)
+    else:
+        _not_applied(prev, draft)
+    if applied and obs.recovery is not None:
+        _check_recovery(obs.recovery, draft)
+    rolling = applied and obs.rollout is not None and not obs.rollout.complete
+    if applied and obs.rollout is not None:
+        draft.status["rollout"] = {**obs.rollout.summary(),
+                                   "message": rollout_message(obs.rollout)}  # fmt: skip
+    else:
+        draft.status.pop("rollout", None)
+    _check_ready(obs, rolling, draft)
+    status = draft.status
+    status["conditions"] = _with_times(draft.conds, prev.get("conditions") or [], now, obs)
     previous_phase = PHASE_PROGRESSING if rolling else prev.get("phase")
-    status["phase"] = _phase(invalid, conds, applied, exists, all_ready, previous_phase)
+    status["phase"] = _phase(draft.invalid, draft.conds, applied, draft.exists, draft.ready,
+                             previous_phase)  # fmt: skip
     result: Json = without_empty(status)
     return result
 
