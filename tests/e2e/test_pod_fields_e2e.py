@@ -242,19 +242,14 @@ def test_the_escalation_rule_is_what_kubernetes_refuses_in_a_pod(
     assert (rules_for("ContainerSecurityContext")[0].message in ours) == refused, ours
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the API server does not validate a StatefulSet's pod template "
-    "(apps/v1 checks only its labels and annotations), so a volume source Kubernetes would "
-    "refuse in a pod is applied, the instance is rolled, and its pods then fail to be created",
-)
 def test_a_volume_source_kubernetes_refuses_reaches_no_running_pod(
     kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     """A volume's source is kept as written (the CRD cannot see into it): one with two sources
-    passes admission, yet Kubernetes refuses such a pod. The running instance must keep its
-    pods: the update is refused somewhere (Validated=False or ApplyFailed) before any pod of
-    the deployment is deleted. (A volume with no source is no test: Kubernetes defaults it to
+    passes admission, yet Kubernetes refuses such a pod, and the API server does not check a
+    StatefulSet's pod template. The running instance must keep its pods: the update is
+    refused (ApplyFailed, the API server's verdict on the template) before any pod of the
+    deployment is deleted. (A volume with no source is no test: Kubernetes defaults it to
     an emptyDir.)"""
     base = pdd(NAME, namespace)
     _apply(kubectl, base)
@@ -273,4 +268,6 @@ def test_a_volume_source_kubernetes_refuses_reaches_no_running_pod(
         condition(st, "Ready").get("reason") == "ApplyFailed"
     )
     assert refused, st["conditions"]
+    ready = condition(st, "Ready")
+    assert ready.get("reason") != "ApplyFailed" or "pod template" in ready["message"], ready
     assert {p["metadata"]["uid"] for p in _pods(kubectl, namespace, "ascendpd.io/role")} == pods

@@ -567,8 +567,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         where="ContainerSecurityContext",
         # Kubernetes refuses such a container in a pod; the router's Deployment would not
-        # apply, and a StatefulSet, whose pod template the API server does not check, would
-        # apply and then fail to create its pods.
+        # apply, nor a role's StatefulSet (the executor's dry run): refused at admission.
         cel="!has(self.allowPrivilegeEscalation) || self.allowPrivilegeEscalation || "
         "((!has(self.privileged) || !self.privileged) && "
         f"(!has(self.capabilities) || !('{CAP_SYS_ADMIN}' in self.capabilities.add)))",

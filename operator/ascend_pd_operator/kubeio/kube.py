@@ -496,5 +496,8 @@ class Kube:
             "PATCH", url, body={"status": status}, content_type="application/merge-patch+json"
         )
 
-    def create(self, kind: str, namespace: str, body: Json) -> Json:
-        return self.request("POST", path(self.resource(kind), namespace), body=body)
+    def create(self, kind: str, namespace: str, body: Json, dry_run: bool = False) -> Json:
+        """Create ``body``; with ``dry_run`` the API server validates and admits it as it
+        would, and stores nothing."""
+        query = [("dryRun", "All")] if dry_run else None
+        return self.request("POST", path(self.resource(kind), namespace), body=body, query=query)

@@ -52,7 +52,7 @@ from ascend_pd_operator.decisions.status import merge_patch, status_changed
 from ascend_pd_operator.kubeio.child_watch import EVENT_FIELD_SELECTOR
 from ascend_pd_operator.kubeio.kept import event_owner, slim_event
 from ascend_pd_operator.kubeio.kube import Kube, KubeError, NotFound, is_transient
-from ascend_pd_operator.kubeio.live_cache import LiveCache
+from ascend_pd_operator.kubeio.live_cache import LiveCache, digest
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -221,6 +221,8 @@ class Reconciler:
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         #: Pods this operator deleted that the watch may still report as running.
         self.expected_gone = ExpectedGone()
+        #: (namespace, StatefulSet) -> the digest of the pod template the API server passed
+        self._checked_templates: dict[tuple[str, str], str] = {}
         self._locks_guard = threading.Lock()
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
@@ -245,6 +247,7 @@ class Reconciler:
         live: dict[tuple[str, str], Json] = {}
         applied = deleted = 0
         written: list[str] = []  # for the log line: which children a reconcile applied
+        existing = frozenset(o["metadata"]["name"] for o in todo.observation.owned("StatefulSet"))
         failure: Failure | None = None
         steps = (
             (1, todo.inspector), (2, todo.applies), (3, todo.deletes),
@@ -253,7 +256,7 @@ class Reconciler:
         for step, writes in steps:
             for write in writes:
                 try:
-                    obj, wrote = self._write(owner.namespace, write, cached=step == 2)
+                    obj, wrote = self._write(owner.namespace, write, step == 2, existing)
                 except KubeError as exc:
                     if is_transient(exc):
                         # A conflict, throttling or a server error says nothing about the
@@ -284,9 +287,12 @@ class Reconciler:
                      applied, ", ".join(written) or "-", deleted)  # fmt: skip
         return Result(done.status, applied, deleted, done, failure)
 
-    def _write(self, namespace: str, write: Write, cached: bool) -> tuple[Json, int]:
+    def _write(
+        self, namespace: str, write: Write, cached: bool, existing: frozenset[str] = frozenset()
+    ) -> tuple[Json, int]:
         """Perform one write: (the object it left, 1 if a request was sent). ``cached``:
-        skip an apply the watches' cache says would change nothing (the children's)."""
+        skip an apply the watches' cache says would change nothing (the children's).
+        ``existing``: the StatefulSets that run pods, whose new template is checked first."""
         if write.verb == "delete" and write.manifest is not None:  # a pod, by uid
             uid = str(write.manifest["metadata"]["uid"])
             log.info("%s %s/%s (uid %s)", write.describe(), namespace, write.name, uid)
@@ -320,10 +326,44 @@ class Reconciler:
             unchanged = self.cache.unchanged(write.manifest)
             if unchanged is not None:
                 return unchanged, 0
+        if write.kind == "StatefulSet" and write.name in existing:
+            self._check_template(namespace, write.manifest)
         obj = self.kube.apply(write.manifest)
         if cached and self.cache is not None:
             self.cache.applied(write.manifest, obj)
         return obj, 1
+
+    def _check_template(self, namespace: str, manifest: Json) -> None:
+        """Have the API server judge the pod template an existing StatefulSet is about to
+        take, before it takes it.
+
+        The API server does not validate a StatefulSet's pod template (apps/v1 checks its
+        labels and annotations only): a template Kubernetes refuses in a pod (a volume with
+        two sources, a bad toleration) is stored, the rollout deletes the instance's pods
+        and none is created again. A Deployment's template is validated in full, so a
+        server-side dry run of a Deployment carrying it gets the verdict, with a permission
+        the operator holds already; a refusal fails this apply (ApplyFailed) before any pod
+        is deleted. Each template is checked once per StatefulSet."""
+        key = (namespace, manifest["metadata"]["name"])
+        template = manifest["spec"]["template"]
+        checked = digest(template)
+        if self._checked_templates.get(key) == checked:
+            return
+        probe = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"generateName": f"{key[1]}-check-", "namespace": namespace},
+            "spec": {"replicas": 0, "selector": manifest["spec"]["selector"],
+                     "template": template},
+        }  # fmt: skip
+        try:
+            self.kube.create("Deployment", namespace, probe, dry_run=True)
+        except KubeError as exc:
+            if is_transient(exc):
+                raise
+            why = f"the API server refuses its pod template (as a Deployment's): {exc.message}"
+            raise KubeError(exc.status, exc.reason, why) from exc
+        self._checked_templates[key] = checked
 
     def _patch_status(self, done: Plan) -> None:
         owner, previous, status = done.observation.owner, done.observation.previous, done.status

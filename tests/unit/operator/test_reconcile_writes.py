@@ -98,12 +98,12 @@ class FakeKube:
         obj["status"] = merged(obj.get("status") or {}, status)  # as the server merges
         return self._store(obj, False)
 
-    def create(self, kind: str, namespace: str, body: Json) -> Json:
-        self.calls.append(("CREATE", kind))
+    def create(self, kind: str, namespace: str, body: Json, dry_run: bool = False) -> Json:
+        self.calls.append(("DRY-RUN" if dry_run else "CREATE", kind))  # a dry run writes nothing
         return body
 
     def writes(self) -> list[tuple[str, str]]:
-        return [c for c in self.calls if c[0] not in ("GET", "LIST")]
+        return [c for c in self.calls if c[0] not in ("GET", "LIST", "DRY-RUN")]
 
 
 def run_workload_controllers(kube: FakeKube, ready: bool = True) -> None:
