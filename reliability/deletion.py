@@ -12,7 +12,7 @@ import time
 
 from ascend_pd_operator.api import models
 
-from .audit import CHILD_KINDS, audit_namespace
+from .audit import CHILD_KINDS, audit_namespace, wait_converged
 from .env import Env, Release, wait_for
 from .result import ScenarioResult
 from .specs import pdd
@@ -28,11 +28,9 @@ def run(
     operator.start()
     try:
         env.apply([*docs, keep])
-        ready, _ = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
-        if not ready:
-            result.problems.append(
-                f"not Ready before the test: {audit_namespace(env.kube, namespace)}"
-            )
+        ready, _ = wait_converged(env.kube, namespace, bound_seconds, 0.5)
+        if not ready.ok:
+            result.problems.append(f"not Ready before the test: {ready}")
             return result
         result.details["stopped_cleanly"] = operator.stop()
         started = time.monotonic()

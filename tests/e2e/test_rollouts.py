@@ -23,7 +23,8 @@ from pdd_e2e import Operator, apply, example, pdd_doc
 from ascend_pd_dev.kubelet_sim.knobs import READY_AFTER as READY_AFTER_ANNOTATION
 from ascend_pd_dev.kubelet_sim.testing import crash_pod, set_node_ready
 from ascend_pd_dev.testtools.faultproxy import FaultProxy
-from reliability.rollout_watch import LABEL_FINGERPRINT, Sampler, pod_ready
+from ascend_pd_operator.api.vocabulary import LABEL_FINGERPRINT
+from reliability.rollout_watch import Sampler, pod_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
