@@ -23,7 +23,8 @@ from ascend_pd_operator.kubeio.kube import Kube
 from ascend_pd_operator.wiring.reconciler import observe_resource
 from ascend_pd_runtime.plan import layout_fingerprint
 
-from .env import wait_for
+from .env import Env, wait_for
+from .result import ScenarioResult
 
 Json = dict[str, Any]
 #: Kinds of children the operator creates in a deployment's namespace.
@@ -174,3 +175,20 @@ def wait_converged(
 
     _, seconds = wait_for(converged, timeout, interval)
     return last[0], seconds
+
+
+def started_converged(
+    env: Env,
+    namespace: str,
+    docs: list[Json],
+    result: ScenarioResult,
+    timeout: float,
+    interval: float = 0.3,
+) -> bool:
+    """Apply a scenario's first ``docs`` and wait for the namespace to converge; if it does
+    not, the result records why."""
+    env.apply(docs)
+    found, _ = wait_converged(env.kube, namespace, timeout, interval)
+    if not found.ok:
+        result.problems.append(f"not Ready before the scenario: {found}")
+    return found.ok

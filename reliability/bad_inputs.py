@@ -20,7 +20,7 @@ import yaml
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 
-from .audit import wait_converged
+from .audit import started_converged, wait_converged
 from .env import Env, Release, wait_for
 from .result import ScenarioResult
 from .specs import merged, pdd
@@ -151,10 +151,7 @@ def run(
     messages: dict[str, str] = {}
     unnamed: list[str] = []
     try:
-        env.apply([base])
-        found, _ = wait_converged(env.kube, namespace, bound_seconds, 0.3)
-        if not found.ok:
-            result.problems.append(f"base not Ready: {found}")
+        if not started_converged(env, namespace, [base], result, bound_seconds, 0.3):
             return result
         for case in cases:
             before = snapshot(env, namespace)

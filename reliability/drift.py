@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 
-from .audit import wait_converged
+from .audit import started_converged, wait_converged
 from .env import Env, Release
 from .result import ScenarioResult
 from .specs import pdd
@@ -86,10 +86,7 @@ def run(
     operator = release.operator([namespace], "drift-operator", resync_seconds=resync_seconds)
     operator.start()
     try:
-        env.apply([doc])
-        ready, _ = wait_converged(env.kube, namespace, bound_seconds, 0.5)
-        if not ready.ok:
-            result.problems.append(f"not Ready: {ready}")
+        if not started_converged(env, namespace, [doc], result, bound_seconds, 0.5):
             return result
         for kind, child in _marked(name):
             env.kubectl("label", "-n", namespace, kind, child, "=".join(USER_LABEL))
