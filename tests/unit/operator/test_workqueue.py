@@ -32,6 +32,7 @@ FakeKube = _writes.FakeKube
 WATCHED = _writes.WATCHED
 watch_everything = _writes.watch_everything
 run_workload_controllers = _writes.run_workload_controllers
+new_world = _writes.new_world
 
 
 class Clock:
@@ -199,12 +200,7 @@ class FlakyKube(FakeKube):  # type: ignore[misc, valid-type]
 
 def ready_world(dsv3: Json) -> tuple[Any, LiveCache, Reconciler]:
     """A reconciled PDDeployment whose workloads report every pod ready: phase Ready."""
-    kube = FlakyKube()
-    cr = copy.deepcopy(dsv3)
-    cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
-    kube.objects[(models.KIND, "llm", cr["metadata"]["name"])] = cr
-    cache = LiveCache(listed_kinds=WATCHED)
-    reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)
+    kube, cache, reconciler = new_world(dsv3, FlakyKube())
     # reconcile, controllers create the pods, reconcile labels the leaders routable: Ready
     for _ in range(3):
         reconciler.reconcile("llm", "dsv3")
@@ -309,12 +305,7 @@ def test_the_resync_repairs_a_child_whose_edit_no_watch_event_reported(dsv3: Jso
     from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
     from ascend_pd_operator.wiring.handlers import resync_once
 
-    kube = ListingFakeKube()
-    cr = copy.deepcopy(dsv3)
-    cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
-    kube.objects[(models.KIND, "llm", "dsv3")] = cr
-    cache = LiveCache(listed_kinds=WATCHED)
-    reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)
+    kube, cache, reconciler = new_world(dsv3, ListingFakeKube())
     reconciler.reconcile("llm", "dsv3")
     watch_everything(kube, cache)
     # a user removes our deployment label from the router Service: the child watches filter
