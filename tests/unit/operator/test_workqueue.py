@@ -4,10 +4,8 @@ are retried per key with backoff and never reach the PDDeployment's status."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,15 +17,10 @@ from ascend_pd_operator.kubeio.live_cache import LiveCache
 from ascend_pd_operator.kubeio.workqueue import RateLimitedQueue
 from ascend_pd_operator.wiring.handlers import WorkQueue, worker
 from ascend_pd_operator.wiring.reconciler import Reconciler
+from tests.unit.operator import test_reconcile_writes as _writes
 
 Json = dict[str, Any]
 
-_spec = importlib.util.spec_from_file_location(
-    "reconcile_writes", Path(__file__).with_name("test_reconcile_writes.py")
-)
-assert _spec is not None and _spec.loader is not None
-_writes = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_writes)
 FakeKube = _writes.FakeKube
 WATCHED = _writes.WATCHED
 watch_everything = _writes.watch_everything
