@@ -23,6 +23,9 @@ from ascend_pd_operator.kubeio.kube import Kube
 from ascend_pd_operator.wiring.reconciler import observe_resource
 from ascend_pd_runtime.plan import layout_fingerprint
 
+from .env import Env, wait_for
+from .result import ScenarioResult
+
 Json = dict[str, Any]
 #: Kinds of children the operator creates in a deployment's namespace.
 CHILD_KINDS = ("ConfigMap", "Service", "StatefulSet", "Deployment", "Job",
@@ -157,3 +160,35 @@ def audit_namespace(kube: Kube, namespace: str, expect_ready: bool = True) -> Au
         if len(pods) > replicas:
             found.extra.append(f"StatefulSet/{name}: {len(pods)} pods for {replicas} replicas")
     return found
+
+
+def wait_converged(
+    kube: Kube, namespace: str, timeout: float, interval: float = 0.3
+) -> tuple[Audit, float]:
+    """Audit the namespace until the audit passes or ``timeout`` seconds have passed: (the
+    last audit, seconds waited)."""
+    last = [Audit()]
+
+    def converged() -> bool:
+        last[0] = audit_namespace(kube, namespace)
+        return last[0].ok
+
+    _, seconds = wait_for(converged, timeout, interval)
+    return last[0], seconds
+
+
+def started_converged(
+    env: Env,
+    namespace: str,
+    docs: list[Json],
+    result: ScenarioResult,
+    timeout: float,
+    interval: float = 0.3,
+) -> bool:
+    """Apply a scenario's first ``docs`` and wait for the namespace to converge; if it does
+    not, the result records why."""
+    env.apply(docs)
+    found, _ = wait_converged(env.kube, namespace, timeout, interval)
+    if not found.ok:
+        result.problems.append(f"not Ready before the scenario: {found}")
+    return found.ok

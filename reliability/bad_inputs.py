@@ -20,7 +20,7 @@ import yaml
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 
-from .audit import audit_namespace
+from .audit import started_converged, wait_converged
 from .env import Env, Release, wait_for
 from .result import ScenarioResult
 from .specs import merged, pdd
@@ -151,10 +151,7 @@ def run(
     messages: dict[str, str] = {}
     unnamed: list[str] = []
     try:
-        env.apply([base])
-        ok, _ = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.3)
-        if not ok:
-            result.problems.append(f"base not Ready: {audit_namespace(env.kube, namespace)}")
+        if not started_converged(env, namespace, [base], result, bound_seconds, 0.3):
             return result
         for case in cases:
             before = snapshot(env, namespace)
@@ -173,18 +170,15 @@ def run(
                             "--ignore-not-found", "--wait=false", check=False)  # fmt: skip
             else:
                 env.apply([base])
-            restored, _ = wait_for(
-                lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.2
-            )
+            restored, _ = wait_converged(env.kube, namespace, bound_seconds, 0.2)
             problem = ""
             if not refused:
                 problem = f"{case.source}:{case.name}: expected {case.reject} with " \
                           f"{case.message!r}, got {message!r}"  # fmt: skip
             elif touched:
                 problem = f"{case.source}:{case.name}: touched {touched}"
-            elif not restored:
-                problem = f"{case.source}:{case.name}: not Ready again: " \
-                          f"{audit_namespace(env.kube, namespace)}"  # fmt: skip
+            elif not restored.ok:
+                problem = f"{case.source}:{case.name}: not Ready again: {restored}"
             result.duplicated += 0
             result.lost += len([k for k in before if k not in after])
             result.record(not problem, time.monotonic() - started, problem)

@@ -12,7 +12,7 @@ import time
 
 from ascend_pd_operator.api import models
 
-from .audit import CHILD_KINDS, audit_namespace
+from .audit import CHILD_KINDS, audit_namespace, started_converged
 from .env import Env, Release, wait_for
 from .result import ScenarioResult
 from .specs import pdd
@@ -27,12 +27,7 @@ def run(
     operator = release.operator([namespace], "deletion-operator")
     operator.start()
     try:
-        env.apply([*docs, keep])
-        ready, _ = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
-        if not ready:
-            result.problems.append(
-                f"not Ready before the test: {audit_namespace(env.kube, namespace)}"
-            )
+        if not started_converged(env, namespace, [*docs, keep], result, bound_seconds, 0.5):
             return result
         result.details["stopped_cleanly"] = operator.stop()
         started = time.monotonic()

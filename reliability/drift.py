@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import time
 
-from .audit import audit_namespace
-from .env import Env, Release, wait_for
+from .audit import started_converged, wait_converged
+from .env import Env, Release
 from .result import ScenarioResult
 from .specs import pdd
 
@@ -86,10 +86,7 @@ def run(
     operator = release.operator([namespace], "drift-operator", resync_seconds=resync_seconds)
     operator.start()
     try:
-        env.apply([doc])
-        ready, _ = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
-        if not ready:
-            result.problems.append(f"not Ready: {audit_namespace(env.kube, namespace)}")
+        if not started_converged(env, namespace, [doc], result, bound_seconds, 0.5):
             return result
         for kind, child in _marked(name):
             env.kubectl("label", "-n", namespace, kind, child, "=".join(USER_LABEL))
@@ -98,11 +95,9 @@ def run(
         for what, args in _drifts(name):
             env.kubectl(*args, "-n", namespace)
             started = time.monotonic()
-            ok, seconds = wait_for(lambda: audit_namespace(env.kube, namespace).ok,
-                                   bound_seconds, 0.2)  # fmt: skip
-            within += int(bool(ok) and seconds <= resync_seconds)
-            result.record(bool(ok), time.monotonic() - started,
-                          f"{what}: {audit_namespace(env.kube, namespace)}")  # fmt: skip
+            found, seconds = wait_converged(env.kube, namespace, bound_seconds, 0.2)
+            within += int(found.ok and seconds <= resync_seconds)
+            result.record(found.ok, time.monotonic() - started, f"{what}: {found}")
         result.details["restored_within_resync"] = f"{within}/{len(_drifts(name))}"
         result.details["resync_seconds"] = resync_seconds
         # Deleted children come back without the users' marks (they were on the old
@@ -121,10 +116,10 @@ def run(
         doc["spec"]["decode"]["extraArgs"] = ["--mem-fraction-static=0.8"]
         env.apply([doc])
         started = time.monotonic()
-        ok, _ = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.3)
+        found, _ = wait_converged(env.kube, namespace, bound_seconds, 0.3)
         marks = _user_marks(env, namespace, name)
-        result.record(bool(ok) and not marks, time.monotonic() - started,
-                      f"after re-apply: {audit_namespace(env.kube, namespace)}; users' marks "
+        result.record(found.ok and not marks, time.monotonic() - started,
+                      f"after re-apply: {found}; users' marks "
                       f"lost: {marks}")  # fmt: skip
         result.lost += len(marks)
         result.details["users_marks_lost"] = marks

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from ascend_pd_dev.testtools.faultproxy import WRITE_METHODS, FaultPlan, FaultProxy
 
-from .audit import audit_namespace
+from .audit import wait_converged
 from .env import Env, Operator, Release, wait_for
 from .result import ScenarioResult
 from .specs import pdd
@@ -84,10 +84,8 @@ def run(
             return result
         b.start(wait_healthy=False)
         env.apply([doc])
-        ok, seconds = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.3)
-        result.record(
-            bool(ok), seconds, f"first convergence: {audit_namespace(env.kube, namespace)}"
-        )
+        found, seconds = wait_converged(env.kube, namespace, bound_seconds, 0.3)
+        result.record(found.ok, seconds, f"first convergence: {found}")
         standby_writes = proxy_b.object_writes()
         # -- the leader hangs -------------------------------------------------------------
         assert a.pid is not None
@@ -100,10 +98,10 @@ def run(
         taken_at = paused + handover - 0.2
         doc["spec"]["decode"]["replicas"] = 2
         env.apply([doc])
-        ok, seconds = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.3)
-        result.record(bool(took and ok), time.monotonic() - paused,
+        found, seconds = wait_converged(env.kube, namespace, bound_seconds, 0.3)
+        result.record(bool(took and found.ok), time.monotonic() - paused,
                       f"after pausing the leader: holder {_holder(env, release.namespace)!r}, "
-                      f"{audit_namespace(env.kube, namespace)}")  # fmt: skip
+                      f"{found}")  # fmt: skip
         os.killpg(a.pid, signal.SIGCONT)
         stood_by, _ = wait_for(lambda: "; standing by" in a.log_text(), 30, 0.2)
         time.sleep(1.0)
@@ -120,10 +118,9 @@ def run(
         )
         doc["spec"]["decode"]["replicas"] = 1
         env.apply([doc])
-        ok, _ = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.3)
-        result.record(bool(took_c and ok), time.monotonic() - killed,
-                      f"after killing the leader: "
-                      f"{audit_namespace(env.kube, namespace)}")  # fmt: skip
+        found, _ = wait_converged(env.kube, namespace, bound_seconds, 0.3)
+        result.record(bool(took_c and found.ok), time.monotonic() - killed,
+                      f"after killing the leader: {found}")  # fmt: skip
         early_c = proxy_c.object_writes(before=killed)
         result.details.update(
             {

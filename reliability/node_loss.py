@@ -42,7 +42,7 @@ from ascend_pd_operator.api.vocabulary import (
 from ascend_pd_operator.decisions.recovery import parse_time, ready_condition
 from ascend_pd_operator.kubeio.kube import KubeError, path
 
-from .audit import audit_namespace
+from .audit import wait_converged
 from .env import Env, Release, ScenarioError, wait_for
 from .result import ScenarioResult
 from .specs import pdd
@@ -262,9 +262,9 @@ def run(
         tainted.discard(z)
         set_node_ready(env.kubeconfig, z, True)
         unreachable.discard(z)
-        _, seconds = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
+        found, seconds = wait_converged(env.kube, namespace, bound_seconds, 0.5)
         result.details["converged_after_last_node_returned_seconds"] = round(seconds, 1)
-        result.final_audit(audit_namespace(env.kube, namespace))
+        result.final_audit(found)
         result.details["tracebacks_in_log"] = operator.log_text().count("Traceback")
     finally:
         for node in tainted:  # the cluster is whole again for the next scenario

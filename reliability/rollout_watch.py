@@ -16,11 +16,13 @@ from typing import Any
 
 from kubernetes import client
 
-LABEL_REVISION = "controller-revision-hash"
-LABEL_ROLE = "ascendpd.io/role"
-LABEL_INSTANCE = "ascendpd.io/instance"
-LABEL_FINGERPRINT = "ascendpd.io/kv-fingerprint"
-LABEL_ROUTABLE = "ascendpd.io/routable"
+from ascend_pd_operator.api.vocabulary import (
+    LABEL_FINGERPRINT,
+    LABEL_INSTANCE,
+    LABEL_REVISION,
+    LABEL_ROLE,
+    LABEL_ROUTABLE,
+)
 
 
 def pod_ready(pod: Any) -> bool:

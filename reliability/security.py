@@ -24,8 +24,8 @@ import yaml
 from ascend_pd_dev.testtools.kubectl import kubectl_path
 from ascend_pd_operator.api.vocabulary import COMPONENT_ROUTER, LABEL_COMPONENT
 
-from .audit import audit_namespace
-from .env import Env, Release, wait_for
+from .audit import wait_converged
+from .env import Env, Release
 from .result import ScenarioResult
 from .specs import pdd
 
@@ -136,8 +136,8 @@ def run(env: Env, release: Release, namespace: str, bound_seconds: float = 120.0
     operator.start()
     try:
         env.apply([doc])
-        ok, seconds = wait_for(lambda: audit_namespace(env.kube, namespace).ok, bound_seconds, 0.5)
-        result.record(bool(ok), seconds, f"not Ready: {audit_namespace(env.kube, namespace)}")
+        found, seconds = wait_converged(env.kube, namespace, bound_seconds, 0.5)
+        result.record(found.ok, seconds, f"not Ready: {found}")
         pods = [*env.kube.list("Pod", namespace, "ascendpd.io/deployment=secure")]
         model_path = doc["spec"]["model"]["volume"]["hostPath"]["path"]
         driver = "/usr/local/Ascend/driver"

@@ -57,22 +57,32 @@ def test_monitors_validate_against_the_prometheus_operator_crds(render: Render, 
             monitoring_crds.validate(one(manifests, kind))
 
 
+MONITOR = ("monitoring.mode=always", "ServiceMonitor")
+RULE = ("metrics.prometheusRule.enabled=true", "PrometheusRule")
+
+
 @pytest.mark.parametrize(
-    ("path", "bad"),
+    ("rendered", "path", "bad"),
     [
-        (("spec", "endpoints", 0, "honorLabels"), "yes"),
-        (("spec", "endpoints", 0, "scrapeInterval"), "30s"),  # a typo of "interval"
-        (("spec", "namespaceSelector", "any"), "true"),
+        (MONITOR, ("spec", "endpoints", 0, "honorLabels"), "yes"),
+        (MONITOR, ("spec", "endpoints", 0, "scrapeInterval"), "30s"),  # a typo of "interval"
+        (MONITOR, ("spec", "namespaceSelector", "any"), "true"),
+        (RULE, ("spec", "groups", 0, "rules", 0, "for"), "five minutes"),  # not a duration
+        (RULE, ("spec", "groups", 0, "rules", 0, "severity"), "critical"),  # not a rule field
+        (RULE, ("spec", "groups", 0, "interval"), 30),
     ],
 )
-def test_validation_catches_a_bad_monitor(render: Render, path: tuple[Any, ...], bad: Any) -> None:
-    monitor = one(render(set_values=["monitoring.mode=always"]), "ServiceMonitor")
-    node = monitor
+def test_validation_catches_a_bad_monitor_or_prometheus_rule(
+    render: Render, rendered: tuple[str, str], path: tuple[Any, ...], bad: Any
+) -> None:
+    setting, kind = rendered
+    doc = one(render(set_values=[setting]), kind)
+    node = doc
     for key in path[:-1]:
         node = node[key]
     node[path[-1]] = bad
     with pytest.raises(jsonschema.ValidationError):
-        monitoring_crds.validate(monitor)
+        monitoring_crds.validate(doc)
 
 
 def test_service_monitor_scrapes_the_operator_metrics_port(render: Render) -> None:
@@ -137,26 +147,6 @@ def test_prometheus_rule_only_when_enabled(render: Render) -> None:
         monitoring_crds.validate(rule)
         assert rule["metadata"]["namespace"] == NAMESPACE
         assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-
-
-@pytest.mark.parametrize(
-    ("path", "bad"),
-    [
-        (("spec", "groups", 0, "rules", 0, "for"), "five minutes"),  # not a duration
-        (("spec", "groups", 0, "rules", 0, "severity"), "critical"),  # not a rule field
-        (("spec", "groups", 0, "interval"), 30),
-    ],
-)
-def test_validation_catches_a_bad_prometheus_rule(
-    render: Render, path: tuple[Any, ...], bad: Any
-) -> None:
-    rule = one(render(set_values=["metrics.prometheusRule.enabled=true"]), "PrometheusRule")
-    node = rule
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = bad
-    with pytest.raises(jsonschema.ValidationError):
-        monitoring_crds.validate(rule)
 
 
 @pytest.mark.parametrize(

@@ -337,6 +337,12 @@ def sim(nodes_count: int = 2, ready_after: float = 0.0) -> tuple[Simulator, Fake
     return simulator, api, clock
 
 
+def step_at(simulator: Simulator, clock: Clock, seconds: float) -> None:
+    """One kubelet-sim cycle at ``seconds`` after T0."""
+    clock.t = T0 + seconds
+    simulator.step()
+
+
 def cond(obj: dict, kind: str) -> dict:
     return next(c for c in obj["status"]["conditions"] if c["type"] == kind)
 
@@ -358,11 +364,9 @@ def test_readiness_delay_runs_the_container_at_once_and_readies_it_after_the_del
     assert list(container(p)["state"]) == ["running"] and container(p)["started"] is True
     assert cond(p, "Ready")["status"] == "False" and cond(p, "ContainersReady")["status"] == "False"
     assert cond(p, "Ready")["message"] == "containers with unready status: [main]"
-    clock.t = T0 + 4.9
-    simulator.step()
+    step_at(simulator, clock, 4.9)
     assert cond(api.pod("p"), "Ready")["status"] == "False"
-    clock.t = T0 + 5
-    simulator.step()
+    step_at(simulator, clock, 5)
     p = api.pod("p")
     assert cond(p, "Ready")["status"] == "True" and container(p)["ready"] is True
     assert "reason" not in cond(p, "Ready") and "message" not in cond(p, "Ready")
@@ -373,8 +377,7 @@ def test_the_pod_annotation_overrides_the_default_readiness_delay() -> None:
     simulator, api, clock = sim(ready_after=30)
     p = running_pod(simulator, api, metadata={"annotations": {knobs.READY_AFTER: "2"}})
     assert cond(p, "Ready")["status"] == "False"
-    clock.t = T0 + 2
-    simulator.step()
+    step_at(simulator, clock, 2)
     assert cond(api.pod("p"), "Ready")["status"] == "True"
     # default 0: ready at once, as before
     simulator, api, clock = sim()
@@ -391,8 +394,7 @@ def test_a_bad_readiness_delay_fails_the_pod_naming_the_annotation() -> None:
 def test_a_crash_shows_the_termination_raises_restart_count_and_restarts_the_container() -> None:
     simulator, api, clock = sim(ready_after=3)
     running_pod(simulator, api)
-    clock.t = T0 + 10
-    simulator.step()
+    step_at(simulator, clock, 10)
     assert cond(api.pod("p"), "Ready")["status"] == "True"
     clock.t = T0 + 20
     crash_id = crash_pod(api, "ns", "p", 137, "Error", "HCCL timeout on rank 1")
@@ -410,17 +412,14 @@ def test_a_crash_shows_the_termination_raises_restart_count_and_restarts_the_con
     assert p["metadata"]["annotations"][knobs.CRASH_HANDLED] == crash_id
     assert [e["reason"] for e in api.events if e["reason"] == "BackOff"] == ["BackOff"]
     # the first restart is at once (no back-off yet); ready again after the delay
-    clock.t = T0 + 21
-    simulator.step()
+    step_at(simulator, clock, 21)
     c = container(api.pod("p"))
     assert c["state"] == {"running": {"startedAt": "2026-01-01T00:00:21Z"}}
     assert c["restartCount"] == 1 and c["ready"] is False
     assert c["lastState"]["terminated"]["message"] == "HCCL timeout on rank 1"
-    clock.t = T0 + 23.5
-    simulator.step()
+    step_at(simulator, clock, 23.5)
     assert cond(api.pod("p"), "Ready")["status"] == "False"
-    clock.t = T0 + 24
-    simulator.step()
+    step_at(simulator, clock, 24)
     p = api.pod("p")
     assert cond(p, "Ready")["status"] == "True" and container(p)["restartCount"] == 1
     # the same request is applied once, however many cycles see it
@@ -434,8 +433,7 @@ def test_a_second_crash_counts_again_and_waits_out_the_kubelet_back_off() -> Non
     running_pod(simulator, api)
     crash_pod(api, "ns", "p", 1, "Error", "first")
     simulator.step()
-    clock.t = T0 + 1
-    simulator.step()
+    step_at(simulator, clock, 1)
     assert container(api.pod("p"))["state"]["running"]
     clock.t = T0 + 30
     crash_pod(api, "ns", "p", 139, "Error", "second")
@@ -445,11 +443,9 @@ def test_a_second_crash_counts_again_and_waits_out_the_kubelet_back_off() -> Non
     assert c["lastState"]["terminated"]["message"] == "second"
     assert c["lastState"]["terminated"]["exitCode"] == 139
     assert c["state"]["waiting"]["message"].startswith("back-off 10s restarting failed")
-    clock.t = T0 + 39.9
-    simulator.step()
+    step_at(simulator, clock, 39.9)
     assert list(container(api.pod("p"))["state"]) == ["waiting"]
-    clock.t = T0 + 40
-    simulator.step()
+    step_at(simulator, clock, 40)
     p = api.pod("p")
     assert list(container(p)["state"]) == ["running"] and cond(p, "Ready")["status"] == "True"
 
@@ -524,8 +520,7 @@ def test_a_not_ready_node_makes_its_pods_not_ready_and_gets_them_back() -> None:
     running_pod(simulator, api, "a", spec={"nodeName": "sim-ascend-0"})
     running_pod(simulator, api, "b", spec={"nodeName": "sim-ascend-1"})
     set_node_ready(api, "sim-ascend-0", False)
-    clock.t = T0 + 5
-    simulator.step()
+    step_at(simulator, clock, 5)
     node = api.nodes["sim-ascend-0"]
     assert cond(node, "Ready")["status"] == "False"
     assert cond(node, "Ready")["reason"] == "KubeletNotReady"
@@ -544,8 +539,7 @@ def test_a_not_ready_node_makes_its_pods_not_ready_and_gets_them_back() -> None:
     scheduled = cond(api.pod("c"), "PodScheduled")
     assert "node.kubernetes.io/not-ready" in scheduled["message"]
     set_node_ready(api, "sim-ascend-0", True)
-    clock.t = T0 + 10
-    simulator.step()
+    step_at(simulator, clock, 10)
     node = api.nodes["sim-ascend-0"]
     assert cond(node, "Ready")["status"] == "True" and not node["spec"].get("taints")
     a = api.pod("a")
@@ -558,8 +552,7 @@ def test_an_unreachable_node_stops_its_heartbeat_and_its_kubelet() -> None:
     running_pod(simulator, api, "a")
     beat = cond(api.nodes["sim-ascend-0"], "Ready")["lastHeartbeatTime"]
     set_node_ready(api, "sim-ascend-0", unreachable=True)
-    clock.t = T0 + 3
-    simulator.step()
+    step_at(simulator, clock, 3)
     node = api.nodes["sim-ascend-0"]
     for kind in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure"):
         assert cond(node, kind)["status"] == "Unknown"
@@ -640,18 +633,15 @@ def test_an_unpullable_image_waits_in_err_image_pull_then_image_pull_back_off() 
     assert waiting["reason"] == "ErrImagePull" and '"img:1": not found' in waiting["message"]
     assert cond(p, "Ready")["status"] == "False"
     assert cond(p, "Ready")["message"] == "containers with unready status: [main]"
-    clock.t = T0 + 9.9
-    simulator.step()
+    step_at(simulator, clock, 9.9)
     assert container(api.pod("p"))["state"]["waiting"]["reason"] == "ErrImagePull"
-    clock.t = T0 + 10
-    simulator.step()
+    step_at(simulator, clock, 10)
     assert container(api.pod("p"))["state"] == {
         "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "img:1"'}
     }
     # the registry has it after all: the container starts
     api.pod("p")["metadata"]["annotations"] = {}
-    clock.t = T0 + 20
-    simulator.step()
+    step_at(simulator, clock, 20)
     p = api.pod("p")
     assert p["status"]["phase"] == "Running" and cond(p, "Ready")["status"] == "True"
     assert container(p)["state"] == {"running": {"startedAt": "2026-01-01T00:00:20Z"}}

@@ -9,13 +9,11 @@ for the StatefulSet controller's FailedCreate alone, by fields.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from pdd_e2e import apply, example
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: far longer than the test: a resync must not be what repairs a child
 RESYNC_SECONDS = 3600
 pytestmark = [pytest.mark.local, pytest.mark.simulated, pytest.mark.timeout(600)]
@@ -39,10 +37,7 @@ def test_child_watches_carry_our_selector_and_edits_still_repair(
     wait_until: Any,
 ) -> None:
     proxied_operator(RESYNC_SECONDS)
-    docs = [d for d in yaml.safe_load_all((EXAMPLES / "deepseek-v2-lite.yaml").read_text()) if d]
-    for doc in docs:
-        doc["metadata"]["namespace"] = namespace
-    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     wait_until(lambda: get_json("service", "dsv2-lite-prefill-0"), "children")
     # An unrelated object in the watched namespace: not ours, never asked for.
     kubectl("create", "configmap", "unrelated", "-n", namespace, "--from-literal=a=b")

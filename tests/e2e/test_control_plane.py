@@ -41,6 +41,23 @@ def _pod(
     }  # fmt: skip
 
 
+def _ready_replicas(kubectl: Any, namespace: str, name: str) -> int:
+    found = _get(kubectl, "statefulset", name, "-n", namespace)
+    return int(found["status"].get("readyReplicas") or 0)
+
+
+def _start_statefulset(
+    kubectl: Any, namespace: str, wait_until: Any, statefulset: dict[str, Any]
+) -> None:
+    """Apply ``statefulset`` and wait until every replica of it is ready."""
+    _apply(kubectl, statefulset, "-n", namespace)
+    name, replicas = statefulset["metadata"]["name"], statefulset["spec"]["replicas"]
+    wait_until(
+        lambda: _ready_replicas(kubectl, namespace, name) == replicas,
+        f"{replicas} ready replica{'s' if replicas > 1 else ''}",
+    )
+
+
 def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     for cond in obj.get("status", {}).get("conditions") or []:
         if cond.get("type") == kind:
@@ -112,12 +129,7 @@ def test_simulated_nodes_offer_ascend_devices(kubectl: Any) -> None:
 def test_statefulset_of_whole_node_pods_becomes_ready_one_pod_per_node(
     kubectl: Any, namespace: str, wait_until: Any
 ) -> None:
-    _apply(kubectl, _statefulset("prefill", 2, 8), "-n", namespace)
-    wait_until(
-        lambda: _get(kubectl, "statefulset", "prefill", "-n", namespace)["status"].get(
-            "readyReplicas") == 2,
-        "2 ready replicas",
-    )  # fmt: skip
+    _start_statefulset(kubectl, namespace, wait_until, _statefulset("prefill", 2, 8))
     pods = _get(kubectl, "pods", "-n", namespace, "-l", "app=prefill")["items"]
     assert len(pods) == 2
     assert len({p["spec"]["nodeName"] for p in pods}) == 2, "8 devices each: one pod per node"
@@ -217,12 +229,7 @@ def test_job_pods_run_to_the_chosen_outcome(
 def test_a_deleted_pod_is_removed_and_its_statefulset_replaces_it(
     kubectl: Any, namespace: str, wait_until: Any
 ) -> None:
-    _apply(kubectl, _statefulset("decode", 1, 8), "-n", namespace)
-    wait_until(
-        lambda: _get(kubectl, "statefulset", "decode", "-n", namespace)["status"].get(
-            "readyReplicas") == 1,
-        "1 ready replica",
-    )  # fmt: skip
+    _start_statefulset(kubectl, namespace, wait_until, _statefulset("decode", 1, 8))
     old = _get(kubectl, "pod", "decode-0", "-n", namespace)
     kubectl("delete", "pod", "decode-0", "-n", namespace, "--wait=true", "--timeout=120s")
 
@@ -448,12 +455,7 @@ def test_each_crash_request_restarts_the_container_once_and_keeps_its_terminatio
 def test_a_failed_statefulset_pod_is_replaced_by_the_statefulset_controller(
     cluster: Any, kubectl: Any, namespace: str, wait_until: Any
 ) -> None:
-    _apply(kubectl, _statefulset("prefill", 1, 1), "-n", namespace)
-    wait_until(
-        lambda: _get(kubectl, "statefulset", "prefill", "-n", namespace)["status"].get(
-            "readyReplicas") == 1,
-        "1 ready replica",
-    )  # fmt: skip
+    _start_statefulset(kubectl, namespace, wait_until, _statefulset("prefill", 1, 1))
     old = _get(kubectl, "pod", "prefill-0", "-n", namespace)["metadata"]["uid"]
     fail_pod(cluster.api_client, namespace, "prefill-0", 3, "Error", "device lost")
 
@@ -475,13 +477,11 @@ def test_a_not_ready_node_makes_its_statefulset_pod_unready_and_ready_again(
     node = max((n["metadata"]["name"] for n in nodes), key=lambda n: int(n.rsplit("-", 1)[1]))
     sts = _statefulset("edge", 1, 1)
     sts["spec"]["template"]["spec"]["nodeSelector"] = {HOSTNAME_KEY: node}
-    _apply(kubectl, sts, "-n", namespace)
+    _start_statefulset(kubectl, namespace, wait_until, sts)
 
     def ready_replicas() -> int:
-        found = _get(kubectl, "statefulset", "edge", "-n", namespace)
-        return int(found["status"].get("readyReplicas") or 0)
+        return _ready_replicas(kubectl, namespace, "edge")
 
-    wait_until(lambda: ready_replicas() == 1, "1 ready replica")
     try:
         set_node_ready(cluster.api_client, node, False, unreachable=unreachable)
         wait_until(lambda: ready_replicas() == 0, "the StatefulSet to count no ready replica")

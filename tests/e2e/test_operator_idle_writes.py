@@ -10,13 +10,11 @@ next reconcile restores the field and keeps the label.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from pdd_e2e import apply, example
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RESYNC_SECONDS = 2
 # the proxy forwards the admin bearer token of the dev cluster; it needs kubelet-sim for Ready
 pytestmark = [pytest.mark.local, pytest.mark.simulated, pytest.mark.timeout(600)]
@@ -31,10 +29,7 @@ def test_idle_resyncs_make_no_writes_and_drift_is_still_repaired(
     wait_until: Any,
 ) -> None:
     proxied_operator(RESYNC_SECONDS)
-    docs = [d for d in yaml.safe_load_all((EXAMPLES / "deepseek-v2-lite.yaml").read_text()) if d]
-    for doc in docs:
-        doc["metadata"]["namespace"] = namespace
-    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     wait_until(
         lambda: (get_json("pdd", "dsv2-lite").get("status") or {}).get("phase") == "Ready",
         "dsv2-lite Ready",

@@ -23,7 +23,8 @@ from pdd_e2e import Operator, apply, example, pdd_doc
 from ascend_pd_dev.kubelet_sim.knobs import READY_AFTER as READY_AFTER_ANNOTATION
 from ascend_pd_dev.kubelet_sim.testing import crash_pod, set_node_ready
 from ascend_pd_dev.testtools.faultproxy import FaultProxy
-from reliability.rollout_watch import LABEL_FINGERPRINT, Sampler, pod_ready
+from ascend_pd_operator.api.vocabulary import LABEL_FINGERPRINT
+from reliability.rollout_watch import Sampler, pod_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -47,6 +48,29 @@ def _rolled_out(kubectl: Any, namespace: str, name: str) -> Callable[[], Any]:
     return done
 
 
+def _sampled_rollout(
+    kubectl: Any, namespace: str, api_client: Any, wait_until: Any, spec: dict[str, Any]
+) -> tuple[Any, Any, Sampler]:
+    """Once dsv3 is Ready, patch ``spec`` into it and wait for the rollout, sampled
+    throughout: (status before, status after, the sampler)."""
+    before = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready before the change")
+    with Sampler(api_client, namespace, "dsv3", {"prefill": 2, "decode": 2}) as sampler:
+        _patch(kubectl, namespace, "dsv3", spec)
+        final = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
+    return before, final, sampler
+
+
+def _within_bounds(sampler: Sampler, when: str) -> int:
+    """Check the samples of a rollout of 3 prefill instances with maxUnavailable 1: no
+    sampling error, never fewer than 2 Ready, never a mixed instance. Returns the fewest
+    Ready."""
+    assert not sampler.errors
+    worst = min(s.ready["prefill"] for s in sampler.samples)
+    assert worst >= 2, f"prefill Ready instances fell to {worst} {when}"
+    assert [s.mixed for s in sampler.samples if s.mixed] == []
+    return worst
+
+
 #: kubelet-sim turns a pod Ready this long after its container started (a model loading).
 READY_AFTER = {READY_AFTER_ANNOTATION: "2"}
 
@@ -66,11 +90,10 @@ def test_an_image_change_rolls_whole_instances_within_max_unavailable(
     kubectl: Any, namespace: str, operator: Operator, api_client: Any, wait_until: Any
 ) -> None:
     apply(kubectl, _three_prefill_instances_of_two_nodes(namespace))
-    wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready before the change")
     image = "registry.example.com/ascend-pd-runtime:0.2.0"
-    with Sampler(api_client, namespace, "dsv3", {"prefill": 2, "decode": 2}) as sampler:
-        _patch(kubectl, namespace, "dsv3", {"runtime": {"image": image}})
-        final = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
+    _, final, sampler = _sampled_rollout(
+        kubectl, namespace, api_client, wait_until, {"runtime": {"image": image}}
+    )
     samples = sampler.samples
     assert len(samples) >= 10 and not sampler.errors
     worst = min(s.ready["prefill"] for s in samples)
@@ -94,11 +117,10 @@ def test_a_layout_change_starts_a_new_generation_never_mixed_in_the_router(
     kubectl: Any, namespace: str, operator: Operator, api_client: Any, wait_until: Any
 ) -> None:
     apply(kubectl, _three_prefill_instances_of_two_nodes(namespace))
-    before = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready before the change")
+    before, final, sampler = _sampled_rollout(
+        kubectl, namespace, api_client, wait_until, {"prefill": {"layerPartition": [31, 30]}}
+    )
     old = before["kvLayout"]["fingerprint"]
-    with Sampler(api_client, namespace, "dsv3", {"prefill": 2, "decode": 2}) as sampler:
-        _patch(kubectl, namespace, "dsv3", {"prefill": {"layerPartition": [31, 30]}})
-        final = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
     new = final["kvLayout"]["fingerprint"]
     assert new != old and final["rollout"]["servingFingerprint"] == new
     samples = sampler.samples
@@ -302,12 +324,11 @@ def test_an_operator_killed_mid_rollout_resumes_within_its_bounds(
             first.kill()
             second = Operator(cluster.kubeconfig, namespace, tmp_path / "second.log")
             wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
-        samples = sampler.samples
-        assert not sampler.errors
-        worst = min(s.ready["prefill"] for s in samples)
-        assert worst >= 2, f"prefill Ready instances fell to {worst} across the restart"
-        assert [s.mixed for s in samples if s.mixed] == []
-        print(f"operator killed mid-rollout: {len(samples)} samples, worst Ready prefill {worst}/3")
+        worst = _within_bounds(sampler, "across the restart")
+        print(
+            f"operator killed mid-rollout: {len(sampler.samples)} samples, "
+            f"worst Ready prefill {worst}/3"
+        )
     finally:
         first.stop()
         if second is not None:
@@ -326,11 +347,7 @@ def test_a_change_mid_rollout_wins_and_the_bounds_hold(
                    "the first rollout under way")  # fmt: skip
         _patch(kubectl, namespace, "dsv3", {"runtime": {"image": newest}})
         wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
-    samples = sampler.samples
-    assert not sampler.errors
-    worst = min(s.ready["prefill"] for s in samples)
-    assert worst >= 2, f"prefill Ready instances fell to {worst} when the spec changed again"
-    assert [s.mixed for s in samples if s.mixed] == []
+    _within_bounds(sampler, "when the spec changed again")
     assert _runtime_images(api_client, namespace) == {newest}
 
 
@@ -376,11 +393,10 @@ def test_with_surge_the_old_generation_serves_at_full_size_until_the_switch(
     spec["prefill"]["replicas"] = 2
     spec["rollout"] = {"maxUnavailable": 0, "maxSurge": 1}
     apply(kubectl, docs)
-    before = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "Ready before the change")
+    before, final, sampler = _sampled_rollout(
+        kubectl, namespace, api_client, wait_until, {"prefill": {"layerPartition": [31, 30]}}
+    )
     old = before["kvLayout"]["fingerprint"]
-    with Sampler(api_client, namespace, "dsv3", {"prefill": 2, "decode": 2}) as sampler:
-        _patch(kubectl, namespace, "dsv3", {"prefill": {"layerPartition": [31, 30]}})
-        final = wait_until(_rolled_out(kubectl, namespace, "dsv3"), "rolled out", timeout=300)
     new = final["kvLayout"]["fingerprint"]
     samples = sampler.samples
     assert not sampler.errors

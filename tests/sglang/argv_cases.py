@@ -22,6 +22,7 @@ from ascend_pd_operator.wiring import render_cli
 from ascend_pd_runtime import env_contract
 from ascend_pd_runtime.launcher import plan_launch
 from ascend_pd_runtime.plan_cli import example_config
+from reliability.specs import DEEPSEEK_V3
 
 REPO = Path(__file__).resolve().parents[2]
 #: the examples holding a PDDeployment (examples/ also holds the models PVC and its Job)
@@ -51,13 +52,6 @@ REPORTED = (
     "speculative_num_draft_tokens",
 )
 
-DEEPSEEK_V3 = {
-    "architecture": "DeepseekV3ForCausalLM",
-    "numHiddenLayers": 61,
-    "numNextnPredictLayers": 1,
-    "kvLoraRank": 512,
-    "qkRopeHeadDim": 64,
-}
 QWEN2_7B = {"architecture": "Qwen2ForCausalLM", "numHiddenLayers": 28}
 
 #: extraArgs forms and the ServerArgs fields they must set.

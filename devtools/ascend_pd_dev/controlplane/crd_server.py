@@ -33,6 +33,8 @@ from typing import Any
 import yaml
 
 from ascend_pd_dev.controlplane import build, cluster, crd_build, procs
+from ascend_pd_dev.controlplane.build import Progress
+from ascend_pd_dev.controlplane.paths import UnderRoot
 
 #: admission plugins that need the core API (namespaces) or resources this server lacks
 DISABLED_ADMISSION = (
@@ -47,8 +49,6 @@ COMPONENTS = ("etcd", "crd-server")
 #: where nothing listens: the delegation kubeconfig's server (port 1 on loopback)
 NOWHERE = "https://127.0.0.1:1"
 CLIENT_USER = "ascend-pd:crd-checker"
-
-Progress = Callable[[str], None]
 
 
 class CrdServerError(RuntimeError):
@@ -73,13 +73,8 @@ class CrdServer:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.ports.server}"
 
-    @property
-    def kubeconfig(self) -> Path:
-        return self.root / "kubeconfig"
-
-    @property
-    def pki(self) -> Path:
-        return self.root / "pki"
+    kubeconfig = UnderRoot("kubeconfig")
+    pki = UnderRoot("pki")
 
     def ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))

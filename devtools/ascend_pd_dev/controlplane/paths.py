@@ -9,9 +9,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 #: the Kubernetes version the dev cluster runs (Debian bookworm's ``kubernetes`` source package)
 K8S_VERSION = "1.20.2"
+
+
+class UnderRoot:
+    """A class attribute naming a file below the instance's ``root``: ``ca_crt =
+    UnderRoot("ca.crt")`` reads as ``self.root / "ca.crt"``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Path:
+        root: Path = instance.root
+        return root / self.name
 
 
 def cache_root() -> Path:

@@ -21,10 +21,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ascend_pd_dev.controlplane import build, paths
+from ascend_pd_dev.controlplane.build import Progress
 
 PACKAGE = "prometheus"
 #: the upstream release of the system's Debian package (checked after unpacking)
@@ -32,8 +32,6 @@ VERSION = "2.42.0"
 BINARIES = ("promtool", "prometheus")
 #: bump when the recipe changes, so a cached copy of an older recipe is fetched again
 RECIPE = 1
-
-Progress = Callable[[str], None]
 
 
 class PrometheusError(RuntimeError):

@@ -6,6 +6,18 @@ from ascend_pd_runtime.model_facts import ModelFacts, load_model_facts
 from ascend_pd_runtime.plan_cli import example_config
 
 
+def deepseek_shaped(layers: int, mtp: int, groups: int) -> ModelFacts:
+    """DeepSeek-V3's MLA widths with ``layers`` layers and ``mtp`` MTP layers; 3 buffer
+    groups (an index buffer, as in V3.2) or 2."""
+    return ModelFacts(
+        num_hidden_layers=layers,
+        num_nextn_predict_layers=mtp,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        index_head_dim=128 if groups == 3 else None,
+    )
+
+
 @pytest.fixture
 def dsv3() -> ModelFacts:
     return load_model_facts(example_config("deepseek-v3"))

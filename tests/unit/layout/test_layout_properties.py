@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascend_pd_runtime.layout import LayoutRequest, compute_layout
-from ascend_pd_runtime.model_facts import ModelFacts
+
+from .conftest import deepseek_shaped
 
 
 @st.composite
@@ -24,13 +25,7 @@ def layouts(draw):
     speculative = draw(st.sampled_from(["none", "nextn", "eagle"]))
     roles = draw(st.sampled_from([("decode",), ("prefill", "decode"), ("prefill",)]))
     decode_pp = draw(st.sampled_from([1, pp]))
-    facts = ModelFacts(
-        num_hidden_layers=layers,
-        num_nextn_predict_layers=draft,
-        kv_lora_rank=512,
-        qk_rope_head_dim=64,
-        index_head_dim=128 if groups == 3 else None,
-    )
+    facts = deepseek_shaped(layers, draft, groups)
     request = LayoutRequest(
         prefill_pp=pp,
         decode_pp=decode_pp,

@@ -7,12 +7,13 @@ import pytest
 
 from ascend_pd_runtime.errors import LayoutMismatch
 from ascend_pd_runtime.layout import LayoutRequest, compute_layout
-from ascend_pd_runtime.model_facts import ModelFacts
 from ascend_pd_runtime.transfer_plan import (
     build_transfer_descriptors,
     contiguous_runs,
     per_block_loop_reference,
 )
+
+from .conftest import deepseek_shaped
 
 SENTINEL = 0xDEADBEEF
 POOL_PAGES = 64
@@ -102,13 +103,7 @@ CASES = [
 
 @pytest.mark.parametrize(("name", "layers", "mtp", "groups", "request_"), CASES)
 def test_plan_moves_every_byte_to_the_right_slot(name, layers, mtp, groups, request_):
-    facts = ModelFacts(
-        num_hidden_layers=layers,
-        num_nextn_predict_layers=mtp,
-        kv_lora_rank=512,
-        qk_rope_head_dim=64,
-        index_head_dim=128 if groups == 3 else None,
-    )
+    facts = deepseek_shaped(layers, mtp, groups)
     layout = compute_layout(facts, request_)
     assert layout.compatible, layout.problems
     words = [8, 3, 5][:groups]

@@ -3,8 +3,6 @@ documented, the printer columns are the API's, and ``--no-cel`` has no CEL."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import yaml
 
@@ -12,6 +10,7 @@ from ascend_pd_operator.api import models
 from ascend_pd_operator.api.crd import crd, crd_yaml, openapi_schema
 from ascend_pd_operator.wiring.cli import main as cli_main
 from ascend_pd_operator.wiring.crd_cli import COPIES
+from tests.unit.operator.schema_nodes import schema_nodes
 
 from .conftest import ROOT
 
@@ -34,20 +33,9 @@ def test_cli_prints_the_cel_variant(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == crd_yaml(False)
 
 
-def _walk(node: Any, path: str = ""):  # type: ignore[no-untyped-def]
-    if isinstance(node, dict):
-        yield path, node
-        for name, prop in (node.get("properties") or {}).items():
-            yield from _walk(prop, f"{path}.{name}")
-        if isinstance(node.get("items"), dict):
-            yield from _walk(node["items"], f"{path}[]")
-        if isinstance(node.get("additionalProperties"), dict):
-            yield from _walk(node["additionalProperties"], f"{path}{{}}")
-
-
 @pytest.mark.parametrize("with_cel", [True, False])
 def test_schema_is_structural(with_cel: bool) -> None:
-    for path, node in _walk(openapi_schema(with_cel)):
+    for path, node in schema_nodes(openapi_schema(with_cel)):
         if node.get("x-kubernetes-int-or-string"):
             # the one exception structural schemas allow (a quantity): no type, this anyOf
             assert "type" not in node, path
@@ -68,7 +56,7 @@ def test_schema_is_structural(with_cel: bool) -> None:
 def test_every_field_has_a_description() -> None:
     schema = openapi_schema()
     for top in ("spec", "status"):
-        for path, node in _walk(schema["properties"][top], top):
+        for path, node in schema_nodes(schema["properties"][top], top):
             if path.endswith("[]") or path.endswith("{}"):
                 continue
             assert node.get("description"), f"{path} has no description"

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from ascend_pd_operator.api import crd
+from tests.unit.operator.schema_nodes import schema_nodes
 
 Json = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[3]
@@ -28,14 +29,9 @@ _ENV = celpy.Environment()
 
 def _defaults(schema: Json, path: str) -> Iterator[tuple[str, Json]]:
     """(path, schema node) for every node that carries a ``default``."""
-    if "default" in schema:
-        yield path, schema
-    for name, prop in (schema.get("properties") or {}).items():
-        yield from _defaults(prop, f"{path}.{name}")
-    if isinstance(schema.get("items"), dict):
-        yield from _defaults(schema["items"], f"{path}[*]")
-    if isinstance(schema.get("additionalProperties"), dict):
-        yield from _defaults(schema["additionalProperties"], f"{path}[*]")
+    for at, node in schema_nodes(schema, path, item="[*]", entry="[*]"):
+        if "default" in node:
+            yield at, node
 
 
 def _problems(schema: Json, value: Any, path: str) -> Iterator[str]:

@@ -150,15 +150,20 @@ def watch_everything(kube: FakeKube, cache: LiveCache) -> None:
             cache.seen(copy.deepcopy(obj))
 
 
-@pytest.fixture
-def world(dsv3: Json) -> tuple[FakeKube, LiveCache, Reconciler]:
-    kube = FakeKube()
+def new_world(dsv3: Json, kube: FakeKube) -> tuple[FakeKube, LiveCache, Reconciler]:
+    """``dsv3`` stored in ``kube`` (namespace llm, generation 1), an empty cache, a reconciler
+    over both: nothing reconciled yet."""
     cr = copy.deepcopy(dsv3)
     cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
     kube.objects[(models.KIND, "llm", cr["metadata"]["name"])] = cr
     cache = LiveCache(listed_kinds=WATCHED)
     reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)  # type: ignore[arg-type]
     return kube, cache, reconciler
+
+
+@pytest.fixture
+def world(dsv3: Json) -> tuple[FakeKube, LiveCache, Reconciler]:
+    return new_world(dsv3, FakeKube())
 
 
 def test_unchanged_children_cost_no_writes_and_no_lists(world: Any) -> None:

@@ -4,10 +4,8 @@ are retried per key with backoff and never reach the PDDeployment's status."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,19 +17,15 @@ from ascend_pd_operator.kubeio.live_cache import LiveCache
 from ascend_pd_operator.kubeio.workqueue import RateLimitedQueue
 from ascend_pd_operator.wiring.handlers import WorkQueue, worker
 from ascend_pd_operator.wiring.reconciler import Reconciler
+from tests.unit.operator import test_reconcile_writes as _writes
 
 Json = dict[str, Any]
 
-_spec = importlib.util.spec_from_file_location(
-    "reconcile_writes", Path(__file__).with_name("test_reconcile_writes.py")
-)
-assert _spec is not None and _spec.loader is not None
-_writes = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_writes)
 FakeKube = _writes.FakeKube
 WATCHED = _writes.WATCHED
 watch_everything = _writes.watch_everything
 run_workload_controllers = _writes.run_workload_controllers
+new_world = _writes.new_world
 
 
 class Clock:
@@ -199,12 +193,7 @@ class FlakyKube(FakeKube):  # type: ignore[misc, valid-type]
 
 def ready_world(dsv3: Json) -> tuple[Any, LiveCache, Reconciler]:
     """A reconciled PDDeployment whose workloads report every pod ready: phase Ready."""
-    kube = FlakyKube()
-    cr = copy.deepcopy(dsv3)
-    cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
-    kube.objects[(models.KIND, "llm", cr["metadata"]["name"])] = cr
-    cache = LiveCache(listed_kinds=WATCHED)
-    reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)
+    kube, cache, reconciler = new_world(dsv3, FlakyKube())
     # reconcile, controllers create the pods, reconcile labels the leaders routable: Ready
     for _ in range(3):
         reconciler.reconcile("llm", "dsv3")
@@ -309,12 +298,7 @@ def test_the_resync_repairs_a_child_whose_edit_no_watch_event_reported(dsv3: Jso
     from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
     from ascend_pd_operator.wiring.handlers import resync_once
 
-    kube = ListingFakeKube()
-    cr = copy.deepcopy(dsv3)
-    cr["metadata"].update(namespace="llm", uid="uid-1", generation=1)
-    kube.objects[(models.KIND, "llm", "dsv3")] = cr
-    cache = LiveCache(listed_kinds=WATCHED)
-    reconciler = Reconciler(kube, clock=lambda: "2026-01-01T00:00:00Z", cache=cache)
+    kube, cache, reconciler = new_world(dsv3, ListingFakeKube())
     reconciler.reconcile("llm", "dsv3")
     watch_everything(kube, cache)
     # a user removes our deployment label from the router Service: the child watches filter
