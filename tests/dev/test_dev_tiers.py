@@ -33,8 +33,9 @@ def test_every_test_runs_in_exactly_one_tier() -> None:
 
 
 def test_no_two_tiers_share_a_cluster() -> None:
-    clusters = [t.cluster for t in TIERS if t.cluster]
-    assert len(clusters) == len(set(clusters))
+    # two sessions on one dev cluster: one's node faults restart the other's instances
+    clusters = [t.cluster for t in TIERS]
+    assert all(clusters) and len(clusters) == len(set(clusters))
 
 
 def test_the_table_counts_each_tier(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ import yaml
 
 from ascend_pd_dev.controlplane import cluster as dev_cluster
 from ascend_pd_dev.controlplane import paths
+from ascend_pd_dev.controlplane.build import file_lock
 from ascend_pd_dev.controlplane.certs import Pki
 from ascend_pd_dev.testtools.faultproxy import STATS_PATH, FaultPlan, FaultProxy
 from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
@@ -147,19 +148,29 @@ def cluster() -> Iterator[E2ECluster]:
     layout.run.mkdir(parents=True, exist_ok=True)
     _session_dir(layout).mkdir(exist_ok=True)
     holder = _session_dir(layout) / str(os.getpid())
-    holder.touch()
-    # a cluster another live session uses is shared; anything else starts from empty
-    started_here = not (dev_cluster.healthy(layout) and _live_other_sessions(layout))
-    try:
+    # Two sessions starting together must not both start the cluster afresh (the second
+    # would wipe the first's): deciding and starting happen under one lock, and so does
+    # the last session's stop.
+    sessions_lock = layout.run / "e2e-sessions.lock"
+    with file_lock(sessions_lock):
+        holder.touch()
+        # a cluster another live session uses is shared; anything else starts from empty
+        started_here = not (dev_cluster.healthy(layout) and _live_other_sessions(layout))
         if started_here:
-            dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=_progress)
+            try:
+                dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=_progress)
+            except BaseException:
+                holder.unlink(missing_ok=True)
+                raise
+    try:
         kubeconfig = layout.kubeconfig
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         yield E2ECluster(kubeconfig, True, True, _server_version(kubeconfig), api_client, layout)
     finally:
-        holder.unlink(missing_ok=True)
-        if started_here and not _live_other_sessions(layout):
-            dev_cluster.down(layout, _progress)
+        with file_lock(sessions_lock):
+            holder.unlink(missing_ok=True)
+            if started_here and not _live_other_sessions(layout):
+                dev_cluster.down(layout, _progress)
 
 
 @pytest.fixture(autouse=True)
