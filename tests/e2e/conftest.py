@@ -49,7 +49,6 @@ import yaml
 
 from ascend_pd_dev.controlplane import cluster as dev_cluster
 from ascend_pd_dev.controlplane import paths
-from ascend_pd_dev.controlplane.build import file_lock
 from ascend_pd_dev.controlplane.certs import Pki
 from ascend_pd_dev.testtools.faultproxy import STATS_PATH, FaultPlan, FaultProxy
 from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
@@ -95,22 +94,6 @@ def _reachable(kubeconfig: Path) -> bool:
     return done.returncode == 0
 
 
-def _session_dir(layout: dev_cluster.Layout) -> Path:
-    return layout.run / "e2e-sessions"
-
-
-def _live_other_sessions(layout: dev_cluster.Layout) -> list[int]:
-    pids = []
-    for entry in _session_dir(layout).glob("*"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        if Path(f"/proc/{entry.name}").exists():
-            pids.append(int(entry.name))
-        else:
-            entry.unlink(missing_ok=True)
-    return pids
-
-
 def _server_version(kubeconfig: Path) -> tuple[int, int]:
     from kubernetes import client, config
 
@@ -145,32 +128,13 @@ def cluster() -> Iterator[E2ECluster]:
             return
         _progress(f"KUBECONFIG={external} is unreachable; using the local control plane")
 
-    layout.run.mkdir(parents=True, exist_ok=True)
-    _session_dir(layout).mkdir(exist_ok=True)
-    holder = _session_dir(layout) / str(os.getpid())
-    # Two sessions starting together must not both start the cluster afresh (the second
-    # would wipe the first's): deciding and starting happen under one lock, and so does
-    # the last session's stop.
-    sessions_lock = layout.run / "e2e-sessions.lock"
-    with file_lock(sessions_lock):
-        holder.touch()
-        # a cluster another live session uses is shared; anything else starts from empty
-        started_here = not (dev_cluster.healthy(layout) and _live_other_sessions(layout))
-        if started_here:
-            try:
-                dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=_progress)
-            except BaseException:
-                holder.unlink(missing_ok=True)
-                raise
-    try:
+    with dev_cluster.session(
+        layout, lambda: dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=_progress),
+        lambda: dev_cluster.down(layout, _progress),
+    ):  # fmt: skip
         kubeconfig = layout.kubeconfig
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         yield E2ECluster(kubeconfig, True, True, _server_version(kubeconfig), api_client, layout)
-    finally:
-        with file_lock(sessions_lock):
-            holder.unlink(missing_ok=True)
-            if started_here and not _live_other_sessions(layout):
-                dev_cluster.down(layout, _progress)
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ stopped and everything starts again on the kept data and credentials.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -522,6 +523,48 @@ def fresh(layout: Layout, nodes: int, ascend_per_node: int, progress: Progress) 
     (and simulated NPUs held by them) from whatever used the directory last."""
     down(layout, progress, purge=True)
     return up(layout, nodes, ascend_per_node, progress)
+
+
+def _live_other_sessions(sessions: Path) -> list[int]:
+    pids = []
+    for entry in sessions.glob("*"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        if Path(f"/proc/{entry.name}").exists():
+            pids.append(int(entry.name))
+        else:
+            entry.unlink(missing_ok=True)
+    return pids
+
+
+@contextlib.contextmanager
+def session(
+    layout: Layout, start: Callable[[], object], stop: Callable[[], object]
+) -> Iterator[None]:
+    """This process's use of the cluster in ``layout``: a cluster another live process uses
+    is shared, anything else is started afresh (``start``); the last process out stops it
+    (``stop``), if it started it. Deciding and starting happen under one lock, and so does
+    the stop: two processes starting together must not both start afresh (the second
+    wiped the first's cluster under it)."""
+    sessions = layout.run / "e2e-sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    holder = sessions / str(os.getpid())
+    with build.file_lock(layout.run / "e2e-sessions.lock"):
+        holder.touch()
+        started_here = not (healthy(layout) and _live_other_sessions(sessions))
+        if started_here:
+            try:
+                start()
+            except BaseException:
+                holder.unlink(missing_ok=True)
+                raise
+    try:
+        yield
+    finally:
+        with build.file_lock(layout.run / "e2e-sessions.lock"):
+            holder.unlink(missing_ok=True)
+            if started_here and not _live_other_sessions(sessions):
+                stop()
 
 
 def down(layout: Layout, progress: Progress, purge: bool = False) -> list[str]:
