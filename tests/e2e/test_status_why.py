@@ -124,5 +124,12 @@ def test_a_pod_the_api_server_refuses_is_named_from_the_statefulset_s_failed_cre
         "the Ready condition naming the FailedCreate",
     )
     assert message.startswith("waiting for PrefillReady, DecodeReady")
-    decode = condition(status(kubectl, namespace, NAME), "DecodeReady")["message"]
-    assert f"StatefulSet {NAME}-decode-1 cannot create pods (FailedCreate)" in decode
+    # each StatefulSet's refusal is its own Event, told when the controller gets to it: on a
+    # busy machine decode-1's may come after prefill's is already named
+    decode_refused = f"StatefulSet {NAME}-decode-1 cannot create pods (FailedCreate)"
+
+    def decode_says() -> str | None:
+        said = condition(status(kubectl, namespace, NAME), "DecodeReady").get("message", "")
+        return said if decode_refused in said else None
+
+    wait_until(decode_says, "DecodeReady naming decode-1's FailedCreate")
