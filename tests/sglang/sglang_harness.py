@@ -208,7 +208,22 @@ ROUTER_VERSIONS = ("0.3.0", "0.3.1", "0.3.2")
 def ensure_router(version: str) -> Path:
     """``router-<version>``: the sglang-router wheel (its Rust extension is abi3 and loads
     here), installed with ``--no-deps``; its parser needs nothing else."""
-    return _ensure_no_deps(f"sglang-router=={version}", f"router-{version}")
+    ensure_venv()
+    with _cache_lock():
+        target = HARNESS / f"router-{version}"
+        found = sorted(WHEELS.glob(f"sglang_router-{version}-*.whl"))
+        if not found:
+            _log(f"downloading sglang-router {version} (pip download --no-deps)")
+            pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
+            _run([*pip, "--only-binary=:all:", "-d", str(WHEELS), f"sglang-router=={version}"])
+            found = sorted(WHEELS.glob(f"sglang_router-{version}-*.whl"))
+        if not found:
+            raise RuntimeError(f"no wheel of sglang-router {version} in {WHEELS}")
+        if not _stamp(target, found[-1].name):
+            shutil.rmtree(target, ignore_errors=True)
+            _pip("install", "--no-deps", "--no-compile", "--target", str(target), str(found[-1]))
+            _write_stamp(target, found[-1].name)
+        return target
 
 
 #: The Ascend transfer engine SGLang's ``AscendTransferEngine`` wraps (x86_64 wheel, no
@@ -220,25 +235,18 @@ MEMFABRIC = "memfabric-hybrid==1.3.0"
 
 def ensure_memfabric() -> Path:
     """``memfabric-<version>``: the memfabric-hybrid wheel installed with ``--no-deps``."""
-    return _ensure_no_deps(MEMFABRIC, f"memfabric-{MEMFABRIC.split('==')[1]}")
-
-
-def _ensure_no_deps(requirement: str, name: str) -> Path:
-    """``HARNESS/<name>``: the binary wheel of ``requirement`` (``dist==version``), downloaded
-    once into ``WHEELS`` and installed there with ``--no-deps``."""
     ensure_venv()
-    dist, version = requirement.split("==")
-    pattern = f"{dist.replace('-', '_')}-{version}-*.whl"
+    version = MEMFABRIC.split("==")[1]
     with _cache_lock():
-        target = HARNESS / name
-        found = sorted(WHEELS.glob(pattern))
+        target = HARNESS / f"memfabric-{version}"
+        found = sorted(WHEELS.glob(f"memfabric_hybrid-{version}-*.whl"))
         if not found:
-            _log(f"downloading {requirement} (pip download --no-deps)")
+            _log(f"downloading {MEMFABRIC} (pip download --no-deps)")
             pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-            _run([*pip, "--only-binary=:all:", "-d", str(WHEELS), requirement])
-            found = sorted(WHEELS.glob(pattern))
+            _run([*pip, "--only-binary=:all:", "-d", str(WHEELS), MEMFABRIC])
+            found = sorted(WHEELS.glob(f"memfabric_hybrid-{version}-*.whl"))
         if not found:
-            raise RuntimeError(f"no wheel of {requirement} in {WHEELS}")
+            raise RuntimeError(f"no wheel of {MEMFABRIC} in {WHEELS}")
         if not _stamp(target, found[-1].name):
             shutil.rmtree(target, ignore_errors=True)
             _pip("install", "--no-deps", "--no-compile", "--target", str(target), str(found[-1]))
@@ -380,78 +388,3 @@ def run_python(
         text=True,
         check=False,
     )
-
-
-#: The head of a script that builds real NPU MLA pools on CPU in an SGLang env
-#: (``run_python``): SGLang's imports, ``VERSION``, ``pool``, ``buffers`` and
-#: ``version_setup`` (the version's own set-up of ``KVArgs``). The caller
-#: replaces ``TESTS`` and ``VERSION_TEXT`` and defines ``PAGE`` and ``PAGES``, which ``pool``
-#: reads.
-MLA_POOLS_SCRIPT = r"""
-import concurrent.futures, ctypes, inspect, json, sys
-import torch
-sys.path.insert(0, TESTS)
-import driver
-from sglang.srt.disaggregation.base.conn import KVArgs
-try:  # 0.5.23 derives the DCP width from a published parallel config
-    from sglang.srt.runtime_context import get_parallel
-    get_parallel().override_permanently(attn_dcp_size=1, attn_dcp_rank=0)
-except (ImportError, AttributeError):  # older releases need nothing here
-    pass
-import sglang.srt.disaggregation.ascend.conn as conn
-from sglang.srt.hardware_backend.npu.memory_pool_npu import NPUMLATokenToKVPool
-VERSION = tuple(int(p) for p in VERSION_TEXT.split("."))
-params = inspect.signature(NPUMLATokenToKVPool.__init__).parameters
-
-def pool(start, count, index):
-    kwargs = dict(size=PAGES * PAGE, page_size=PAGE, dtype=torch.float32, kv_lora_rank=4,
-                  qk_rope_head_dim=2, index_head_dim=index, layer_num=count, device="cpu",
-                  enable_memory_saver=False, start_layer=start, end_layer=start + count - 1)
-    return NPUMLATokenToKVPool(**{k: v for k, v in kwargs.items() if k in params})
-
-def buffers(p):
-    out = [p.k_buffer, p.v_buffer]
-    if getattr(p, "index_k_buffer", None) is not None:
-        out.append(p.index_k_buffer)
-    return out
-
-"""
-
-
-def run_mla_script(
-    env: SGLangEnv, dirs: tuple[Path, ...], script: str, **names: Any
-) -> tuple[subprocess.CompletedProcess[str], Any]:
-    """Run a script built on ``MLA_POOLS_SCRIPT`` in ``env`` with ``dirs`` on the path, each
-    of ``names`` replaced by its value's ``repr``; returns the run and its report
-    (``report_of``)."""
-    names = {"TESTS": str(DRIVER.parent), "VERSION_TEXT": env.version, **names}
-    for name, value in names.items():
-        script = script.replace(name, repr(value))
-    out = run_python(dirs, script)
-    return out, report_of(out)
-
-
-def mla_model(path: Path, layers: int, mtp: int, index: bool) -> str:
-    """``path``, made a model directory whose ``config.json`` describes a small DeepSeek-V3
-    (an index buffer if ``index``) matching ``MLA_POOLS_SCRIPT``'s pools."""
-    config: dict[str, object] = {
-        "architectures": ["DeepseekV3ForCausalLM"],
-        "num_hidden_layers": layers,
-        "num_nextn_predict_layers": mtp,
-        "kv_lora_rank": 4,
-        "qk_rope_head_dim": 2,
-    }
-    if index:
-        config["index_head_dim"] = 2
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps(config))
-    return str(path)
-
-
-def report_of(out: subprocess.CompletedProcess[str]) -> Any:
-    """The JSON a script printed on its last ``REPORT `` line; None if it failed or printed
-    no such line."""
-    lines = [line for line in out.stdout.splitlines() if line.startswith("REPORT ")]
-    if out.returncode != 0 or not lines:
-        return None
-    return json.loads(lines[-1][len("REPORT ") :])
