@@ -15,6 +15,7 @@ import contextlib
 import copy
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -252,18 +253,31 @@ class Kube:
         self.may_write = may_write
         self._server_minor: int | None = None
         self._server_known = False
+        self._version_lock = threading.Lock()
+        self._version_retry_at = 0.0  # monotonic: no GET /version before
 
     @property
     def server_minor(self) -> int | None:
         """The API server's Kubernetes minor version (1.x), from ``/version`` on first use;
         None if the server does not say (then every kind is used at its table version)."""
-        if not self._server_known:
-            try:
-                self._server_minor = server_minor(self.request("GET", "/version"))
-            except NotFound:
-                self._server_minor = None
-            self._server_known = True
-        return self._server_minor
+        # The reconciler and the resync share this client: one of them asks, the other
+        # waits for its answer; after a throttled ask neither asks again before the server
+        # said (the other used to send its own GET /version right after the 429).
+        with self._version_lock:
+            if not self._server_known:
+                wait = self._version_retry_at - time.monotonic()
+                if wait > 0:
+                    raise KubeError(429, "TooManyRequests", "GET /version: the server asked "
+                                    f"to wait {wait:.1f}s more", retry_after=wait)  # fmt: skip
+                try:
+                    self._server_minor = server_minor(self.request("GET", "/version"))
+                except NotFound:
+                    self._server_minor = None
+                except KubeError as exc:
+                    self._version_retry_at = time.monotonic() + (exc.retry_after or 0.0)
+                    raise
+                self._server_known = True
+            return self._server_minor
 
     def resource(self, kind: str) -> Resource:
         """``kind``'s allow-list entry at the version this server serves."""
