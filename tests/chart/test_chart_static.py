@@ -264,6 +264,7 @@ CRD_FILES = {
     "cel": CHART / "files" / "crds" / "pddeployments-cel.yaml",
     "nocel": CHART / "files" / "crds" / "pddeployments-nocel.yaml",
 }
+PLURALS = ("pddeployments", "pdrolescalers")
 
 
 @pytest.mark.parametrize(
@@ -271,13 +272,17 @@ CRD_FILES = {
     [("1.20.0", "nocel"), ("1.24.9", "nocel"), ("1.25.0", "cel"), ("1.31.0", "cel")],
 )
 def test_crd_variant_by_cluster_version(render: Render, kube: str, variant: str) -> None:
-    crd = one(render([], kube), "CustomResourceDefinition")
-    expected = yaml.safe_load(CRD_FILES[variant].read_text())
-    has_cel = "x-kubernetes-validations" in walk_keys(crd["spec"])
+    crds = by_kind(render([], kube), "CustomResourceDefinition")
+    assert [c["metadata"]["name"] for c in crds] == [f"{p}.ascendpd.io" for p in PLURALS]
+    for plural, crd in zip(PLURALS, crds, strict=True):
+        expected = yaml.safe_load(
+            (CHART / "files" / "crds" / f"{plural}-{variant}.yaml").read_text()
+        )
+        assert crd["spec"] == expected["spec"]
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    has_cel = "x-kubernetes-validations" in walk_keys(crds[0]["spec"])
     assert has_cel == (variant == "cel")
-    assert crd["spec"] == expected["spec"]
-    assert crd["metadata"]["name"] == "pddeployments.ascendpd.io"
-    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
 
 def test_cel_variant_really_has_cel_rules() -> None:
@@ -289,8 +294,8 @@ def test_cel_variant_really_has_cel_rules() -> None:
 
 
 def test_crd_keep_and_install_switches(render: Render) -> None:
-    crd = one(render(set_values=["crds.keep=false"]), "CustomResourceDefinition")
-    assert "helm.sh/resource-policy" not in (crd["metadata"].get("annotations") or {})
+    for crd in by_kind(render(set_values=["crds.keep=false"]), "CustomResourceDefinition"):
+        assert "helm.sh/resource-policy" not in (crd["metadata"].get("annotations") or {})
     assert not by_kind(render([CHART / "ci" / "no-crds-values.yaml"]), "CustomResourceDefinition")
 
 

@@ -46,20 +46,20 @@ def established(crd: dict[str, Any]) -> bool:
 
 
 #: The PDDeployment CRD's name.
-CRD_NAME = "pddeployments.ascendpd.io"
 
 
 def install_crd(
     kubeconfig: Path, with_cel: bool, field_manager: str, timeout: float = 120.0
 ) -> None:
-    """Server-side apply the PDDeployment CRD to the cluster behind ``kubeconfig`` and wait
-    until the API server has Established it.
+    """Server-side apply the API's CRDs to the cluster behind ``kubeconfig`` and wait
+    until the API server has Established each.
 
     ``kubectl wait --for=condition=Established`` right after the apply fails now and then with
     "accessor error" while the new CRD has no conditions yet, and so does a jsonpath filter
     on them ("<nil> is not array or slice"), so this reads the whole object.
     """
-    from ascend_pd_operator.api.crd import crd_yaml
+    from ascend_pd_operator.api.crd import KINDS, all_crds_yaml
+    from ascend_pd_operator.api.vocabulary import GROUP
 
     def run(*args: str, input: str | None = None) -> str:
         done = subprocess.run(
@@ -71,9 +71,10 @@ def install_crd(
         return done.stdout
 
     run("apply", "--server-side", "--force-conflicts", f"--field-manager={field_manager}",
-        "-f", "-", input=crd_yaml(with_cel))  # fmt: skip
+        "-f", "-", input=all_crds_yaml(with_cel))  # fmt: skip
     deadline = time.monotonic() + timeout
-    while not established(json.loads(run("get", "crd", CRD_NAME, "-o", "json"))):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"crd/{CRD_NAME} not Established after {timeout:.0f} s")
-        time.sleep(0.2)
+    for name in (f"{kind.plural}.{GROUP}" for kind in KINDS):
+        while not established(json.loads(run("get", "crd", name, "-o", "json"))):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"crd/{name} not Established after {timeout:.0f} s")
+            time.sleep(0.2)

@@ -43,6 +43,17 @@ RESOURCES: tuple[Resource, ...] = (
         ("get", "list", "watch", "patch", "update"),
         subresources=("status",),
     ),
+    # A scaled role's scale target: created once (its spec.replicas then belongs to kubectl
+    # scale, an HPA or KEDA), deleted when the role is Static again, its status written;
+    # patch: the planner sets spec.replicas in Planner mode.
+    Resource(
+        models.SCALER_KIND,
+        models.GROUP,
+        models.VERSION,
+        models.SCALER_PLURAL,
+        ("get", "list", "watch", "create", "patch", "delete"),
+        subresources=("status",),
+    ),
     Resource("ConfigMap", "", "v1", "configmaps", _CHILD),
     Resource("Service", "", "v1", "services", _CHILD),
     Resource("StatefulSet", "apps", "v1", "statefulsets", _CHILD),
@@ -58,7 +69,7 @@ RESOURCES: tuple[Resource, ...] = (
     # The inspector's result is its pod's termination message; the router's Role grants
     # get/list/watch (so the operator must hold them); delete: an instance is updated and
     # restarted by deleting its pods together, and its pods on a lost node force-deleted
-    # (grace period 0); patch: the routable label on leaders.
+    # (grace period 0); patch: the leader label on leaders, the draining label.
     Resource(
         "Pod", "", "v1", "pods", ("get", "list", "watch", "delete", "deletecollection", "patch")
     ),

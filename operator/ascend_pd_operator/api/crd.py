@@ -10,6 +10,7 @@ rules out for API servers before 1.25, which reject ``x-kubernetes-validations``
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -54,6 +55,18 @@ PRINTER_COLUMNS: list[Json] = [
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
+
+SCALER_PRINTER_COLUMNS: list[Json] = [
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas",
+     "description": "Instances asked for (kubectl scale, an HPA, KEDA or the planner)."},
+    {"name": "Current", "type": "integer", "jsonPath": ".status.replicas",
+     "description": "Instances that exist and are not draining."},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas",
+     "description": "Instances with every pod ready."},
+    {"name": "Effective", "type": "integer", "jsonPath": ".status.effectiveReplicas",
+     "description": "Instances the operator runs: Desired within the bounds and the ratio."},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]  # fmt: skip
 
 _DROP = {"title", "additionalProperties", "$defs"}
 
@@ -146,42 +159,89 @@ def _without_defaults(node: Any) -> Any:
     return node
 
 
-def openapi_schema(with_cel: bool = True) -> Json:
+@dataclass(frozen=True)
+class Kind:
+    """One custom resource kind of the API: its names, models and what the API server adds."""
+
+    kind: str
+    plural: str
+    singular: str
+    short_names: tuple[str, ...]
+    description: str
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    printer_columns: tuple[Json, ...]
+    subresources: Json
+
+    @property
+    def file_stem(self) -> str:
+        """The checked-in copies' name: ``crds/<group>_<plural>.yaml``."""
+        return f"{models.GROUP}_{self.plural}"
+
+
+PDDEPLOYMENT = Kind(
+    models.KIND, models.PLURAL, models.SINGULAR, models.SHORT_NAMES,
+    "PDDeployment serves one model with SGLang in prefill/decode disaggregation on Ascend "
+    "NPUs; the operator computes and checks the KV layout.",
+    models.PDDeploymentSpec, models.PDDeploymentStatus, tuple(PRINTER_COLUMNS),
+    {"status": {}},
+)  # fmt: skip
+PDROLESCALER = Kind(
+    models.SCALER_KIND, models.SCALER_PLURAL, models.SCALER_SINGULAR,
+    models.SCALER_SHORT_NAMES,
+    "PDRoleScaler is the scale target of one role of a PDDeployment (<name>-<role>): the "
+    "operator creates it when the role's scaling.mode is External or Planner; kubectl scale, "
+    "an HPA, KEDA or the PD planner set spec.replicas, and the operator runs that many "
+    "instances within the role's bounds and the P:D ratio.",
+    models.PDRoleScalerSpec, models.PDRoleScalerStatus, tuple(SCALER_PRINTER_COLUMNS),
+    {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    },
+)  # fmt: skip
+#: Every kind of the API, PDDeployment first.
+KINDS = (PDDEPLOYMENT, PDROLESCALER)
+
+
+def openapi_schema(with_cel: bool = True, kind: Kind = PDDEPLOYMENT) -> Json:
     """The ``openAPIV3Schema`` of the served version."""
     root: Json = {
         "type": "object",
-        "description": "PDDeployment serves one model with SGLang in prefill/decode "
-        "disaggregation on Ascend NPUs; the operator computes and checks the KV layout.",
+        "description": kind.description,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string", "description": "API version."},
             "kind": {"type": "string", "description": "Kind."},
             # The API server allows nothing else here (not even a description).
             "metadata": {"type": "object"},
-            "spec": _schema(models.PDDeploymentSpec, with_cel),
-            "status": _without_defaults(_schema(models.PDDeploymentStatus, with_cel=False)),
+            "spec": _schema(kind.spec, with_cel),
+            "status": _without_defaults(_schema(kind.status, with_cel=False)),
         },
     }
-    if with_cel:
+    if with_cel and kind is PDDEPLOYMENT:
         root["x-kubernetes-validations"] = [_cel(r) for r in RULES if r.where == "root"]
     return root
 
 
-def crd(with_cel: bool = True) -> Json:
-    """The whole CustomResourceDefinition."""
+def crd(with_cel: bool = True, kind: Kind = PDDEPLOYMENT) -> Json:
+    """The whole CustomResourceDefinition of ``kind``."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{models.PLURAL}.{models.GROUP}"},
+        "metadata": {"name": f"{kind.plural}.{models.GROUP}"},
         "spec": {
             "group": models.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": models.KIND,
-                "listKind": f"{models.KIND}List",
-                "plural": models.PLURAL,
-                "singular": models.SINGULAR,
-                "shortNames": list(models.SHORT_NAMES),
+                "kind": kind.kind,
+                "listKind": f"{kind.kind}List",
+                "plural": kind.plural,
+                "singular": kind.singular,
+                "shortNames": list(kind.short_names),
                 "categories": ["all", "ascendpd"],
             },
             "versions": [
@@ -189,9 +249,9 @@ def crd(with_cel: bool = True) -> Json:
                     "name": models.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {"openAPIV3Schema": openapi_schema(with_cel)},
+                    "subresources": kind.subresources,
+                    "additionalPrinterColumns": list(kind.printer_columns),
+                    "schema": {"openAPIV3Schema": openapi_schema(with_cel, kind)},
                 }
             ],
         },
@@ -201,6 +261,11 @@ def crd(with_cel: bool = True) -> Json:
 HEADER = "# Generated by `ascend-pd crd{flag}` from the pydantic models; do not edit.\n"
 
 
-def crd_yaml(with_cel: bool = True) -> str:
+def crd_yaml(with_cel: bool = True, kind: Kind = PDDEPLOYMENT) -> str:
     header = HEADER.format(flag="" if with_cel else " --no-cel")
-    return header + yaml.safe_dump(crd(with_cel), sort_keys=False, width=100)
+    return header + yaml.safe_dump(crd(with_cel, kind), sort_keys=False, width=100)
+
+
+def all_crds_yaml(with_cel: bool = True) -> str:
+    """Every CRD of the API as one multi-document YAML (``kubectl apply -f -``)."""
+    return "---\n".join(crd_yaml(with_cel, kind) for kind in KINDS)

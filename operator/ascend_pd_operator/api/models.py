@@ -32,6 +32,7 @@ from ascend_pd_operator.api.rules import (
     EXTENDED_RESOURCE_PATTERN,
     LABEL_VALUE_PATTERN,
     MAX_DNS_SUBDOMAIN_LENGTH,
+    MAX_DRAIN_TIMEOUT_SECONDS,
     MAX_ENV,
     MAX_ENV_NAME_LENGTH,
     MAX_MAP_ENTRIES,
@@ -40,6 +41,7 @@ from ascend_pd_operator.api.rules import (
     MAX_POD_ANNOTATIONS_BYTES,
     MAX_POD_LIST,
     MAX_QUANTITY_LENGTH,
+    MAX_RATIO_LENGTH,
     MAX_REPLICAS,
     MOUNT_PATH_PATTERN,
     OPTIONAL_DNS_SUBDOMAIN_PATTERN,
@@ -51,6 +53,8 @@ from ascend_pd_operator.api.rules import (
     QUALIFIED_NAME,
     QUANTITY,
     QUANTITY_PATTERN,
+    RATIO,
+    RATIO_PATTERN,
     SYSCTL_NAME_PATTERN,
     is_quantity,
     violations,
@@ -60,6 +64,7 @@ from ascend_pd_operator.api.rules import (
 from ascend_pd_operator.api.vocabulary import API_VERSION as API_VERSION
 from ascend_pd_operator.api.vocabulary import GROUP as GROUP
 from ascend_pd_operator.api.vocabulary import KIND as KIND
+from ascend_pd_operator.api.vocabulary import SCALER_KIND as SCALER_KIND
 from ascend_pd_operator.api.vocabulary import VERSION as VERSION
 from ascend_pd_runtime.layout import SpeculativeAlgorithm
 
@@ -68,6 +73,9 @@ from ascend_pd_runtime.layout import SpeculativeAlgorithm
 PLURAL = "pddeployments"
 SINGULAR = "pddeployment"
 SHORT_NAMES = ("pdd",)
+SCALER_PLURAL = "pdrolescalers"
+SCALER_SINGULAR = "pdrolescaler"
+SCALER_SHORT_NAMES = ("pdrs",)
 
 Json = dict[str, Any]
 Role = Literal["prefill", "decode"]
@@ -538,6 +546,61 @@ def dump(obj: BaseModel | None) -> Json:
     return obj.model_dump(by_alias=True, exclude_defaults=True)
 
 
+class RoleScaling(_Model):
+    """Who decides a role's instance count, and its bounds."""
+
+    mode: Literal["Static", "External", "Planner"] = Field(
+        "Static",
+        description="Static: replicas rules. External: the role's PDRoleScaler "
+        "<name>-<role> rules (scale it with kubectl scale, an HPA or KEDA); replicas only "
+        "seeds it. Planner: as External, and the operator's PD planner sets the scaler from "
+        "the leaders' SGLang metrics. Switching from Static seeds the scaler with the current "
+        "count, so nothing drains.",
+    )
+    min_replicas: int = Field(
+        1, ge=0, le=MAX_REPLICAS,
+        description="The fewest instances External or Planner may ask for; 0 lets the "
+        "role (and then the other role too) scale to zero.",
+    )  # fmt: skip
+    max_replicas: int = Field(
+        MAX_REPLICAS, ge=1, le=MAX_REPLICAS,
+        description="The most instances External or Planner may ask for.",
+    )  # fmt: skip
+
+
+class RatioBounds(_Model):
+    """Bounds of prefill instances / decode instances, as decimal strings."""
+
+    min: str | None = Field(
+        None, max_length=MAX_RATIO_LENGTH, pattern=RATIO_PATTERN,
+        description=f"The lowest prefill/decode ratio, e.g. \"0.25\": {RATIO}. Unset: none.",
+    )  # fmt: skip
+    max: str | None = Field(
+        None, max_length=MAX_RATIO_LENGTH, pattern=RATIO_PATTERN,
+        description=f"The highest prefill/decode ratio, e.g. \"1\": {RATIO}. Unset: none.",
+    )  # fmt: skip
+
+
+class Scaling(_Model):
+    """Deployment-wide scaling: the P:D ratio bounds and the drain of removed instances."""
+
+    prefill_per_decode: RatioBounds | None = Field(
+        None,
+        description="Bounds of the ratio prefill instances / decode instances. After each "
+        "role's count is clamped to its [minReplicas, maxReplicas] (a Static role's to its "
+        "replicas), a ratio below min raises prefill (at its max: lowers decode) and a ratio "
+        "above max raises decode (at its max: lowers prefill); both roles reach zero "
+        "together, a lone zero is raised to 1. The counts used go to status "
+        "(effectiveReplicas), never back into a scaler's spec; the RatioConstrained "
+        "condition and an Event say what changed.",
+    )
+    drain_timeout_seconds: int = Field(
+        600, ge=0, le=MAX_DRAIN_TIMEOUT_SECONDS,
+        description="How long a removed instance may finish its in-flight requests before "
+        "it is stopped (its pods' terminationGracePeriodSeconds).",
+    )  # fmt: skip
+
+
 class _PodFields(_Model):
     """What a role and the router share of the pod fields: each secret, volume and mount
     path at most once (their fields, with their own descriptions, are the subclasses')."""
@@ -563,6 +626,12 @@ class RoleSpec(_PodFields):
 
     replicas: int = Field(
         1, ge=0, le=MAX_REPLICAS, description="Independent instances of this role."
+    )
+    scaling: RoleScaling = _sub(
+        RoleScaling,
+        "Who decides the number of instances: replicas (Static), or the role's "
+        "PDRoleScaler <name>-<role> (External: an HPA, KEDA or kubectl scale; Planner: the "
+        "operator's PD planner).",
     )
     parallelism: Parallelism = _sub(Parallelism, "Parallel sizes of every instance.")
     layer_partition: list[int] = _list(
@@ -798,6 +867,7 @@ class PDDeploymentSpec(_Model):
     scheduling: Scheduling = _sub(Scheduling, "Scheduling.")
     rollout: Rollout = _sub(Rollout, "Rollouts: instances updated whole and a few at a time.")
     recovery: RecoverySpec = _sub(RecoverySpec, "Group recovery on lost nodes.")
+    scaling: Scaling = _sub(Scaling, "P:D ratio bounds and the drain of removed instances.")
 
     def role(self, role: str) -> RoleSpec:
         return self.prefill if role == "prefill" else self.decode
@@ -848,6 +918,12 @@ class RoleStatus(_Model):
         0, description="Ready instances of the serving KV-layout generation."
     )
     surge_replicas: int = Field(0, description="Extra instances of a rollout's maxSurge.")
+    effective_replicas: int = Field(
+        0,
+        description="The instances the role runs: replicas, or its scaler's, within the "
+        "role's bounds and spec.scaling.prefillPerDecode.",
+    )
+    scaler: str = Field("", description="The role's PDRoleScaler (External or Planner).")
 
 
 class RolloutStatus(_Model):
@@ -933,6 +1009,37 @@ class PDDeploymentStatus(_Model):
     rollout: RolloutStatus | None = Field(None, description="The rollout of the current spec.")
     recovery: list[RecoveryRecord] = _list("Instances restarted by group recovery.")
     endpoint: str = Field("", description="Router URL inside the cluster.")
+
+
+# --- PDRoleScaler ---------------------------------------------------------------------
+
+
+class PDRoleScalerSpec(_Model):
+    """What the scaler's users ask for; its scale subresource reads and writes replicas."""
+
+    replicas: int = Field(
+        ..., ge=0, le=MAX_REPLICAS,
+        description="Instances of the role asked for. The operator seeds it when it creates "
+        "the scaler and never writes it after (the planner does, in Planner mode).",
+    )  # fmt: skip
+
+
+class PDRoleScalerStatus(_Model):
+    """What the operator runs for the role; the scale subresource reads replicas and
+    selector."""
+
+    replicas: int = Field(0, description="Instances that exist and are not draining.")
+    ready_replicas: int = Field(0, description="Instances with every pod ready.")
+    effective_replicas: int = Field(
+        0, description="Instances the operator runs: spec.replicas within the role's bounds "
+        "and the P:D ratio.",
+    )  # fmt: skip
+    selector: str = Field(
+        "", description="Selects each instance's leader pod, never a draining one: an HPA's "
+        "Pods metrics average per instance.",
+    )  # fmt: skip
+    message: str = Field("", description="Why effectiveReplicas differs from spec.replicas.")
+    observed_generation: int = Field(0, description="The scaler generation last read.")
 
 
 # --- the resource ---------------------------------------------------------------------

@@ -16,6 +16,8 @@ GROUP = "ascendpd.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "PDDeployment"
+#: A role's scale target (one per scaled role, owned by its PDDeployment).
+SCALER_KIND = "PDRoleScaler"
 
 #: Our labels and annotations live under the API group's name.
 PREFIX = GROUP
@@ -31,13 +33,26 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_FINGERPRINT = f"{PREFIX}/kv-fingerprint"
 #: The StatefulSet controller's label naming the template revision a pod was made from.
 LABEL_REVISION = "controller-revision-hash"
-#: On an instance leader's pod while the router may send it traffic: the operator sets it on
-#: pod 0 of each Ready instance of the serving KV-layout generation; the router discovers
-#: pods by it (so only leaders, of one generation). sglang-router 0.3.x adds a matching pod
-#: once it is Running and Ready but drops a worker only when its pod is being deleted
-#: (removing this label, or the pod turning NotReady, does not remove it): a generation
-#: leaves the router by deleting its pods.
-LABEL_ROUTABLE = f"{PREFIX}/routable"
+#: On pod 0 of every instance, the instance's leader: the operator labels it as soon as it
+#: sees it (1.20 has no pod-index label). The router discovers leaders by it (with the
+#: serving generation's fingerprint), and a PDRoleScaler's selector counts instances by it.
+#: sglang-router 0.3.x adds a matching pod once it is Running and Ready but drops a worker
+#: only when its pod is being deleted (removing a label, or the pod turning NotReady, does
+#: not remove it): a generation, or a drained instance, leaves the router by its pods'
+#: deletion.
+LABEL_LEADER = f"{PREFIX}/leader"
+#: The leader label of operator versions up to 0.1.0, which the router selected on. Leaders
+#: that carry it keep it (the router never forgets by a label); the router's selector moves
+#: to LABEL_LEADER once every leader carries that (``router.discovery_label``), so a running
+#: deployment's routing never has a gap.
+LABEL_LEGACY_ROUTABLE = f"{PREFIX}/routable"
+#: On the router Deployment: the leader label its pods' discovery selects on ("leader":
+#: LABEL_LEADER; absent: a router of 0.1.0, on LABEL_LEGACY_ROUTABLE).
+LABEL_ROUTER_DISCOVERY = f"{PREFIX}/discovery"
+DISCOVERY_LEADER = "leader"
+#: On an instance being drained by a scale-down (its StatefulSet and pods): it leaves its
+#: PDRoleScaler's selector and ``status.replicas`` at once.
+LABEL_DRAINING = f"{PREFIX}/draining"
 #: On prefill pods: the bootstrap port the router tells decode to reach (service discovery).
 #: sglang-router 0.3.0 to 0.3.2 read this one name (``from_cli_args`` sets it; no flag
 #: changes it), so it is theirs, not under our prefix.
@@ -62,6 +77,8 @@ COMPONENT_ROUTER = "router"
 COMPONENT_INSPECTOR = "model-inspector"
 COMPONENT_FACTS = "model-facts"
 COMPONENT_KV_LAYOUT = "kv-layout"
+#: A role's PDRoleScaler, the scale target of an HPA, KEDA or the built-in planner.
+COMPONENT_SCALER = "scaler"
 
 #: Ports inside runtime pods (the host's ports under hostNetwork).
 HTTP_PORT = 30000
@@ -95,6 +112,8 @@ COND_ROUTER_READY = "RouterReady"
 COND_READY = "Ready"
 #: False while an instance is in a restart loop (group recovery gave up waiting it out).
 COND_INSTANCES_HEALTHY = "InstancesHealthy"
+#: Whether spec.scaling.prefillPerDecode changed the instance counts the roles asked for.
+COND_RATIO_CONSTRAINED = "RatioConstrained"
 
 REASON_VALID = "Valid"
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -150,6 +169,9 @@ REASON_NODE_UNREACHABLE = "NodeUnreachable"
 REASON_PODS_FORCE_DELETED = "PodsForceDeleted"
 REASON_APPLY_FAILED = "ApplyFailed"
 REASON_PRUNE_FAILED = "PruneFailed"
+#: RatioConstrained: True when the bounds changed a count (and an Event says how).
+REASON_RATIO_BOUNDED = "RatioBounded"
+REASON_WITHIN_BOUNDS = "WithinBounds"
 
 PHASE_PENDING = "Pending"
 PHASE_PROGRESSING = "Progressing"
@@ -195,6 +217,11 @@ def instance_name(owner: Owner, role: str, index: int) -> str:
 def leader_host(owner: Owner, role: str, index: int) -> str:
     sts = instance_name(owner, role, index)
     return f"{sts}-0.{sts}.{owner.namespace}.svc"
+
+
+def scaler_name(owner: Owner, role: str) -> str:
+    """A role's PDRoleScaler: ``kubectl scale pdrs/<name>-<role>``."""
+    return f"{owner.name}-{role}"
 
 
 def router_name(owner: Owner) -> str:

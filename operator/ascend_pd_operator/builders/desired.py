@@ -26,6 +26,7 @@ import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.models import PDDeploymentSpec, SpecError, check_name, parse_spec
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_KV_LAYOUT,
+    LABEL_LEADER,
     REASON_INCOMPATIBLE,
     REASON_INVALID_LAYOUT,
     ROLES,
@@ -96,14 +97,16 @@ def with_children(
     server_minor: int | None = None,
     surge: Mapping[str, int] | None = None,
     serving: str | None = None,
+    discovery: str = LABEL_LEADER,
 ) -> Desired:
     """``desired`` with its children, built once (a failed layout has none). ``surge``:
     extra instances per role during a rollout; ``serving``: the generation the router
-    routes to (None: this layout's)."""
+    routes to (None: this layout's); ``discovery``: the leader label it selects on."""
     if not desired.ok:
         return desired
     assert desired.layout is not None
-    children = build_children(owner, spec, desired.layout, server_minor, surge, serving)
+    children = build_children(owner, spec, desired.layout, server_minor, surge, serving,
+                              discovery)  # fmt: skip
     return Desired(desired.layout, children)
 
 
@@ -151,11 +154,13 @@ def build_children(
     server_minor: int | None = None,
     surge: Mapping[str, int] | None = None,
     serving: str | None = None,
+    discovery: str = LABEL_LEADER,
 ) -> list[Json]:
     """Every child manifest, in apply order, for a 1.<server_minor> API server (None: not
     known, a current one). From ``rollout.decide``: ``surge``, extra instances per role
     during a rollout, numbered after the role's own; ``serving``, the KV-layout generation
-    the router routes to (None: this layout's)."""
+    the router routes to (None: this layout's); ``discovery``, the leader label it selects
+    on."""
     children: list[Json] = [kv_layout_configmap(owner, layout)]
     extra = surge or {}
     instances = [
@@ -171,7 +176,8 @@ def build_children(
     drainable = max(spec.rollout.max_unavailable, MIN_DRAIN_UNAVAILABLE)
     children += [pod_disruption_budget(owner, role, drainable, pdb_version) for role in ROLES]
     if spec.router.enabled:
-        children += router_children(owner, spec, serving or layout_fingerprint(layout))
+        children += router_children(owner, spec, serving or layout_fingerprint(layout),
+                                    discovery)  # fmt: skip
     return children
 
 

@@ -31,9 +31,11 @@ from typing import Any
 from ascend_pd_operator.api.models import PDDeploymentSpec
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_ROUTER,
+    DISCOVERY_LEADER,
     HTTP_PORT,
     LABEL_FINGERPRINT,
-    LABEL_ROUTABLE,
+    LABEL_LEADER,
+    LABEL_ROUTER_DISCOVERY,
     ROLES,
     Owner,
     component_selector,
@@ -55,10 +57,13 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 ROUTER_POD_VERBS = ("get", "list", "watch")
 
 
-def discovery_selector(owner: Owner, role: str, serving: str) -> dict[str, str]:
-    """The labels of the pods the router routes ``role`` requests to: the routable leaders
-    of the serving generation."""
-    return {**selector(owner, role), LABEL_ROUTABLE: "true", LABEL_FINGERPRINT: serving}
+def discovery_selector(
+    owner: Owner, role: str, serving: str, discovery: str = LABEL_LEADER
+) -> dict[str, str]:
+    """The labels of the pods the router routes ``role`` requests to: the instance leaders
+    of the serving generation. ``discovery``: the leader label it selects on (the legacy
+    one until every leader carries the new one: ``rollout.discovery_label``)."""
+    return {**selector(owner, role), discovery: "true", LABEL_FINGERPRINT: serving}
 
 
 def _selector_args(labels: dict[str, str]) -> list[str]:
@@ -66,7 +71,9 @@ def _selector_args(labels: dict[str, str]) -> list[str]:
     return [f"{k}={v}" for k, v in labels.items()]
 
 
-def router_args(owner: Owner, spec: PDDeploymentSpec, serving: str) -> list[str]:
+def router_args(
+    owner: Owner, spec: PDDeploymentSpec, serving: str, discovery: str = LABEL_LEADER
+) -> list[str]:
     """The same for every replica count: the router discovers the instances."""
     args = [
         "--pd-disaggregation",
@@ -75,22 +82,31 @@ def router_args(owner: Owner, spec: PDDeploymentSpec, serving: str) -> list[str]
         "--service-discovery-port", str(HTTP_PORT),
     ]  # fmt: skip
     for role in ROLES:
-        args += [f"--{role}-selector", *_selector_args(discovery_selector(owner, role, serving))]
+        args += [
+            f"--{role}-selector",
+            *_selector_args(discovery_selector(owner, role, serving, discovery)),
+        ]
     args += ["--policy", spec.router.policy, "--host", "0.0.0.0", "--port", str(spec.router.port)]
     return args
 
 
-def router_deployment(owner: Owner, spec: PDDeploymentSpec, serving: str) -> Json:
+def router_deployment(
+    owner: Owner, spec: PDDeploymentSpec, serving: str, discovery: str = LABEL_LEADER
+) -> Json:
     name = router_name(owner)
     meta = metadata(owner, name, COMPONENT_ROUTER)
     meta["labels"] = {**meta["labels"], LABEL_FINGERPRINT: serving}
+    template_labels = dict(meta["labels"])
+    if discovery == LABEL_LEADER:
+        # On the Deployment only (its pods need not roll for it): what its pods select on.
+        meta["labels"][LABEL_ROUTER_DISCOVERY] = DISCOVERY_LEADER
     probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10}
     container: Json = {
         "name": "router",
         "image": spec.router.image or spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "command": ["python3", "-m", "sglang_router.launch_router"],
-        "args": router_args(owner, spec, serving),
+        "args": router_args(owner, spec, serving, discovery),
         "ports": [{"name": "http", "containerPort": spec.router.port, "protocol": "TCP"}],
         "readinessProbe": probe,
         "livenessProbe": {**probe, "failureThreshold": 6},
@@ -125,7 +141,7 @@ def router_deployment(owner: Owner, spec: PDDeploymentSpec, serving: str) -> Jso
         "spec": {
             "replicas": spec.router.replicas,
             "selector": {"matchLabels": component_selector(owner, COMPONENT_ROUTER)},
-            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod_spec},
+            "template": {"metadata": {"labels": template_labels}, "spec": pod_spec},
         },
     }
 
@@ -185,13 +201,15 @@ def router_role_binding(owner: Owner, spec: PDDeploymentSpec) -> Json:
     }
 
 
-def router_children(owner: Owner, spec: PDDeploymentSpec, serving: str) -> list[Json]:
+def router_children(
+    owner: Owner, spec: PDDeploymentSpec, serving: str, discovery: str = LABEL_LEADER
+) -> list[Json]:
     """Everything the router needs, in apply order: its identity before its pod;
-    ``serving``: the KV-layout generation it routes to."""
+    ``serving``: the KV-layout generation it routes to; ``discovery``: the leader label."""
     return [
         router_service_account(owner),
         router_role(owner),
         router_role_binding(owner, spec),
         router_service(owner, spec),
-        router_deployment(owner, spec, serving),
+        router_deployment(owner, spec, serving, discovery),
     ]

@@ -9,15 +9,16 @@ A plan says, in the order the executor performs them:
 
 1. the model inspector's writes (start its Job; restart it: delete the Job and the stored
    facts; store the facts it found),
-2. the children to apply (the apply order of ``desired.build_children``),
+2. the children to apply (the apply order of ``desired.build_children``), and a scaled
+   role's PDRoleScaler to create (created once: its spec.replicas is then its scaler's),
 3. the children to delete (owned, of a pruned kind, no longer desired; the inspector's
    Job and facts ConfigMap are kept across spec changes; and a workload whose label
    selector, which the API server never lets change, differs from the desired one: it is
    deleted here and created anew by the reconcile its deletion triggers),
 4. the instances to update or restart: all pods of each deleted together (``rollout.decide``,
    ``recovery.recover``), pods on a lost node with grace period 0,
-5. the routable label on instance leaders (the router's discovery),
-6. the status,
+5. the leader label on instance leaders (the router's discovery, the scalers' selector),
+6. the status, and each PDRoleScaler's,
 7. the Warning Events.
 
 A rejected spec, unusable model facts or an incompatible layout plan no child write: the
@@ -41,6 +42,7 @@ from ascend_pd_operator.api.vocabulary import (
     COND_INSTANCES_HEALTHY,
     COND_KV_LAYOUT_COMPATIBLE,
     COND_MODEL_RESOLVED,
+    COND_RATIO_CONSTRAINED,
     COND_READY,
     COND_VALIDATED,
     LABEL_COMPONENT,
@@ -48,7 +50,6 @@ from ascend_pd_operator.api.vocabulary import (
     LABEL_FINGERPRINT,
     LABEL_INSTANCE,
     LABEL_ROLE,
-    LABEL_ROUTABLE,
     REASON_APPLY_FAILED,
     REASON_ENV_CONTRACT_MISMATCH,
     REASON_INSPECTING,
@@ -58,9 +59,11 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_PODS_FORCE_DELETED,
     REASON_PRUNE_FAILED,
     ROLES,
+    SCALER_KIND,
     Owner,
     inspector_name,
     router_name,
+    scaler_name,
 )
 from ascend_pd_operator.api.vocabulary import model_facts_name as facts_cm_name
 from ascend_pd_operator.builders.desired import (
@@ -78,6 +81,7 @@ from ascend_pd_operator.builders.model_source import (
     model_facts_configmap,
     resolve_facts,
 )
+from ascend_pd_operator.builders.scaler import scaler, scaler_status
 from ascend_pd_operator.decisions.recovery import (
     DEFAULT_POLICY,
     Recovery,
@@ -85,7 +89,8 @@ from ascend_pd_operator.decisions.recovery import (
     parse_time,
     recover,
 )
-from ascend_pd_operator.decisions.rollout import Decision, decide, instances
+from ascend_pd_operator.decisions.rollout import Decision, Instance, decide, instances
+from ascend_pd_operator.decisions.scaling import ScaleDecision, decide_scale, with_effective
 from ascend_pd_operator.decisions.status import Findings, compute_status
 from ascend_pd_runtime.model_facts import ModelFacts
 from ascend_pd_runtime.plan import layout_fingerprint
@@ -95,7 +100,7 @@ Json = dict[str, Any]
 #: Kinds of children the operator prunes when no longer desired.
 PRUNED_KINDS = (
     "StatefulSet", "Service", "Deployment", "ConfigMap", "PodGroup",
-    "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget",
+    "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget", SCALER_KIND,
 )  # fmt: skip
 #: Kinds whose live objects the status reads (instance and router readiness, and a
 #: Volcano PodGroup's phase while it holds an instance's pods).
@@ -176,8 +181,10 @@ class Observation:
 class Write:
     """One API write of the plan: apply ``manifest``, or delete ``kind``/``name``."""
 
-    #: "apply" | "delete" | "label" (a merge patch of labels) | "restart" (delete every pod
-    #: matching the manifest's labels, one request: ``name`` is the instance)
+    #: "apply" | "create" (once: an existing object is left as it is) | "delete" | "label"
+    #: (a merge patch of labels) | "status" (a merge patch of the manifest's status) |
+    #: "restart" (delete every pod matching the manifest's labels, one request: ``name``
+    #: is the instance)
     verb: str
     kind: str
     name: str
@@ -188,7 +195,8 @@ class Write:
     def describe(self) -> str:
         if self.verb == "restart":
             return f"restarting instance {self.name} (deleting its pods in one request)"
-        verb = {"apply": "applying", "delete": "deleting", "label": "labelling"}[self.verb]
+        verb = {"apply": "applying", "create": "creating", "delete": "deleting",
+                "label": "labelling", "status": "updating the status of"}[self.verb]  # fmt: skip
         if self.verb == "delete" and self.grace_period_seconds == 0:
             verb = "force-deleting"
         return f"{verb} {self.kind} {self.name}"
@@ -263,8 +271,12 @@ class Plan:
     events: tuple[Event, ...]
     #: Step 4: the pods of the instances updated now, deleted together.
     restarts: tuple[Write, ...] = ()
-    #: Step 5: routable labels set or removed on instance leaders.
+    #: Step 5: leader labels set on instance leaders.
     routing: tuple[Write, ...] = ()
+    #: Step 6: the PDRoleScalers' status writes.
+    scaler_status: tuple[Write, ...] = ()
+    #: Each role's asked and effective instance count (None: no children are written).
+    scale: ScaleDecision | None = None
     #: The rollout as decided (None: no children are written).
     rollout: Decision | None = None
     #: The failed instances restarted now, and the recovery records.
@@ -310,6 +322,8 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
     routing: tuple[Write, ...] = ()
     decision: Decision | None = None
     recovery: Recovery | None = None
+    scale: ScaleDecision | None = None
+    scaler_writes: tuple[Write, ...] = ()
     if spec is not None:
         facts = choose_facts(obs, spec)
         if facts.start_inspector:
@@ -326,6 +340,8 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
         if desired is not None and desired.ok:
             assert desired.layout is not None
             pods = observed_pods(obs)
+            scale = decide_scale(spec, scalers_by_role(obs), obs.previous)
+            spec = with_effective(spec, scale)
             by_role = instances(owner, spec, obs.owned("StatefulSet"), pods)
             router = next((d for d in obs.owned("Deployment")
                            if d["metadata"]["name"] == router_name(owner)), None)  # fmt: skip
@@ -340,18 +356,27 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
                 obs.nodes, spec.recovery.force_delete_after_seconds,
             )  # fmt: skip
             desired = with_children(desired, owner, spec, obs.server_minor, decision.surge,
-                                    decision.serving)  # fmt: skip
+                                    decision.serving, decision.discovery)  # fmt: skip
             replaced = _selector_changed(obs, desired)
             applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
-            deletes = _prunes(obs, desired) + tuple(delete(*key) for key in replaced)
+            applies += tuple(
+                Write("create", SCALER_KIND, scaler_name(owner, r.role),
+                      scaler(owner, r.role, r.seed))
+                for r in scale.roles.values() if r.seed is not None
+            )  # fmt: skip
+            kept_scalers = {(SCALER_KIND, scaler_name(owner, r.role))
+                            for r in scale.roles.values() if r.scaled}  # fmt: skip
+            deletes = _prunes(obs, desired, kept_scalers) + tuple(delete(*k) for k in replaced)
+            scaler_writes = _scaler_status(owner, scale, by_role)
             # A failed group restarts whatever the rollout's budget: it serves nothing.
             restarted = recovery.restarts + tuple(
                 r for r in decision.restarts if r[0] not in {n for n, _ in recovery.restarts}
             )
             restarts = _restarts(restarted, recovery.force_deletes, pods)
-            routing = tuple(label("Pod", pod, {LABEL_ROUTABLE: v}) for pod, v in decision.routing)
+            routing = tuple(label("Pod", pod, dict.fromkeys(keys, "true"))
+                            for pod, keys in decision.routing)  # fmt: skip
     draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
-                 restarts, routing, decision, recovery)  # fmt: skip
+                 restarts, routing, scaler_writes, scale, decision, recovery)  # fmt: skip
     return conclude(draft, Outcome())
 
 
@@ -375,8 +400,46 @@ def _selector_changed(obs: Observation, desired: Desired) -> list[tuple[str, str
     return out
 
 
-def _prunes(obs: Observation, desired: Desired) -> tuple[Write, ...]:
-    wanted = {child_key(m)[1:] for m in desired.children}
+def scalers_by_role(obs: Observation) -> dict[str, Json]:
+    """The live PDRoleScalers of this deployment, by role."""
+    owner = obs.owner
+    names = {scaler_name(owner, role): role for role in ROLES}
+    return {
+        names[s["metadata"]["name"]]: s
+        for s in obs.owned(SCALER_KIND)
+        if s["metadata"]["name"] in names
+    }
+
+
+def _scaler_status(
+    owner: Owner, scale: ScaleDecision, by_role: Mapping[str, list[Instance]]
+) -> tuple[Write, ...]:
+    """Step 6's writes of the scalers' status, where it changed: ``replicas`` counts what
+    the selector matches (each existing instance's leader), never more."""
+    writes = []
+    for role, r in scale.roles.items():
+        if r.scaler is None:
+            continue
+        live = [i for i in by_role[role] if i.leader() is not None]
+        note = ""
+        if r.effective != r.asked:
+            note = f"runs {r.effective} of the {r.asked} asked for: " + (
+                scale.ratio_change or "the role's [minReplicas, maxReplicas]"
+            )
+        generation = int(r.scaler["metadata"].get("generation", 0) or 0)
+        status = scaler_status(owner, role, len(live), sum(i.ready for i in live), r.effective,
+                               note, generation)  # fmt: skip
+        old = r.scaler.get("status") or {}
+        if any(old.get(k, "" if isinstance(v, str) else 0) != v for k, v in status.items()):
+            writes.append(Write("status", SCALER_KIND, r.scaler["metadata"]["name"],
+                                {"status": status}))  # fmt: skip
+    return tuple(writes)
+
+
+def _prunes(
+    obs: Observation, desired: Desired, kept: set[tuple[str, str]] | None = None
+) -> tuple[Write, ...]:
+    wanted = {child_key(m)[1:] for m in desired.children} | (kept or set())
     out = []
     for kind in PRUNED_KINDS:
         for item in obs.owned(kind):
@@ -393,9 +456,13 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
     live = {(kind, o["metadata"]["name"]): o for kind in STATUS_KINDS for o in obs.owned(kind)}
     live.update({key: obj for key, obj in outcome.live.items() if key[0] in STATUS_KINDS})
     failure = outcome.failure
+    spec = draft.validation.spec
+    if spec is not None and draft.scale is not None:
+        spec = with_effective(spec, draft.scale)
     findings = Findings(
         owner=obs.owner,
-        spec=draft.validation.spec,
+        spec=spec,
+        scale=draft.scale,
         validation_error=draft.validation.error,
         facts=draft.facts,
         desired=draft.desired,
@@ -414,7 +481,8 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         Event("Warning", REASON_INSTANCE_RESTARTED, message) for _, message in recovery.events
     ) + tuple(Event("Warning", REASON_PODS_FORCE_DELETED, message)
               for _, message in recovery.force_events)  # fmt: skip
-    return replace(draft, status=status, events=tuple(events(obs.previous, status)) + restarted)
+    return replace(draft, status=status,
+                   events=tuple(events(obs.previous, status)) + restarted)  # fmt: skip
 
 
 def _failure_reason(failure: Failure | None) -> str:
@@ -480,6 +548,11 @@ def events(previous: Json, status: Json) -> list[Event]:
     before = {c["type"]: c for c in previous.get("conditions") or []}
     out = []
     for cond in status["conditions"]:
+        if cond["type"] == COND_RATIO_CONSTRAINED:
+            old = before.get(cond["type"]) or {}
+            if cond["status"] == "True" and old.get("message") != cond["message"]:
+                out.append(Event("Normal", cond["reason"], cond["message"]))
+            continue
         if cond["type"] not in EVENT_CONDITIONS and cond["reason"] not in EVENT_REASONS:
             continue
         if cond["status"] != "False" or cond["reason"] in QUIET_REASONS:

@@ -21,8 +21,10 @@ name one generation (``router.discovery_selector``): the serving one, which the 
 Deployment carries as a label. It moves to the target fingerprint once the target has a
 Ready instance of each role; the router Deployment then rolls (its new pod serves the new
 generation while the old pod still serves the old one), and until that rollout is done the
-old generation's instances still count as serving. Leaders get ``LABEL_ROUTABLE`` as soon
-as they exist: only leaders are ever discovered.
+old generation's instances still count as serving. Leaders get ``LABEL_LEADER`` as soon
+as they exist: only leaders are ever discovered. A router of 0.1.0 selects on the legacy
+label; it keeps doing so until every leader carries the new one (``discovery_label``), so
+upgrading the operator leaves no moment where the router discovers fewer leaders.
 
 ``maxSurge`` adds instances (indices ``replicas`` and up) with the new template while a
 role's rollout is in progress; they serve like any other and are removed once the role's
@@ -37,11 +39,14 @@ from typing import Any
 
 from ascend_pd_operator.api.models import PDDeploymentSpec
 from ascend_pd_operator.api.vocabulary import (
+    DISCOVERY_LEADER,
     LABEL_FINGERPRINT,
     LABEL_INSTANCE,
+    LABEL_LEADER,
+    LABEL_LEGACY_ROUTABLE,
     LABEL_REVISION,
     LABEL_ROLE,
-    LABEL_ROUTABLE,
+    LABEL_ROUTER_DISCOVERY,
     ROLES,
     Owner,
     instance_name,
@@ -196,8 +201,11 @@ class Decision:
     #: Pods to delete, instance by instance (all pods of each instance updated now), as
     #: (name, uid): a pod recreated under the same name is never deleted by mistake.
     restarts: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
-    #: Pods whose LABEL_ROUTABLE is set ("true") or removed (None).
-    routing: tuple[tuple[str, str | None], ...] = ()
+    #: Leader pods and the labels to set on them (LABEL_LEADER, and the legacy one while
+    #: the router still selects on it).
+    routing: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: The leader label the router's discovery selects on.
+    discovery: str = LABEL_LEADER
     #: Surge instances wanted per role (beyond ``replicas``).
     surge: Mapping[str, int] = field(default_factory=dict)
     roles: Mapping[str, RoleRollout] = field(default_factory=dict)
@@ -254,15 +262,34 @@ def serving_generation(
     return next((f for f in prints if _has_pair(by_role, f)), target)
 
 
-def _routing(by_role: Mapping[str, list[Instance]]) -> tuple[tuple[str, str | None], ...]:
-    """Leaders without the routable label get it. It is never taken off: sglang-router 0.3
+def discovery_label(router: Json | None, by_role: Mapping[str, list[Instance]]) -> str:
+    """The leader label the router selects on: ``LABEL_LEADER``, except for a router of
+    0.1.0 (its Deployment names no discovery label) while a leader lacks the new label.
+    Those leaders are labelled in this reconcile, and the next one moves the router."""
+    labels = ((router or {}).get("metadata") or {}).get("labels") or {}
+    if router is None or labels.get(LABEL_ROUTER_DISCOVERY) == DISCOVERY_LEADER:
+        return LABEL_LEADER
+    leaders = [i.leader() for role in ROLES for i in by_role[role]]
+    if all(p is None or _labels(p).get(LABEL_LEADER) for p in leaders):
+        return LABEL_LEADER
+    return LABEL_LEGACY_ROUTABLE
+
+
+def _routing(
+    by_role: Mapping[str, list[Instance]], discovery: str
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Leaders without their labels get them. They are never taken off: sglang-router 0.3
     forgets a worker only when its pod is deleted, and the selectors' generation decides."""
-    out: list[tuple[str, str | None]] = []
+    wanted = (LABEL_LEADER,) if discovery == LABEL_LEADER else (LABEL_LEADER, discovery)
+    out: list[tuple[str, tuple[str, ...]]] = []
     for role in ROLES:
         for inst in by_role[role]:
             leader = inst.leader()
-            if leader is not None and not _labels(leader).get(LABEL_ROUTABLE):
-                out.append((leader["metadata"]["name"], "true"))
+            if leader is None:
+                continue
+            missing = tuple(k for k in wanted if not _labels(leader).get(k))
+            if missing:
+                out.append((leader["metadata"]["name"], missing))
     return tuple(out)
 
 
@@ -333,9 +360,11 @@ def decide(
         for inst in by_role[each]:
             if inst.mixed and inst.name not in chosen and inst.update_revision is not None:
                 restarts.append((inst.name, inst.members))
+    discovery = discovery_label(router, by_role)
     return Decision(
         restarts=tuple(restarts),
-        routing=_routing(by_role),
+        routing=_routing(by_role, discovery),
+        discovery=discovery,
         surge=surge,
         roles=roles,
         serving=serving,

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ascend_pd_operator.api.models import PDDeploymentSpec
+from ascend_pd_operator.api.rules import bounds_apply
 from ascend_pd_operator.api.vocabulary import (
     COND_DECODE_READY,
     COND_INSTANCES_HEALTHY,
     COND_KV_LAYOUT_COMPATIBLE,
     COND_MODEL_RESOLVED,
     COND_PREFILL_READY,
+    COND_RATIO_CONSTRAINED,
     COND_READY,
     COND_ROUTER_READY,
     COND_VALIDATED,
@@ -47,23 +49,27 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_NOT_APPLIED,
     REASON_NOT_READY,
     REASON_NOT_VALIDATED,
+    REASON_RATIO_BOUNDED,
     REASON_READY,
     REASON_RESTART_LOOP,
     REASON_ROLLOUT_IN_PROGRESS,
     REASON_ROUTER_NOT_READY,
     REASON_ROUTER_READY,
     REASON_VALID,
+    REASON_WITHIN_BOUNDS,
     ROLES,
     Owner,
     endpoint,
     instance_name,
     role_ready_condition,
     router_name,
+    scaler_name,
 )
 from ascend_pd_operator.builders.desired import Desired
 from ascend_pd_operator.builders.model_source import FactsResolution
 from ascend_pd_operator.decisions.recovery import Recovery
 from ascend_pd_operator.decisions.rollout import Decision
+from ascend_pd_operator.decisions.scaling import ScaleDecision
 from ascend_pd_runtime.env_contract import (
     EXIT_ARGS_REFUSED,
     EXIT_CONTRACT_VERSION,
@@ -106,6 +112,8 @@ class Findings:
     #: The StatefulSet controller's FailedCreate Events of our instances (slim, as
     #: ``child_watch.slim_event`` keeps them): why an instance has fewer pods than it wants.
     events: list[Json] = field(default_factory=list)
+    #: Each role's asked and effective count (``spec`` already runs the effective ones).
+    scale: ScaleDecision | None = None
 
 
 def _condition(type_: str, status: str, reason: str, message: str) -> Json:
@@ -419,11 +427,15 @@ def _role_status(obs: Findings, spec: PDDeploymentSpec, role: str) -> tuple[Json
         for i in range(r.replicas)
     ]
     ready = sum(instance_ready(s) for s in states)
-    status = {
-        "replicas": r.replicas,
+    scaled = obs.scale.roles[role] if obs.scale is not None else None
+    status: Json = {
+        "replicas": scaled.asked if scaled is not None else r.replicas,
+        "effectiveReplicas": r.replicas,
         "readyReplicas": ready,
         "nodesPerInstance": r.nodes_per_instance,
     }
+    if scaled is not None and scaled.scaled:
+        status["scaler"] = scaler_name(obs.owner, role)
     rolled = obs.rollout.roles.get(role) if obs.rollout else None
     if rolled is not None:
         status.update(
@@ -573,6 +585,19 @@ def _check_recovery(recovery: Recovery, draft: _Draft) -> None:
     )  # fmt: skip
 
 
+def _check_ratio(obs: Findings, spec: PDDeploymentSpec, draft: _Draft) -> None:
+    """RatioConstrained, where counts are bounded at all (a scaled role, or a ratio)."""
+    if obs.scale is None or not bounds_apply(spec):
+        return
+    change = obs.scale.ratio_change
+    if change:
+        draft.conds.append(_condition(COND_RATIO_CONSTRAINED, "True", REASON_RATIO_BOUNDED, change))
+    else:
+        counts = ", ".join(f"{role} {obs.scale.effective(role)}" for role in ROLES)
+        draft.conds.append(_condition(COND_RATIO_CONSTRAINED, "False", REASON_WITHIN_BOUNDS,
+                                      f"the asked counts hold: {counts}"))  # fmt: skip
+
+
 def _check_ready(obs: Findings, rolling: bool, draft: _Draft) -> None:
     """Ready: every instance and the router, with no write failing and no rollout left."""
     if obs.write_error:
@@ -615,6 +640,7 @@ def compute_status(obs: Findings, now: str) -> Json:
         for role in ROLES:
             _check_role(obs, spec, role, draft)
         _check_router(obs, spec, draft)
+        _check_ratio(obs, spec, draft)
     else:
         _not_applied(prev, draft)
     if applied and obs.recovery is not None:

@@ -1,4 +1,5 @@
-"""``ascend-pd crd``: print the PDDeployment CRD, or write every checked-in copy.
+"""``ascend-pd crd``: print the API's CRDs (PDDeployment, PDRoleScaler), or write every
+checked-in copy.
 
 The CEL variant is for current clusters; ``--no-cel`` is for API servers before
 1.25. ``--write`` refreshes ``crds/`` and the chart's ``files/crds/`` so the copies
@@ -10,14 +11,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ascend_pd_operator.api.crd import crd_yaml
+from ascend_pd_operator.api.crd import KINDS, Kind, all_crds_yaml, crd_yaml
 
-#: (relative path, with CEL) of every checked-in copy of the CRD.
-COPIES: tuple[tuple[str, bool], ...] = (
-    ("crds/ascendpd.io_pddeployments.yaml", True),
-    ("crds/k8s-1.24-and-older/ascendpd.io_pddeployments.yaml", False),
-    ("charts/ascend-pd-operator/files/crds/pddeployments-cel.yaml", True),
-    ("charts/ascend-pd-operator/files/crds/pddeployments-nocel.yaml", False),
+#: (relative path, with CEL, kind) of every checked-in copy of each CRD.
+COPIES: tuple[tuple[str, bool, Kind], ...] = tuple(
+    copy
+    for kind in KINDS
+    for copy in (
+        (f"crds/{kind.file_stem}.yaml", True, kind),
+        (f"crds/k8s-1.24-and-older/{kind.file_stem}.yaml", False, kind),
+        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-cel.yaml", True, kind),
+        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-nocel.yaml", False, kind),
+    )
 )
 
 
@@ -37,10 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def write_copies(root: Path) -> list[Path]:
     written = []
-    for rel, with_cel in COPIES:
+    for rel, with_cel, kind in COPIES:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(crd_yaml(with_cel), encoding="utf-8")
+        path.write_text(crd_yaml(with_cel, kind), encoding="utf-8")
         written.append(path)
     return written
 
@@ -50,5 +55,5 @@ def run(args: argparse.Namespace) -> int:
         for path in write_copies(Path(args.root)):
             print(f"wrote {path}")
         return 0
-    print(crd_yaml(not args.no_cel), end="")
+    print(all_crds_yaml(not args.no_cel), end="")
     return 0

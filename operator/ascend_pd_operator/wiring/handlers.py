@@ -42,7 +42,7 @@ Key = tuple[str, str]
 #: Children whose events trigger a reconcile of their PDDeployment.
 WATCHED_CHILDREN = (
     "StatefulSet", "Deployment", "Service", "ConfigMap", "Job", "Pod",
-    "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget",
+    "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget", models.SCALER_KIND,
 )  # fmt: skip
 
 

@@ -3,8 +3,9 @@
 ``observe`` reads everything the reconcile needs (I/O only), ``planner.plan`` decides
 (pure), ``Reconciler.execute`` carries the plan out in numbered steps:
 
-1. the model inspector's writes, 2. the applies, 3. the prunes, 4. the status patch,
-5. the Warning Events.
+1. the model inspector's writes, 2. the applies (and a scaled role's PDRoleScaler, created
+once), 3. the prunes, 4. the instances updated or restarted, 5. the leader labels, 6. the
+status patch and the scalers' status, 7. the Events.
 
 Every trigger (create, update, resume, child event, resync) runs the same function, so a
 deleted or edited child is restored on the next event. A write the API server refuses
@@ -280,6 +281,10 @@ class Reconciler:
             # Apply responses are newer than the observation; the status describes them.
             done = conclude(todo, Outcome(live=live, failure=failure))
         self._patch_status(done)  # step 6
+        for write in done.scaler_status:
+            # Deleted meanwhile (the role turned Static): nothing to report on.
+            with contextlib.suppress(NotFound):
+                self._write(owner.namespace, write, False)
         for event in done.events:  # step 7
             self.event(todo.observation.resource, event)
         if applied or deleted:
@@ -316,6 +321,18 @@ class Reconciler:
             self.kube.delete(write.kind, namespace, write.name)
             return {}, 1
         assert write.manifest is not None
+        if write.verb == "create":
+            log.info("%s %s/%s", write.describe(), namespace, write.name)
+            try:
+                return self.kube.create(write.kind, namespace, write.manifest), 1
+            except KubeError as exc:
+                if exc.status != 409:  # 409: it exists; its spec is its users' now
+                    raise
+                return {}, 1
+        if write.verb == "status":
+            obj = self.kube.patch_status(write.kind, namespace, write.name,
+                                         write.manifest["status"])  # fmt: skip
+            return obj, 1
         if write.verb == "label":
             labels = write.manifest["metadata"]["labels"]
             log.info("labelling %s %s/%s: %s", write.kind, namespace, write.name, labels)

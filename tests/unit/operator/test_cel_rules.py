@@ -4,6 +4,7 @@ agrees with the pydantic validator that enforces the same rule in the operator."
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -46,14 +47,19 @@ def _validations(schema: Json, obj: Any, path: str = "") -> Iterator[tuple[str, 
             yield from _validations(prop, obj[name], f"{path}.{name}")
 
 
+@functools.cache
+def _program(rule: str) -> Any:
+    """Each rule compiled once for the whole session (cel-python compiles slowly)."""
+    return _ENV.program(_ENV.compile(rule), functions=K8S_FUNCTIONS)
+
+
 def cel_failures(resource: Json) -> list[str]:
     """Messages of the CEL rules the API server would reject ``resource`` with."""
     schema = openapi_schema(with_cel=True)
     obj = apply_defaults(schema, resource)
     failed = []
     for _path, validation, self_obj in _validations(schema, obj):
-        program = _ENV.program(_ENV.compile(validation["rule"]), functions=K8S_FUNCTIONS)
-        result = program.evaluate(celpy.json_to_cel({"self": self_obj}))
+        result = _program(validation["rule"]).evaluate(celpy.json_to_cel({"self": self_obj}))
         assert isinstance(result, celpy.celtypes.BoolType), (validation["rule"], result)
         if not result:
             failed.append(validation["message"])
@@ -508,6 +514,82 @@ VALID += [
      _set("spec.prefill.containerSecurityContext", {
          "allowPrivilegeEscalation": True, "capabilities": {"add": ["CAP_SYS_ADMIN"]}})),
 ]  # fmt: skip
+
+
+SCALER_BOUNDS = _msg("RoleScaling")
+RATIO_ORDER = _msg("RatioBounds")
+SCALING_FEASIBLE = rules_for("PDDeploymentSpec")[-1].message
+
+
+def _scaled(role: str, lo: int, hi: int, mode: str = "External") -> Mutation:
+    return _set(f"spec.{role}.scaling", {"mode": mode, "minReplicas": lo, "maxReplicas": hi})
+
+
+def _ratio(lo: str | None, hi: str | None) -> Mutation:
+    bounds = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+    return _set("spec.scaling.prefillPerDecode", bounds)
+
+
+INVALID += [
+    ("scaler min above max", _scaled("decode", 5, 4), SCALER_BOUNDS),
+    ("ratio min above max", _ratio("2", "1.5"), RATIO_ORDER),
+    # prefill 1..2, decode 8..8: 2/8 = 0.25 at best, the bound wants at least 0.5
+    ("no pair within the ratio", _all(_scaled("prefill", 1, 2), _scaled("decode", 8, 8),
+                                      _ratio("0.5", None)), SCALING_FEASIBLE),
+    # integers leave no room: d in [2, 3], p = 1: 1/2 and 1/3 miss [0.4, 0.45]
+    ("the ratio falls between the integers",
+     _all(_scaled("prefill", 1, 1), _scaled("decode", 2, 3), _ratio("0.4", "0.45")),
+     SCALING_FEASIBLE),
+    ("two Static roles outside the ratio", _all(_set("spec.prefill.replicas", 1),
+                                                _set("spec.decode.replicas", 3),
+                                                _ratio("0.5", "2")), SCALING_FEASIBLE),
+    # the Static prefill at 0 allows only (0, 0), which decode's minReplicas 1 excludes
+    ("a lone zero that cannot be raised",
+     _all(_set("spec.prefill.replicas", 0), _scaled("decode", 1, 4)), SCALING_FEASIBLE),
+]  # fmt: skip
+
+VALID += [
+    ("both roles scaled, no ratio", _all(_scaled("prefill", 1, 4), _scaled("decode", 1, 8))),
+    ("the planner with a ratio", _all(_scaled("prefill", 1, 4, "Planner"),
+                                      _scaled("decode", 2, 8), _ratio("0.25", "1"))),
+    ("only the upper bound", _all(_scaled("decode", 1, 8), _ratio(None, "0.5"))),
+    ("scale to zero together", _all(_scaled("prefill", 0, 4), _scaled("decode", 0, 8),
+                                    _ratio("0.5", "0.5"))),
+    ("one exact pair between the integers",
+     _all(_scaled("prefill", 1, 1), _scaled("decode", 2, 3), _ratio("0.5", "0.5"))),
+    ("two Static roles inside the ratio", _all(_set("spec.prefill.replicas", 2),
+                                               _set("spec.decode.replicas", 3),
+                                               _ratio("0.5", "1"))),
+    ("a drain timeout", _set("spec.scaling.drainTimeoutSeconds", 30)),
+]  # fmt: skip
+
+
+@given(
+    plo=st.integers(0, 6), pspan=st.integers(0, 6), dlo=st.integers(0, 6),
+    dspan=st.integers(0, 6), lo=st.sampled_from([None, "0", "0.25", "0.4", "0.5", "1", "1.5"]),
+    hi=st.sampled_from([None, "0.3", "0.45", "0.5", "1", "2", "10"]),
+)  # fmt: skip
+@settings(max_examples=60, deadline=None)
+def test_the_feasibility_rule_agrees_with_a_brute_force_search(
+    plo: int, pspan: int, dlo: int, dspan: int, lo: str | None, hi: str | None
+) -> None:
+    """CEL's doubles and pydantic's fractions give the verdict a search over every pair
+    gives (the oracle: both roles at zero, or both running with lo <= p/d <= hi)."""
+    resource = copy.deepcopy(base())
+    _all(_scaled("prefill", plo, max(plo + pspan, 1)), _scaled("decode", dlo, max(dlo + dspan, 1)),
+         _ratio(lo, hi))(resource)  # fmt: skip
+    if lo is not None and hi is not None and float(lo) > float(hi):
+        return  # the order rule's case
+    feasible = any(
+        (p == 0 and d == 0)
+        or (p > 0 and d > 0 and (lo is None or p >= float(lo) * d)
+            and (hi is None or p <= float(hi) * d))
+        for p in range(plo, max(plo + pspan, 1) + 1)
+        for d in range(dlo, max(dlo + dspan, 1) + 1)
+    )  # fmt: skip
+    cel = SCALING_FEASIBLE in cel_failures(resource)
+    pydantic = SCALING_FEASIBLE in pydantic_error(resource)
+    assert (cel, pydantic) == (not feasible, not feasible)
 
 
 @pytest.mark.parametrize(("case", "mutation", "message"), INVALID, ids=[c[0] for c in INVALID])

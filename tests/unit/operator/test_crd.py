@@ -1,5 +1,6 @@
-"""The generated CRD: checked-in copies are current, the schema is structural and
-documented, the printer columns are the API's, and ``--no-cel`` has no CEL."""
+"""The generated CRDs: checked-in copies are current, the schemas are structural and
+documented, the printer columns are the API's, ``--no-cel`` has no CEL, and the
+PDRoleScaler serves the scale subresource at the paths its model has."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import pytest
 import yaml
 
 from ascend_pd_operator.api import models
-from ascend_pd_operator.api.crd import crd, crd_yaml, openapi_schema
+from ascend_pd_operator.api.crd import (
+    KINDS,
+    PDROLESCALER,
+    Kind,
+    all_crds_yaml,
+    crd,
+    crd_yaml,
+    openapi_schema,
+)
 from ascend_pd_operator.wiring.cli import main as cli_main
 from ascend_pd_operator.wiring.crd_cli import COPIES
 from tests.unit.operator.schema_nodes import schema_nodes
@@ -15,27 +24,51 @@ from tests.unit.operator.schema_nodes import schema_nodes
 from .conftest import ROOT
 
 
-@pytest.mark.parametrize(("rel", "with_cel"), COPIES)
-def test_checked_in_copy_is_current(rel: str, with_cel: bool) -> None:
+@pytest.mark.parametrize(("rel", "with_cel", "kind"), COPIES)
+def test_checked_in_copy_is_current(rel: str, with_cel: bool, kind: Kind) -> None:
     path = ROOT / rel
     assert path.exists(), f"{rel} is missing: run `ascend-pd crd --write`"
-    assert path.read_text() == crd_yaml(with_cel), f"{rel} is stale: run `ascend-pd crd --write`"
+    expected = crd_yaml(with_cel, kind)
+    assert path.read_text() == expected, f"{rel} is stale: run `ascend-pd crd --write`"
 
 
-def test_crds_dir_holds_exactly_one_top_level_yaml() -> None:
-    assert [p.name for p in (ROOT / "crds").glob("*.yaml")] == ["ascendpd.io_pddeployments.yaml"]
+def test_crds_dir_holds_one_top_level_yaml_per_kind() -> None:
+    assert sorted(p.name for p in (ROOT / "crds").glob("*.yaml")) == [
+        "ascendpd.io_pddeployments.yaml",
+        "ascendpd.io_pdrolescalers.yaml",
+    ]
 
 
-def test_cli_prints_the_cel_variant(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_prints_every_crd(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["crd"]) == 0
-    assert capsys.readouterr().out == crd_yaml(True)
+    out = capsys.readouterr().out
+    assert out == all_crds_yaml(True)
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(out)] == [
+        "pddeployments.ascendpd.io",
+        "pdrolescalers.ascendpd.io",
+    ]
     assert cli_main(["crd", "--no-cel"]) == 0
-    assert capsys.readouterr().out == crd_yaml(False)
+    assert capsys.readouterr().out == all_crds_yaml(False)
 
 
+def test_the_scaler_serves_the_scale_subresource() -> None:
+    version = crd(True, PDROLESCALER)["spec"]["versions"][0]
+    scale = version["subresources"]["scale"]
+    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    # each path names a field of the schema (the API server reads and writes them)
+    assert scale["specReplicasPath"] == ".spec.replicas"
+    assert schema["spec"]["properties"]["replicas"]["type"] == "integer"
+    assert scale["statusReplicasPath"] == ".status.replicas"
+    assert schema["status"]["properties"]["replicas"]["type"] == "integer"
+    assert scale["labelSelectorPath"] == ".status.selector"
+    assert schema["status"]["properties"]["selector"]["type"] == "string"
+    assert crd(True, PDROLESCALER)["spec"]["names"]["shortNames"] == ["pdrs"]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)
 @pytest.mark.parametrize("with_cel", [True, False])
-def test_schema_is_structural(with_cel: bool) -> None:
-    for path, node in schema_nodes(openapi_schema(with_cel)):
+def test_schema_is_structural(with_cel: bool, kind: Kind) -> None:
+    for path, node in schema_nodes(openapi_schema(with_cel, kind)):
         if node.get("x-kubernetes-int-or-string"):
             # the one exception structural schemas allow (a quantity): no type, this anyOf
             assert "type" not in node, path
@@ -53,8 +86,9 @@ def test_schema_is_structural(with_cel: bool) -> None:
             assert free or path == ".metadata", f"{path}: object without properties"
 
 
-def test_every_field_has_a_description() -> None:
-    schema = openapi_schema()
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)
+def test_every_field_has_a_description(kind: Kind) -> None:
+    schema = openapi_schema(kind=kind)
     for top in ("spec", "status"):
         for path, node in schema_nodes(schema["properties"][top], top):
             if path.endswith("[]") or path.endswith("{}"):
@@ -83,7 +117,7 @@ def test_api_field_names_are_the_contract() -> None:
     spec = openapi_schema()["properties"]["spec"]["properties"]
     assert set(spec) == {
         "model", "runtime", "speculative", "prefill", "decode", "router", "ascend", "scheduling",
-        "rollout", "recovery",
+        "rollout", "recovery", "scaling",
     }  # fmt: skip
     assert set(spec["rollout"]["properties"]) == {"maxUnavailable", "maxSurge", "roleOrder"}
     assert set(spec["recovery"]["properties"]) == {"forceDeleteAfterSeconds"}

@@ -11,6 +11,11 @@ else new: the runtime templates differ from the earlier digests by that variable
 the routers not at all); a change here is a decision
 to restart every running deployment on upgrade, to be made on purpose and told in
 CHANGELOG.md, never by accident.
+
+One such decision: the router discovers leaders by ``ascendpd.io/leader`` instead of
+0.1.0's ``ascendpd.io/routable`` (CHANGELOG.md). A 0.1.0 router keeps its exact template
+until every leader carries the new label (``rollout.discovery_label``), then rolls once;
+``GOLDEN_ROUTER_0_1_0`` holds that first template to 0.1.0's digests.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ import pytest
 import yaml
 
 from ascend_pd_operator.api.models import parse_spec
-from ascend_pd_operator.api.vocabulary import Owner
+from ascend_pd_operator.api.vocabulary import LABEL_FINGERPRINT, LABEL_LEGACY_ROUTABLE, Owner
 from ascend_pd_operator.builders.model_source import inspector_job
+from ascend_pd_operator.builders.router import router_deployment
 from ascend_pd_operator.wiring.render_cli import render
 
 from .conftest import EXAMPLES
@@ -37,14 +43,22 @@ def _digest(template: Json) -> str:
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _templates(resource: Json, configmaps: list[Json]) -> dict[str, str]:
+def _templates(resource: Json, configmaps: list[Json], legacy: bool = False) -> dict[str, str]:
+    """The digests of the workloads' pod templates; ``legacy``: the router's as the operator
+    keeps it for a router of 0.1.0 while a leader lacks the new label."""
     code, manifests, message = render(resource, None, "llm", configmaps)
     assert code == 0, message
-    return {
-        f"{m['kind']}/{m['metadata']['name']}": _digest(m["spec"]["template"])
-        for m in manifests
-        if m["kind"] in ("StatefulSet", "Deployment")
-    }
+    out = {}
+    for m in manifests:
+        if m["kind"] not in ("StatefulSet", "Deployment"):
+            continue
+        if legacy and m["kind"] == "Deployment":
+            owner = Owner(resource["metadata"]["name"], "llm")
+            serving = m["metadata"]["labels"][LABEL_FINGERPRINT]
+            m = router_deployment(owner, parse_spec(resource["spec"]), serving,
+                                  LABEL_LEGACY_ROUTABLE)  # fmt: skip
+        out[f"{m['kind']}/{m['metadata']['name']}"] = _digest(m["spec"]["template"])
+    return out
 
 
 def _example(name: str) -> tuple[Json, list[Json]]:
@@ -79,7 +93,7 @@ def _busy() -> tuple[Json, list[Json]]:
     return resource, configmaps
 
 
-GOLDEN: dict[str, dict[str, str]] = {
+GOLDEN_0_1_0: dict[str, dict[str, str]] = {
     "deepseek-v2-lite.yaml": {
         "StatefulSet/dsv2-lite-prefill-0": "81ae9fbd7f542b85",
         "StatefulSet/dsv2-lite-decode-0": "7968b9979cd8e09f",
@@ -103,12 +117,22 @@ GOLDEN: dict[str, dict[str, str]] = {
         "Deployment/dsv32-router": "47ad59c6ba51bb5f",
     },
 }
-GOLDEN_BUSY = {
+GOLDEN_BUSY_0_1_0 = {
     "StatefulSet/dsv3-prefill-0": "7c4b8cc1081de280",
     "StatefulSet/dsv3-prefill-1": "dabd51e19c4ec42a",
     "StatefulSet/dsv3-decode-0": "f80014364db48c0e",
     "Deployment/dsv3-router": "2b1dc04ccb282fe0",
 }
+#: The routers once every leader carries ``ascendpd.io/leader`` (their one roll).
+ROUTERS_ON_THE_LEADER_LABEL = {
+    "deepseek-v2-lite.yaml": {"Deployment/dsv2-lite-router": "2685d6ae72a7f3ef"},
+    "deepseek-v3-a3.yaml": {"Deployment/dsv3-a3-router": "3878c4edf4ec06ba"},
+    "deepseek-v3-pp2.yaml": {"Deployment/dsv3-router": "0a8d875a0680f712"},
+    "deepseek-v3.2.yaml": {"Deployment/dsv32-router": "15f2dc07abdc743b"},
+    "busy": {"Deployment/dsv3-router": "05ec8b704c80bb8c"},
+}
+GOLDEN = {name: {**g, **ROUTERS_ON_THE_LEADER_LABEL[name]} for name, g in GOLDEN_0_1_0.items()}
+GOLDEN_BUSY = {**GOLDEN_BUSY_0_1_0, **ROUTERS_ON_THE_LEADER_LABEL["busy"]}
 GOLDEN_INSPECTOR = {"example": "d9dd4ec85772ec7e", "busy": "e3a65e6d45871248"}
 
 
@@ -119,6 +143,12 @@ def test_example_templates_are_those_of_0_1_0(name: str) -> None:
 
 def test_templates_with_every_older_field_are_those_of_0_1_0() -> None:
     assert _templates(*_busy()) == GOLDEN_BUSY
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_a_router_of_0_1_0_keeps_its_template_until_every_leader_is_labelled(name: str) -> None:
+    assert _templates(*_example(name), legacy=True) == GOLDEN_0_1_0[name]
+    assert _templates(*_busy(), legacy=True) == GOLDEN_BUSY_0_1_0
 
 
 def test_inspector_templates_are_those_of_0_1_0() -> None:

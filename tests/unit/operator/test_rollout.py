@@ -49,7 +49,7 @@ def pods(name: str, role: str, index: int, revision: str = "old", fp: str = "fpA
             "ascendpd.io/kv-fingerprint": fp,
         }
         if routable and k == 0:
-            labels["ascendpd.io/routable"] = "true"
+            labels["ascendpd.io/leader"] = "true"
         out.append({
             "metadata": {"name": f"{name}-{k}", "uid": f"uid-{name}-{k}", "labels": labels},
             "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
@@ -175,9 +175,59 @@ def test_routing_only_ever_names_leaders() -> None:
     statefulsets, live = world({("prefill", 0): fresh, ("prefill", 1): fresh,
                                 ("decode", 0): fresh})  # fmt: skip
     decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA")
-    assert sorted(decision.routing) == [("dsv3-decode-0-0", "true"), ("dsv3-prefill-0-0", "true"),
-                                        ("dsv3-prefill-1-0", "true")]  # fmt: skip
+    leader = ("ascendpd.io/leader",)
+    assert sorted(decision.routing) == [("dsv3-decode-0-0", leader), ("dsv3-prefill-0-0", leader),
+                                        ("dsv3-prefill-1-0", leader)]  # fmt: skip
     assert decision.complete is False  # leaders still to be labelled
+    assert decision.discovery == "ascendpd.io/leader"  # no router of 0.1.0 to keep
+
+
+def _router_of_0_1_0() -> Json:
+    """A router Deployment as 0.1.0 applied it: no discovery label (it selects on
+    ascendpd.io/routable)."""
+    return {"metadata": {"labels": {"ascendpd.io/kv-fingerprint": "fpA"}},
+            "spec": {"replicas": 1}, "status": {"replicas": 1, "readyReplicas": 1,
+                                                  "updatedReplicas": 1}}  # fmt: skip
+
+
+def test_a_router_of_0_1_0_keeps_its_label_until_every_leader_has_the_new_one() -> None:
+    s = spec(prefill=1, decode=1)
+    old = {"revision": "new", "fp": "fpA", "routable": True}
+    statefulsets, live = world({("prefill", 0): old, ("decode", 0): old})
+    for pod in live:  # 0.1.0 labelled its leaders with the legacy label only
+        labels = pod["metadata"]["labels"]
+        if labels.pop("ascendpd.io/leader", None):
+            labels["ascendpd.io/routable"] = "true"
+    by_role = instances(OWNER, s, statefulsets, live)
+    decision = decide(s, by_role, "fpA", _router_of_0_1_0(), frozenset({"fpA"}))
+    # the router keeps selecting on the legacy label; the leaders get the new one now
+    assert decision.discovery == "ascendpd.io/routable"
+    assert sorted(decision.routing) == [("dsv3-decode-0-0", ("ascendpd.io/leader",)),
+                                        ("dsv3-prefill-0-0", ("ascendpd.io/leader",))]  # fmt: skip
+    # the next reconcile sees both labels: the router moves to the new one
+    for pod in live:
+        if pod["metadata"]["labels"].get("ascendpd.io/routable"):
+            pod["metadata"]["labels"]["ascendpd.io/leader"] = "true"
+    by_role = instances(OWNER, s, statefulsets, live)
+    decision = decide(s, by_role, "fpA", _router_of_0_1_0(), frozenset({"fpA"}))
+    assert decision.discovery == "ascendpd.io/leader" and decision.routing == ()
+
+
+def test_while_a_router_of_0_1_0_serves_a_new_leader_gets_both_labels() -> None:
+    s = spec(prefill=1, decode=2)
+    old = {"revision": "new", "fp": "fpA", "routable": True}
+    statefulsets, live = world({("prefill", 0): old, ("decode", 0): old,
+                                ("decode", 1): {"revision": "new", "fp": "fpA"}})  # fmt: skip
+    for pod in live:
+        labels = pod["metadata"]["labels"]
+        if labels.pop("ascendpd.io/leader", None):
+            labels["ascendpd.io/routable"] = "true"
+    decision = decide(s, instances(OWNER, s, statefulsets, live), "fpA", _router_of_0_1_0(),
+                      frozenset({"fpA"}))  # fmt: skip
+    assert decision.discovery == "ascendpd.io/routable"
+    got = dict(decision.routing)
+    assert got["dsv3-decode-1-0"] == ("ascendpd.io/leader", "ascendpd.io/routable")
+    assert got["dsv3-prefill-0-0"] == ("ascendpd.io/leader",)
 
 
 def test_surge_starts_new_instances_before_taking_any_down() -> None:

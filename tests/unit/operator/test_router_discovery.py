@@ -65,7 +65,7 @@ def test_scaling_never_changes_the_router(dsv3: Json) -> None:
 FINGERPRINT = "c22687cf0fd85d92"
 
 
-def test_router_discovers_routable_leaders_of_this_deployment(dsv3: Json) -> None:
+def test_router_discovers_the_leaders_of_this_deployment(dsv3: Json) -> None:
     deployment = named(children_of(dsv3), "Deployment", "dsv3-router")
     pod = deployment["spec"]["template"]["spec"]
     assert pod["containers"][0]["args"] == [
@@ -74,15 +74,18 @@ def test_router_discovers_routable_leaders_of_this_deployment(dsv3: Json) -> Non
         "--service-discovery-namespace", "llm",
         "--service-discovery-port", "30000",
         "--prefill-selector",
-        "ascendpd.io/deployment=dsv3", "ascendpd.io/role=prefill", "ascendpd.io/routable=true",
+        "ascendpd.io/deployment=dsv3", "ascendpd.io/role=prefill", "ascendpd.io/leader=true",
         f"ascendpd.io/kv-fingerprint={FINGERPRINT}",
         "--decode-selector",
-        "ascendpd.io/deployment=dsv3", "ascendpd.io/role=decode", "ascendpd.io/routable=true",
+        "ascendpd.io/deployment=dsv3", "ascendpd.io/role=decode", "ascendpd.io/leader=true",
         f"ascendpd.io/kv-fingerprint={FINGERPRINT}",
         "--policy", "cache_aware", "--host", "0.0.0.0", "--port", "8000",
     ]  # fmt: skip
     # the generation it routes to, on the Deployment: how the operator knows which serves
     assert deployment["metadata"]["labels"]["ascendpd.io/kv-fingerprint"] == FINGERPRINT
+    # and the label it discovers by (a router of 0.1.0 has none: it used the legacy one)
+    assert deployment["metadata"]["labels"]["ascendpd.io/discovery"] == "leader"
+    assert "ascendpd.io/discovery" not in deployment["spec"]["template"]["metadata"]["labels"]
     # the discovery's watch authenticates as the router's own account
     assert pod["serviceAccountName"] == "dsv3-router"
     assert pod["automountServiceAccountToken"] is True

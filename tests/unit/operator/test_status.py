@@ -80,7 +80,8 @@ def test_ready_status_with_layout(dsv3: Json) -> None:
         {"ppRank": 0, "startLayer": 0, "endLayer": 30},
         {"ppRank": 1, "startLayer": 30, "endLayer": 61},
     ]
-    assert status["prefill"] == {"replicas": 2, "readyReplicas": 2, "nodesPerInstance": 2}
+    assert status["prefill"] == {"replicas": 2, "effectiveReplicas": 2, "readyReplicas": 2,
+                                 "nodesPerInstance": 2}  # fmt: skip
     assert status["router"] == {"replicas": 1, "readyReplicas": 1}
     assert status["endpoint"] == "http://dsv3-router.llm.svc:8000"
 
