@@ -43,7 +43,7 @@ def load_config() -> client.ApiClient:
 def new_client(
     configuration: client.Configuration, component: str = "reconciler"
 ) -> client.ApiClient:
-    """A client for ``Kube``: throttling is answered by ``Kube.request`` alone (``RETRIES``);
+    """A client for ``Kube``: throttling is answered by ``Sender.request`` alone (``RETRIES``);
     its User-Agent names the operator's ``component``, so that the API server's audit log
     (and a proxy counting retries) can tell the reconciler's requests from the watches'."""
     configuration.retries = RETRIES
