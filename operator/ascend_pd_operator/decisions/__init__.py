@@ -4,4 +4,5 @@
 failed instance whole, with backoff; force-delete on a lost node), ``status`` (conditions,
 phase, layout summary) and ``planner``, which joins them into one plan: what to apply, what
 to delete, the status and the events. No I/O, no clock of their own: time is an input.
+``lease`` is the one rule about the operator itself: leader election among its replicas.
 """

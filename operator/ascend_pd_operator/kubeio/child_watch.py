@@ -15,8 +15,10 @@ failures. A re-list replaces what this watch knew: an object that vanished while
 was down is reported gone. Every change feeds the ``LiveCache`` and puts the owning
 PDDeployment on the work queue, as kopf's child handler did.
 
-``run(stop)`` is the whole long-lived loop: it returns once ``stop`` is set and may be
-started again after an exception (each start re-lists).
+``ListWatch`` owns one scope's requests and what each answer means; ``ChildWatch.run(stop)``
+is the whole long-lived loop around them: it returns once ``stop`` is set and may be
+started again after an exception (each start re-lists). What a watch knows of its objects,
+and what it reports when they change, is its ``ledger.Ledger``.
 """
 
 from __future__ import annotations
@@ -37,14 +39,13 @@ from ascend_pd_operator.api.vocabulary import (
     ROLES,
 )
 from ascend_pd_operator.decisions.status import launch_refusal
-from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.backoff import Streak
-from ascend_pd_operator.kubeio.kept import event_owner, slim_event
-from ascend_pd_operator.kubeio.kube import KubeError, Listing, wait_at_least
-from ascend_pd_operator.kubeio.live_cache import TOMBSTONE_KINDS, LiveCache
+from ascend_pd_operator.kubeio.errors import KubeError, wait_at_least
+from ascend_pd_operator.kubeio.kube import Listing
+from ascend_pd_operator.kubeio.ledger import EventLedger, Ledger, NodeLedger, Queue
+from ascend_pd_operator.kubeio.live_cache import LiveCache
 
 Json = dict[str, Any]
-Key = tuple[str, str]
 log = logging.getLogger(__name__)
 
 #: The server ends each watch after a random time in this range (client-go: 5 to 10 minutes),
@@ -103,10 +104,6 @@ class Transport(Protocol):
     ) -> Iterator[Json]: ...
 
 
-class Queue(Protocol):
-    def add(self, key: Key) -> None: ...
-
-
 class Heartbeat(Protocol):
     """A supervised unit as a watch sees it: it reports progress, and why it has none."""
 
@@ -123,8 +120,101 @@ class WatchError(Exception):
     """The watch stream reported an error other than 410 (an ERROR event)."""
 
 
-class ChildWatch:
-    """List and watch one kind in one namespace (None: all), feeding the cache and queue."""
+class ListWatch:
+    """The list and watch requests of one kind in one namespace (None: all), and what each
+    answer means: a list replaces what ``ledger`` knows, an event changes it, and the
+    resourceVersion to continue from follows both."""
+
+    def __init__(
+        self,
+        kind: str,
+        namespace: str | None,
+        transport: Transport,
+        ledger: Ledger,
+        timeout_range: tuple[int, int] = WATCH_TIMEOUT_RANGE,
+    ) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.selector = selector_for(kind)
+        #: A field selector the API server applies too ("" for none).
+        self.field_selector = ""
+        self.transport = transport
+        self.ledger = ledger
+        self.timeout_range = timeout_range
+        #: The resourceVersion to continue from: the last list's, event's or bookmark's.
+        self.resource_version = ""
+        #: Told of every successful list or event (the supervised unit's beat).
+        self.heartbeat: Heartbeat | None = None
+
+    @property
+    def name(self) -> str:
+        return f"watch {self.kind} in {self.namespace or 'all namespaces'}"
+
+    def _progress(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.beat()
+
+    def relist(self) -> None:
+        """List anew and replace what this watch knew: new, changed and vanished objects
+        are reported; unchanged ones are not."""
+        listing = self.transport.list(
+            self.kind, self.namespace, self.selector, field_selector=self.field_selector
+        )
+        self.ledger.replace(listing)
+        self.resource_version = listing.resource_version
+        self._progress()
+
+    def watch_once(self, stop: threading.Event) -> bool:
+        """One watch request from ``resource_version`` until the server ends it or ``stop``;
+        True when it delivered an event or lasted a while (the connection works)."""
+        timeout = random.randint(*self.timeout_range)
+        started = time.monotonic()
+        delivered = False
+        events = self.transport.watch(
+            self.kind, self.namespace, self.selector, self.resource_version, timeout,
+            field_selector=self.field_selector,
+        )  # fmt: skip
+        try:
+            for event in events:
+                self.handle(event)
+                delivered = True
+                if stop.is_set():
+                    break
+        except KubeError as exc:
+            if exc.status == 410:
+                raise Expired(str(exc)) from exc
+            raise
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()  # a generator left early releases its connection now
+        return delivered or time.monotonic() - started >= MIN_WATCH_SECONDS
+
+    def handle(self, event: Json) -> None:
+        """Apply one watch event; raise Expired (410) or WatchError for an ERROR event."""
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            message = f"{code} {obj.get('reason', '')}: {obj.get('message', '')}"
+            if code == 410:
+                raise Expired(message)
+            raise WatchError(message)
+        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if kind in ("ADDED", "MODIFIED"):
+            self.ledger.seen(obj)
+        elif kind == "DELETED":
+            self.ledger.deleted(obj)
+        elif kind != "BOOKMARK":  # a bookmark carries nothing but its resourceVersion
+            raise WatchError(f"unknown watch event type {kind!r}")
+        if version:
+            self.resource_version = version
+        self._progress()
+
+
+class ChildWatch(ListWatch):
+    """A ``ListWatch`` run for as long as the operator runs, as a supervised unit: list, then
+    watch until stopped, waiting ``backoff`` between failures."""
 
     def __init__(
         self,
@@ -135,30 +225,12 @@ class ChildWatch:
         cache: LiveCache | None = None,
         backoff: Streak | None = None,
         timeout_range: tuple[int, int] = WATCH_TIMEOUT_RANGE,
+        ledger: Ledger | None = None,
     ) -> None:
-        self.kind = kind
-        self.namespace = namespace
-        self.selector = selector_for(kind)
-        #: A field selector the API server applies too ("" for none).
-        self.field_selector = ""
-        self.keep = KEEP.get(kind)
-        self.transport = transport
-        self.queue = queue
-        self.cache = cache
+        ledger = ledger or Ledger(kind, queue, cache, KEEP.get(kind))
+        super().__init__(kind, namespace, transport, ledger, timeout_range)
         self.backoff = backoff or Streak()
-        self.timeout_range = timeout_range
-        #: The resourceVersion to continue from: the last list's, event's or bookmark's.
-        self.resource_version = ""
-        #: (namespace, name) -> (resourceVersion, owner) of every object this watch knows.
-        self.known: dict[Key, tuple[str, str]] = {}
-        #: Told of every successful list or event (the supervised unit's beat).
-        self.heartbeat: Heartbeat | None = None
 
-    @property
-    def name(self) -> str:
-        return f"watch {self.kind} in {self.namespace or 'all namespaces'}"
-
-    # --- the long-lived loop -----------------------------------------------------------
     def supervised(self, stop: threading.Event) -> Callable[[Heartbeat], None]:
         """The body of this watch's supervised unit: ``run`` reporting progress to it."""
 
@@ -167,10 +239,6 @@ class ChildWatch:
             self.run(stop)
 
         return body
-
-    def _progress(self) -> None:
-        if self.heartbeat is not None:
-            self.heartbeat.beat()
 
     def run(self, stop: threading.Event) -> None:
         """List, then watch until ``stop``; re-list after 410 and after every failure."""
@@ -205,132 +273,19 @@ class ChildWatch:
             if stop.wait(delay):
                 return
 
-    def watch_once(self, stop: threading.Event) -> bool:
-        """One watch request from ``resource_version`` until the server ends it or ``stop``;
-        True when it delivered an event or lasted a while (the connection works)."""
-        timeout = random.randint(*self.timeout_range)
-        started = time.monotonic()
-        delivered = False
-        events = self.transport.watch(
-            self.kind, self.namespace, self.selector, self.resource_version, timeout,
-            field_selector=self.field_selector,
-        )  # fmt: skip
-        try:
-            for event in events:
-                self.handle(event)
-                delivered = True
-                if stop.is_set():
-                    break
-        except KubeError as exc:
-            if exc.status == 410:
-                raise Expired(str(exc)) from exc
-            raise
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()  # a generator left early releases its connection now
-        return delivered or time.monotonic() - started >= MIN_WATCH_SECONDS
-
-    # --- pure bookkeeping (unit-tested with a fake transport) --------------------------
-    def relist(self) -> None:
-        """List anew and replace what this watch knew: new, changed and vanished objects
-        are reported; unchanged ones are not."""
-        listing = self.transport.list(
-            self.kind, self.namespace, self.selector, field_selector=self.field_selector
-        )
-        current: set[Key] = set()
-        for obj in listing:
-            current.add(_key(obj))
-            self._seen(obj)
-        for key in [k for k in self.known if k not in current]:
-            metrics.DEPLOYMENTS.child_gone(self.kind, *key)
-            self._gone(key)
-        self.resource_version = listing.resource_version
-        self._progress()
-
-    def handle(self, event: Json) -> None:
-        """Apply one watch event; raise Expired (410) or WatchError for an ERROR event."""
-        kind = event.get("type")
-        obj = event.get("object") or {}
-        if kind == "ERROR":
-            code = obj.get("code")
-            message = f"{code} {obj.get('reason', '')}: {obj.get('message', '')}"
-            if code == 410:
-                raise Expired(message)
-            raise WatchError(message)
-        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-        if kind in ("ADDED", "MODIFIED"):
-            self._seen(obj)
-        elif kind == "DELETED":
-            metrics.DEPLOYMENTS.child_gone(self.kind, *_key(obj))
-            if self.cache is not None and self.kind in TOMBSTONE_KINDS and _key(obj) in self.known:
-                self.cache.seen({**obj, "kind": self.kind})  # its last state, for the record
-            self._gone(_key(obj))
-        elif kind != "BOOKMARK":  # a bookmark carries nothing but its resourceVersion
-            raise WatchError(f"unknown watch event type {kind!r}")
-        if version:
-            self.resource_version = version
-        self._progress()
-
-    def _seen(self, obj: Json) -> None:
-        meta = obj["metadata"]
-        key = _key(obj)
-        version = str(meta.get("resourceVersion", ""))
-        owner = (meta.get("labels") or {}).get(LABEL_DEPLOYMENT, "")
-        metrics.DEPLOYMENTS.child_seen(self.kind, obj)  # every pod: restarts per instance
-        if self.known.get(key, ("", ""))[0] == version:
-            return  # a re-list of an unchanged object: nothing new
-        if self.keep is not None and not self.keep(obj):
-            if key in self.known:
-                self._gone(key)  # it was news and is no longer: forget it like a deletion
-            return
-        if self.cache is not None:
-            # List items carry no kind; the cache keys by it (and keeps what ``kept`` says).
-            self.cache.seen({**obj, "kind": self.kind})
-        if owner:
-            self.queue.add((key[0], owner))
-        # Recorded last: if reporting failed, the next list reports the object again.
-        self.known[key] = (version, owner)
-
-    def _gone(self, key: Key) -> None:
-        _, owner = self.known.get(key, ("", ""))
-        if self.cache is not None:
-            self.cache.gone(self.kind, *key)
-        if owner:
-            self.queue.add((key[0], owner))
-        self.known.pop(key, None)
-
 
 class NodeWatch(ChildWatch):
-    """Nodes, cluster-wide: when one's Ready condition or out-of-service taint changes,
-    every PDDeployment with a pod on it is reconciled (its group recovery reads them). A
-    heartbeat that changes nothing else queues nothing."""
+    """Nodes, cluster-wide, reported by a ``NodeLedger``: a change that group recovery
+    reads reconciles every PDDeployment with a pod on the node."""
 
     def __init__(self, transport: Transport, queue: Queue, cache: LiveCache) -> None:
-        super().__init__("Node", None, transport, queue, cache)
-        self.node_cache = cache
-
-    def _seen(self, obj: Json) -> None:
-        name = str(obj["metadata"]["name"])
-        before = self.node_cache.listed_one("Node", "", name)
-        super()._seen(obj)
-        after = self.node_cache.listed_one("Node", "", name)
-        if before is None or after is None or _facts(before) != _facts(after):
-            self._queue_owners(name)
-
-    def _gone(self, key: Key) -> None:
-        super()._gone(key)
-        self._queue_owners(key[1])
-
-    def _queue_owners(self, node: str) -> None:
-        for namespace, owner in self.node_cache.owners_on_node(node):
-            self.queue.add((namespace, owner))
+        super().__init__("Node", None, transport, queue, cache, ledger=NodeLedger(queue, cache))
 
 
 class EventWatch(ChildWatch):
     """The StatefulSet controller's FailedCreate Events in one namespace (None: all), as the
     API server selects them (``EVENT_FIELD_SELECTOR``; Events carry no labels). Each one
-    of an instance of ours is kept slim (``slim_event``) and reconciles its PDDeployment,
+    of an instance of ours is kept slim (``EventLedger``) and reconciles its PDDeployment,
     whose status then names why the instance has no pods. The controller repeats a refused
     create with backoff, counting into the same Event, and Events expire after an hour
     (the API server's ``--event-ttl``), so what is kept stays small."""
@@ -338,27 +293,11 @@ class EventWatch(ChildWatch):
     def __init__(
         self, namespace: str | None, transport: Transport, queue: Queue, cache: LiveCache
     ) -> None:
-        super().__init__("Event", namespace, transport, queue, cache)
+        super().__init__(
+            "Event", namespace, transport, queue, cache, ledger=EventLedger(queue, cache)
+        )
         self.selector = ""
         self.field_selector = EVENT_FIELD_SELECTOR
-
-    def _seen(self, obj: Json) -> None:
-        if not event_owner(obj):
-            key = _key(obj)
-            if key in self.known:
-                self._gone(key)
-            return
-        super()._seen(slim_event(obj))
-
-
-def _facts(node: Json) -> Json:
-    """What group recovery reads of a (slim) node: all of it but its resourceVersion."""
-    return {k: v for k, v in node.items() if k != "metadata"}
-
-
-def _key(obj: Json) -> Key:
-    meta = obj["metadata"]
-    return (str(meta.get("namespace", "")), str(meta["name"]))
 
 
 def child_watches(

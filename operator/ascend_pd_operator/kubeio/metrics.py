@@ -7,16 +7,14 @@ docs/operator.md have one place to agree with. ``serve`` exposes ``REGISTRY`` on
 port with prometheus_client (never a hand-written exposition format).
 
 Per-PDDeployment series are produced at scrape time by ``DeploymentCollector`` from
-what the reconciles and the child watches last reported, so a deleted PDDeployment's
-series vanish with it and label cardinality stays bounded by the PDDeployments and
-their instances that exist now.
+what the reconciles and the child watches last reported (``deployment_reports``), so a
+deleted PDDeployment's series vanish with it and label cardinality stays bounded by the
+PDDeployments and their instances that exist now.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import (
@@ -31,7 +29,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, LABEL_INSTANCE, LABEL_ROLE, ROLES
+from ascend_pd_operator.api.vocabulary import ROLES
+from ascend_pd_operator.kubeio.deployment_reports import Deployment, DeploymentReports, Instance
 
 Json = dict[str, Any]
 
@@ -157,190 +156,84 @@ def _resource_path(url: str) -> tuple[str, bool]:
 
 
 # --- per PDDeployment -----------------------------------------------------------------------
-@dataclass
-class Instance:
-    """One instance's StatefulSet as the watch last reported it, and its pods' restarts."""
-
-    deployment: str
-    role: str
-    ready: bool = False
-    updated: bool = True
-    pod_restarts: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class Deployment:
-    """What the last reconcile of one PDDeployment computed, and its spec's SGLang."""
-
-    status: Json = field(default_factory=dict)
-    sglang_version: str = ""
-
-
-def statefulset_updated(sts: Json) -> bool:
-    """Every pod of the StatefulSet runs its current template (no rollout under way)."""
-    spec, status = sts.get("spec") or {}, sts.get("status") or {}
-    meta = sts.get("metadata") or {}
-    want = int(spec.get("replicas", 1) or 0)
-    if int(status.get("observedGeneration", 0) or 0) < int(meta.get("generation", 0) or 0):
-        return False
-    update = status.get("updateRevision")
-    if update and status.get("currentRevision") != update:
-        return False
-    return int(status.get("updatedReplicas", want) or 0) >= want
-
-
-def pod_restarts(pod: Json) -> int:
-    containers = (pod.get("status") or {}).get("containerStatuses") or []
-    return sum(int(c.get("restartCount", 0) or 0) for c in containers)
-
-
-class DeploymentCollector(Collector):
-    """The per-PDDeployment gauges, built from the latest reports at every scrape."""
+class DeploymentFamilies:
+    """The per-PDDeployment metric families of one scrape, filled one PDDeployment at a time."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._deployments: dict[tuple[str, str], Deployment] = {}
-        #: (namespace, instance StatefulSet name) -> Instance
-        self._instances: dict[tuple[str, str], Instance] = {}
-        #: (namespace, pod name) -> instance key, to forget a deleted pod
-        self._pods: dict[tuple[str, str], tuple[str, str]] = {}
-
-    # --- fed by the worker, the PDDeployment watch and the child watches ----------------
-    def deployment_status(self, namespace: str, name: str, status: Json | None) -> None:
-        """The status a reconcile computed; None: the PDDeployment is gone."""
-        with self._lock:
-            if status is None:
-                self._forget_locked(namespace, name)
-            else:
-                self._deployments.setdefault((namespace, name), Deployment()).status = status
-
-    def deployment_spec(self, namespace: str, name: str, spec: Json | None) -> None:
-        """The spec kopf's watch reported; None: the PDDeployment was deleted."""
-        with self._lock:
-            if spec is None:
-                self._forget_locked(namespace, name)
-                return
-            version = str(((spec.get("runtime") or {}).get("sglangVersion")) or "")
-            self._deployments.setdefault((namespace, name), Deployment()).sglang_version = version
-
-    def child_seen(self, kind: str, obj: Json) -> None:
-        meta = obj.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        role = labels.get(LABEL_ROLE)
-        if role not in ROLES or LABEL_DEPLOYMENT not in labels:
-            return
-        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        if kind == "StatefulSet":
-            with self._lock:
-                inst = self._instances.setdefault(
-                    (namespace, name), Instance(labels[LABEL_DEPLOYMENT], role)
-                )
-                inst.ready = _instance_ready(obj)
-                inst.updated = statefulset_updated(obj)
-        elif kind == "Pod" and LABEL_INSTANCE in labels:
-            sts = f"{labels[LABEL_DEPLOYMENT]}-{role}-{labels[LABEL_INSTANCE]}"
-            with self._lock:
-                inst = self._instances.setdefault(
-                    (namespace, sts), Instance(labels[LABEL_DEPLOYMENT], role)
-                )
-                inst.pod_restarts[name] = pod_restarts(obj)
-                self._pods[(namespace, name)] = (namespace, sts)
-
-    def child_gone(self, kind: str, namespace: str, name: str) -> None:
-        with self._lock:
-            if kind == "StatefulSet":
-                self._instances.pop((namespace, name), None)
-                self._pods = {p: i for p, i in self._pods.items() if i != (namespace, name)}
-            elif kind == "Pod":
-                key = self._pods.pop((namespace, name), None)
-                inst = self._instances.get(key) if key else None
-                if inst is not None:
-                    inst.pod_restarts.pop(name, None)
-
-    def _forget_locked(self, namespace: str, name: str) -> None:
-        self._deployments.pop((namespace, name), None)
-        mine = [k for k, i in self._instances.items() if k[0] == namespace and i.deployment == name]
-        for key in mine:
-            self._instances.pop(key, None)
-        self._pods = {p: i for p, i in self._pods.items() if i not in mine}
-
-    def forget_all(self) -> None:
-        with self._lock:
-            self._deployments.clear()
-            self._instances.clear()
-            self._pods.clear()
-
-    # --- scrape ---------------------------------------------------------------------------
-    def collect(self) -> Iterator[Metric]:
         labels = ["namespace", "pddeployment"]
-        desired = GaugeMetricFamily(
+        self.desired = GaugeMetricFamily(
             "ascend_pd_instances_desired", "Instances the spec asks for, per role.",
             labels=[*labels, "role"])  # fmt: skip
-        ready = GaugeMetricFamily(
+        self.ready = GaugeMetricFamily(
             "ascend_pd_instances_ready", "Instances with every pod ready, per role.",
             labels=[*labels, "role"])  # fmt: skip
-        updated = GaugeMetricFamily(
+        self.updated = GaugeMetricFamily(
             "ascend_pd_instances_updated",
             "Instances whose StatefulSet runs its current template, per role.",
             labels=[*labels, "role"])  # fmt: skip
-        restarts = GaugeMetricFamily(
+        self.restarts = GaugeMetricFamily(
             "ascend_pd_instance_restarts",
             "Container restarts summed over the instance's current pods.",
             labels=[*labels, "role", "instance"])  # fmt: skip
-        rollout = GaugeMetricFamily(
+        self.rollout = GaugeMetricFamily(
             "ascend_pd_rollout_in_progress",
             "1 while some instance's StatefulSet is not at its update revision.",
             labels=labels)  # fmt: skip
-        compatible = GaugeMetricFamily(
+        self.compatible = GaugeMetricFamily(
             "ascend_pd_kv_layout_compatible",
             "1 when the prefill and decode KV layouts are compatible (KVLayoutCompatible).",
             labels=labels)  # fmt: skip
-        info = InfoMetricFamily(
+        self.info = InfoMetricFamily(
             "ascend_pd_deployment",
             "The KV layout and SGLang of a PDDeployment.",
             labels=labels)  # fmt: skip
-        with self._lock:
-            deployments = {k: Deployment(dict(v.status), v.sglang_version)
-                           for k, v in self._deployments.items()}  # fmt: skip
-            instances = {k: Instance(v.deployment, v.role, v.ready, v.updated, dict(v.pod_restarts))
-                         for k, v in self._instances.items()}  # fmt: skip
+
+    def __iter__(self) -> Iterator[Metric]:
+        yield from (self.desired, self.ready, self.updated, self.restarts, self.rollout,
+                    self.compatible, self.info)  # fmt: skip
+
+    def add(self, namespace: str, name: str, dep: Deployment, mine: dict[str, Instance]) -> None:
+        """One PDDeployment's series: ``dep`` as reported, ``mine`` its instances by name."""
+        status = dep.status
+        for role in ROLES:
+            role_status = status.get(role) or {}
+            want = int(role_status.get("replicas", 0) or 0)
+            self.desired.add_metric([namespace, name, role], want)
+            self.ready.add_metric([namespace, name, role],
+                                  int(role_status.get("readyReplicas", 0) or 0))  # fmt: skip
+            of_role = [(n, i) for n, i in mine.items() if i.role == role]
+            self.updated.add_metric([namespace, name, role], sum(i.updated for _, i in of_role))
+            for sts, inst in sorted(of_role):
+                self.restarts.add_metric([namespace, name, role, sts],
+                                         sum(inst.pod_restarts.values()))  # fmt: skip
+        self.rollout.add_metric([namespace, name], int(any(not i.updated for i in mine.values())))
+        cond: Json = next((c for c in status.get("conditions") or []
+                     if c.get("type") == "KVLayoutCompatible"), {})  # fmt: skip
+        self.compatible.add_metric([namespace, name], int(cond.get("status") == "True"))
+        layout = status.get("kvLayout") or {}
+        self.info.add_metric(
+            [namespace, name],
+            {
+                "fingerprint": str(layout.get("fingerprint", "")),
+                "total_kv_layers": str(layout.get("totalKvLayers", "")),
+                "kv_buf_groups": str(layout.get("kvBufGroups", "")),
+                "prefill_pp": str(len(layout.get("prefillStages") or []) or ""),
+                "sglang_version": dep.sglang_version,
+            },
+        )
+
+
+class DeploymentCollector(DeploymentReports, Collector):
+    """The per-PDDeployment gauges, built from the latest reports at every scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        deployments, instances = self.snapshot()
+        families = DeploymentFamilies()
         for (namespace, name), dep in sorted(deployments.items()):
-            status = dep.status
             mine = {k[1]: v for k, v in instances.items()
                     if k[0] == namespace and v.deployment == name}  # fmt: skip
-            for role in ROLES:
-                role_status = status.get(role) or {}
-                want = int(role_status.get("replicas", 0) or 0)
-                desired.add_metric([namespace, name, role], want)
-                ready.add_metric([namespace, name, role],
-                                 int(role_status.get("readyReplicas", 0) or 0))  # fmt: skip
-                of_role = [(n, i) for n, i in mine.items() if i.role == role]
-                updated.add_metric([namespace, name, role], sum(i.updated for _, i in of_role))
-                for sts, inst in sorted(of_role):
-                    restarts.add_metric([namespace, name, role, sts],
-                                        sum(inst.pod_restarts.values()))  # fmt: skip
-            rollout.add_metric([namespace, name], int(any(not i.updated for i in mine.values())))
-            cond: Json = next((c for c in status.get("conditions") or []
-                         if c.get("type") == "KVLayoutCompatible"), {})  # fmt: skip
-            compatible.add_metric([namespace, name], int(cond.get("status") == "True"))
-            layout = status.get("kvLayout") or {}
-            info.add_metric(
-                [namespace, name],
-                {
-                    "fingerprint": str(layout.get("fingerprint", "")),
-                    "total_kv_layers": str(layout.get("totalKvLayers", "")),
-                    "kv_buf_groups": str(layout.get("kvBufGroups", "")),
-                    "prefill_pp": str(len(layout.get("prefillStages") or []) or ""),
-                    "sglang_version": dep.sglang_version,
-                },
-            )
-        yield from (desired, ready, updated, restarts, rollout, compatible, info)
-
-
-def _instance_ready(sts: Json) -> bool:
-    from ascend_pd_operator.decisions.status import instance_ready
-
-    return instance_ready(sts)
+            families.add(namespace, name, dep, mine)
+        yield from families
 
 
 DEPLOYMENTS = DeploymentCollector()

@@ -50,10 +50,11 @@ from ascend_pd_operator.decisions.planner import (
 )
 from ascend_pd_operator.decisions.recovery import DEFAULT_POLICY, RecoveryPolicy
 from ascend_pd_operator.decisions.status import merge_patch, status_changed
+from ascend_pd_operator.kubeio.apply_records import digest
 from ascend_pd_operator.kubeio.child_watch import EVENT_FIELD_SELECTOR
 from ascend_pd_operator.kubeio.kept import event_owner, slim_event
 from ascend_pd_operator.kubeio.kube import Kube, KubeError, NotFound, is_transient
-from ascend_pd_operator.kubeio.live_cache import LiveCache, digest
+from ascend_pd_operator.kubeio.live_cache import LiveCache
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]

@@ -307,7 +307,7 @@ def test_an_object_whose_report_failed_is_reported_by_the_next_list() -> None:
                 raise RuntimeError("queue unavailable")
             puts.append(key)
 
-    watch.queue = FlakyQueue()
+    watch.ledger.queue = FlakyQueue()
     watch.run(stop)
     assert puts == [("failed", ""), ("ns", "dsv3")]
     assert stop.waits == [0.5]

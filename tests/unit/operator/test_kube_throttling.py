@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_operator.kubeio import kube as kube_module
-from ascend_pd_operator.kubeio.kube import KubeError, retry_after
+from ascend_pd_operator.kubeio import sender, wire
+from ascend_pd_operator.kubeio.errors import KubeError, wait_at_least
+from ascend_pd_operator.kubeio.sender import retry_after
 from tests.json_server import serving
 from tests.unit.operator.local_api import local_kube as _kube
 
@@ -16,7 +17,7 @@ from tests.unit.operator.local_api import local_kube as _kube
 def test_retry_after_rule() -> None:
     assert retry_after(429, "2") == 2.0
     assert retry_after(503, "1") == 1.0
-    assert retry_after(429, "600") == kube_module.MAX_RETRY_AFTER_SECONDS
+    assert retry_after(429, "600") == sender.MAX_RETRY_AFTER_SECONDS
     assert retry_after(429, None) is None  # no header: the caller's own retry decides
     assert retry_after(500, "1") is None
     assert retry_after(409, "1") is None
@@ -46,7 +47,7 @@ def test_throttled_apply_waits_retry_after_then_succeeds(
 ) -> None:
     url, seen, _ = throttling_server
     slept: list[float] = []
-    monkeypatch.setattr(kube_module.time, "sleep", slept.append)
+    monkeypatch.setattr(sender.time, "sleep", slept.append)
     manifest = {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "x", "namespace": "ns"}}  # fmt: skip
     assert _kube(url).apply(manifest)["metadata"]["name"] == "x"
@@ -59,14 +60,14 @@ def test_gives_up_after_the_attempts(
 ) -> None:
     url, seen, plan = throttling_server
     plan[0] = 100
-    monkeypatch.setattr(kube_module.time, "sleep", lambda _: None)
+    monkeypatch.setattr(sender.time, "sleep", lambda _: None)
     manifest = {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "x", "namespace": "ns"}}  # fmt: skip
     with pytest.raises(KubeError) as raised:
         _kube(url).apply(manifest)
     assert raised.value.status == 429
     # (urllib3 retries throttled GETs on its own, never PATCH or POST: those are ours)
-    assert seen == ["PATCH"] * kube_module.THROTTLE_ATTEMPTS
+    assert seen == ["PATCH"] * sender.THROTTLE_ATTEMPTS
 
 
 def test_a_get_still_throttled_hands_retry_after_to_whoever_retries(
@@ -77,20 +78,20 @@ def test_a_get_still_throttled_hands_retry_after_to_whoever_retries(
     url, seen, plan = throttling_server
     plan[0] = 100
     slept: list[float] = []
-    monkeypatch.setattr(kube_module.time, "sleep", slept.append)
+    monkeypatch.setattr(sender.time, "sleep", slept.append)
     with pytest.raises(KubeError) as raised:
         _kube(url).get("ConfigMap", "ns", "x")
     assert raised.value.status == 429
     assert raised.value.retry_after == 1.0
-    assert kube_module.wait_at_least(raised.value) == 1.0
-    assert seen == ["GET"] * kube_module.THROTTLE_ATTEMPTS
-    assert slept == [1.0] * (kube_module.THROTTLE_ATTEMPTS - 1)
+    assert wait_at_least(raised.value) == 1.0
+    assert seen == ["GET"] * sender.THROTTLE_ATTEMPTS
+    assert slept == [1.0] * (sender.THROTTLE_ATTEMPTS - 1)
 
 
 def test_load_config_clients_leave_throttling_to_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kube_module.config, "load_incluster_config", lambda: None)
-    api_client = kube_module.load_config()
-    watches = kube_module.watch_client(api_client, 3)
+    monkeypatch.setattr(wire.config, "load_incluster_config", lambda: None)
+    api_client = wire.load_config()
+    watches = wire.watch_client(api_client, 3)
     for each in (api_client, watches):
         assert each.configuration.retries.respect_retry_after_header is False
     # two parts of the operator that may send the same request say who they are
@@ -126,7 +127,7 @@ def test_two_callers_of_a_throttled_version_ask_once_within_retry_after(
         body = {"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "later"}
         return 429, {"Retry-After": "30"}, body
 
-    monkeypatch.setattr(kube_module, "THROTTLE_ATTEMPTS", 1)
+    monkeypatch.setattr(sender, "THROTTLE_ATTEMPTS", 1)
     with serving(answer) as url:
         kube = _kube(url)
         failures: list[KubeError] = []

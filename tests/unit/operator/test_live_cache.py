@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ascend_pd_operator.kubeio.live_cache import LiveCache, digest, needs_apply
+from ascend_pd_operator.kubeio.apply_records import digest, needs_apply
+from ascend_pd_operator.kubeio.live_cache import LiveCache
 
 
 def manifest(replicas: int = 2) -> dict[str, Any]:

@@ -85,10 +85,10 @@ def _kube(url: str) -> Kube:
 def test_kube_requests_counted_by_verb_kind_and_code(
     throttling_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ascend_pd_operator.kubeio import kube as kube_module
+    from ascend_pd_operator.kubeio import sender
 
     url = throttling_server
-    monkeypatch.setattr(kube_module.time, "sleep", lambda _: None)
+    monkeypatch.setattr(sender.time, "sleep", lambda _: None)
     before = {code: value("ascend_pd_operator_api_requests_total", verb="apply",
                           kind="ConfigMap", code=code) for code in ("429", "200")}  # fmt: skip
     applies = value("ascend_pd_operator_applies_total", kind="ConfigMap")

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from ascend_pd_operator.api import models
-from ascend_pd_operator.kubeio.live_cache import LiveCache, only_status_changed
+from ascend_pd_operator.kubeio.apply_records import only_status_changed
+from ascend_pd_operator.kubeio.live_cache import LiveCache
 from ascend_pd_operator.wiring.handlers import WATCHED_CHILDREN
 from ascend_pd_operator.wiring.reconciler import Reconciler
 from reliability.specs import merged

@@ -3,7 +3,8 @@ import time
 
 import pytest
 
-from ascend_pd_operator.kubeio.leader import ACTING_SHARE, LeaderElector, LeaseView, decide
+from ascend_pd_operator.decisions.lease import ACTING_SHARE, LeaseView, decide
+from ascend_pd_operator.kubeio.leader import LeaderElector
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
