@@ -40,11 +40,10 @@ module never looks at the other role.
 
 **Reading one leader's samples.** SGLang labels each scheduler gauge with ``model_name``,
 ``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank`` and, under DP attention,
-``dp_rank``; with priority scheduling the total is the series with ``priority=""`` and the
-others are per-priority breakdowns (skipped). The series of one DP rank describe one
-scheduler (other ranks of it repeat it), so they count once, with their largest value; DP
-ranks have their own queues and KV pools, so queues are summed over them and usage is
-averaged. A multi-node instance's leader serves only its own node's schedulers: for
+``dp_rank``. The series of one DP rank describe one scheduler, so they count once, with
+their largest value: with priority scheduling that is the total (``priority=""``), never
+one of its per-priority parts. DP ranks have their own queues and KV pools, so queues are
+summed over them and usage is averaged. A multi-node instance's leader serves only its own node's schedulers: for
 instances spanning nodes under DP attention the queues are the leader's share.
 
 **Latency.** The histograms are cumulative since the server started, so the quantile is
@@ -267,10 +266,7 @@ def gauge(samples: Samples, name: str, combine: Literal["sum", "mean"]) -> float
     for (sample, labels), value in samples.items():
         if sample != name:
             continue
-        tags = dict(labels)
-        if tags.get("priority"):
-            continue  # a per-priority breakdown of the total
-        rank = tags.get("dp_rank")
+        rank = dict(labels).get("dp_rank")
         by_rank[rank] = max(value, by_rank.get(rank, value))
     if not by_rank:
         return None
@@ -333,8 +329,12 @@ def _pool(deltas: Iterable[Mapping[float, float]]) -> dict[float, float]:
 
 
 # --- the rule ----------------------------------------------------------------------------------
+def _in_band(ratio: float, tolerance: float) -> bool:
+    return abs(ratio - 1.0) <= tolerance + _EPSILON  # 4.4 / 4.0 is 1.1000000000000001
+
+
 def _recommend(ratio: float, ready: int, current: int, tolerance: float) -> int:
-    if abs(ratio - 1.0) <= tolerance:
+    if _in_band(ratio, tolerance):
         return current
     return max(0, math.ceil(ready * ratio - _EPSILON))
 
@@ -505,7 +505,7 @@ def decide(
             f"; transfer queue {metrics['transfer_queue']:.1f}/instance is a prefill/link symptom"
         )
     if recommendation == current:
-        if abs(metrics[top] / targets[top] - 1.0) <= policy.tolerance:
+        if _in_band(metrics[top] / targets[top], policy.tolerance):
             said = f"within {policy.tolerance:.0%} of target {target_text}"
         else:
             said = f"vs target {target_text} needs {current}"
