@@ -15,7 +15,8 @@ averaged per instance:
   quantile from ``sglang:inter_token_latency_seconds`` against ``itl_target_seconds``.
 
 ``sglang:num_decode_transfer_queue_reqs`` (KV on its way from prefill) and
-``sglang:num_prefill_bootstrap_queue_reqs`` are read and reported, never acted on: a
+``sglang:num_prefill_bootstrap_queue_reqs`` (``num_prefill_prealloc_queue_reqs`` before
+SGLang 0.5.12: ``SIGNAL_METRICS``) are read and reported, never acted on: a
 transfer queue that grows while decode has KV room is a prefill or link symptom, and more
 decode instances would only wait longer.
 
@@ -30,8 +31,9 @@ largest of its signals'. Then:
   of more than ``GAP_INTERVALS`` intervals between observations starts the window over;
 - hold while an instance of the role starts or drains, while the instances that exist are
   not the count asked for (the workloads have not caught up), when no instance is Ready,
-  or when a Ready leader's metrics are missing (its scrape failed, or a gauge every
-  supported SGLang release defines is absent);
+  or when a Ready leader's metrics are missing (its scrape failed, or a gauge that drives
+  the role is absent under all its names: SGLang sets its gauges within 30 s of starting,
+  busy or idle);
 - always within ``[min_replicas, max_replicas]``: a count outside is moved to the bound at
   once, hold or not (an HPA's ``minReplicas`` does the same without metrics).
 
@@ -43,7 +45,8 @@ module never looks at the other role.
 ``dp_rank``. The series of one DP rank describe one scheduler, so they count once, with
 their largest value: with priority scheduling that is the total (``priority=""``), never
 one of its per-priority parts. DP ranks have their own queues and KV pools, so queues are
-summed over them and usage is averaged. A multi-node instance's leader serves only its own node's schedulers: for
+summed over them and usage is averaged. A multi-node instance's leader serves only its own
+node's schedulers: for
 instances spanning nodes under DP attention the queues are the leader's share.
 
 **Latency.** The histograms are cumulative since the server started, so the quantile is
@@ -70,28 +73,35 @@ Samples = Mapping[tuple[str, Labels], float]
 # --- the SGLang metrics the planner reads ----------------------------------------------------
 QUEUE = "sglang:num_queue_reqs"
 BOOTSTRAP_QUEUE = "sglang:num_prefill_bootstrap_queue_reqs"
+#: The prefill bootstrap queue's gauge before SGLang 0.5.12 (the same queue).
+BOOTSTRAP_QUEUE_BEFORE_0_5_12 = "sglang:num_prefill_prealloc_queue_reqs"
 TTFT = "sglang:time_to_first_token_seconds"
 TOKEN_USAGE = "sglang:token_usage"
 PREALLOC_QUEUE = "sglang:num_decode_prealloc_queue_reqs"
 TRANSFER_QUEUE = "sglang:num_decode_transfer_queue_reqs"
 ITL = "sglang:inter_token_latency_seconds"
 
-#: Every SGLang metric family the planner reads, with its Prometheus type. The SGLang tier
-#: (tests/sglang/test_dashboard_metrics_sglang.py) checks each against every supported
-#: release's wheel: defined, with this type.
-METRICS_READ: Mapping[str, str] = {
-    QUEUE: "gauge",
-    BOOTSTRAP_QUEUE: "gauge",
-    TTFT: "histogram",
-    TOKEN_USAGE: "gauge",
-    PREALLOC_QUEUE: "gauge",
-    TRANSFER_QUEUE: "gauge",
-    ITL: "histogram",
+#: Each value the planner reads (the keys of ``RoleDecision.metrics``) -> the SGLang metric
+#: names it is read under, in order: the first one a leader exposes counts, so a name some
+#: release lacks is only an alternative. The SGLang tier
+#: (tests/sglang/test_dashboard_metrics_sglang.py) checks against every supported release's
+#: wheel that each value has one of its names there, and says which release lacks which name.
+SIGNAL_METRICS: Mapping[str, tuple[str, ...]] = {
+    "queue": (QUEUE,),
+    "bootstrap_queue": (BOOTSTRAP_QUEUE, BOOTSTRAP_QUEUE_BEFORE_0_5_12),
+    "ttft_seconds": (TTFT,),
+    "token_usage": (TOKEN_USAGE,),
+    "prealloc_queue": (PREALLOC_QUEUE,),
+    "transfer_queue": (TRANSFER_QUEUE,),
+    "itl_seconds": (ITL,),
 }
-#: The ones some supported release lacks (the SGLang tier says which, and fails if a name
-#: here is in every release or one outside is not): their absence is never "missing".
-#: The prefill bootstrap queue gauge arrived in 0.5.12.
-METRICS_OPTIONAL = frozenset({BOOTSTRAP_QUEUE})
+#: Every SGLang metric family the planner reads, with the Prometheus type it reads it as
+#: (the tier checks the type too); the scraper keeps only these.
+METRICS_READ: Mapping[str, str] = {
+    name: "histogram" if key.endswith("_seconds") else "gauge"
+    for key, names in SIGNAL_METRICS.items()
+    for name in names
+}
 
 #: Observations further apart than this many intervals start the scale-down window over:
 #: the planner did not watch the load in between.
@@ -222,24 +232,22 @@ class RoleDecision:
 
 
 @dataclass(frozen=True)
-class _Signal:
+class _Gauge:
     key: str
-    metric: str
     #: How DP ranks combine: queues add up, usage shares average.
     combine: Literal["sum", "mean"]
-    #: The phrase in a reason, e.g. "prefill queue 12.0/instance".
+    #: The phrase in a reason, e.g. "prefill queue" (12.0/instance).
     label: str
-    per_instance: bool
 
 
 _PREFILL_GAUGES = (
-    _Signal("queue", QUEUE, "sum", "prefill queue", True),
-    _Signal("bootstrap_queue", BOOTSTRAP_QUEUE, "sum", "prefill bootstrap queue", True),
+    _Gauge("queue", "sum", "prefill queue"),
+    _Gauge("bootstrap_queue", "sum", "prefill bootstrap queue"),
 )
 _DECODE_GAUGES = (
-    _Signal("token_usage", TOKEN_USAGE, "mean", "decode token usage", False),
-    _Signal("prealloc_queue", PREALLOC_QUEUE, "sum", "decode prealloc queue", True),
-    _Signal("transfer_queue", TRANSFER_QUEUE, "sum", "decode transfer queue", True),
+    _Gauge("token_usage", "mean", "decode token usage"),
+    _Gauge("prealloc_queue", "sum", "decode prealloc queue"),
+    _Gauge("transfer_queue", "sum", "decode transfer queue"),
 )
 
 
@@ -438,11 +446,15 @@ def decide(
         if leader.samples is None:
             return hold(f"hold: metrics missing from {leader.instance}")
         for g in gauges:
-            value = gauge(leader.samples, g.metric, g.combine)
+            names = SIGNAL_METRICS[g.key]
+            value = next(
+                (v for n in names if (v := gauge(leader.samples, n, g.combine)) is not None),
+                None,
+            )
             if value is None:
-                if g.metric in METRICS_OPTIONAL or g.key not in targets:
-                    continue
-                return hold(f"hold: {g.metric} missing from {leader.instance}")
+                if g.key not in targets:
+                    continue  # only reported
+                return hold(f"hold: {names[0]} missing from {leader.instance}")
             values[g.key].append(value)
     for key, found in values.items():
         if found:

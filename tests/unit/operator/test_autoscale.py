@@ -70,9 +70,10 @@ def test_one_leaders_gauges_as_sglang_exposes_them() -> None:
     assert a.gauge(dp, a.TOKEN_USAGE, "mean") == pytest.approx(0.7)
     assert a.gauge(dp, a.PREALLOC_QUEUE, "sum") == 4.0
     assert a.gauge(dp, a.TRANSFER_QUEUE, "sum") == 2.0
-    # 0.5.10 has no bootstrap queue gauge
-    old = samples("prefill-0.5.10.prom", queue=1)
+    # 0.5.10 names the bootstrap queue's gauge as it was before 0.5.12
+    old = samples("prefill-0.5.10.prom", queue=1, bootstrap_queue=3)
     assert a.gauge(old, a.BOOTSTRAP_QUEUE, "sum") is None
+    assert a.gauge(old, a.BOOTSTRAP_QUEUE_BEFORE_0_5_12, "sum") == 3.0
 
 
 def test_quantile_as_promql_interpolates() -> None:
@@ -228,10 +229,14 @@ def test_holds_while_instances_start_drain_are_missing_or_lack_metrics() -> None
     lacking = {k: v for k, v in full.items() if k[0] != a.TOKEN_USAGE}
     d = decide(POLICY, observe("decode", 1, [Leader("decode-0", lacking)]), None, now=0)
     assert d.reason == "hold: sglang:token_usage missing from decode-0"
-    # one only some releases define (0.5.10 has no bootstrap queue) is not: 8 / 4 = 2 -> 2
-    old = Leader("prefill-0", samples("prefill-0.5.10.prom", queue=8))
+    # a release's own name of a value counts: 0.5.10's bootstrap queue; 8 / 4 = 2 -> 2
+    old = Leader("prefill-0", samples("prefill-0.5.10.prom", queue=8, bootstrap_queue=3))
     d = decide(POLICY, observe("prefill", 1, [old]), None, now=0)
-    assert (d.replicas, d.action) == (2, "up")
+    assert (d.replicas, d.action, d.metrics["bootstrap_queue"]) == (2, "up", 3.0)
+    # a value only reported, not driving, is never missing: no bootstrap queue at all
+    bare = {k: v for k, v in (old.samples or {}).items() if "prealloc" not in k[0]}
+    d = decide(POLICY, observe("prefill", 1, [Leader("prefill-0", bare)]), None, now=0)
+    assert (d.replicas, d.action) == (2, "up") and "bootstrap_queue" not in d.metrics
     # a failed instance is no capacity and no reason to hold: 1 Ready at 12 / 4 -> ceil(3)
     d = decide(POLICY, observe("prefill", 2, [prefill(0, 12)], unready=("prefill-1",)), None, now=0)
     assert (d.replicas, d.recommendation) == (3, 3)
@@ -306,4 +311,4 @@ def test_names_read_are_sglangs() -> None:
     text = "".join(p.read_text() for p in FIXTURES.glob("*.prom"))
     for name, kind in a.METRICS_READ.items():
         assert f"# TYPE {name} {kind}\n" in text, name
-    assert a.METRICS_READ.keys() >= a.METRICS_OPTIONAL
+    assert {n for names in a.SIGNAL_METRICS.values() for n in names} == a.METRICS_READ.keys()
