@@ -413,8 +413,8 @@ def decide(
             replace(run, buckets=kept),
         )
 
-    def hold(reason: str, recommendation: int | None = None) -> RoleDecision:
-        return answer(current, "hold", reason, recommendation, RoleState(current, None, now))
+    def hold(reason: str) -> RoleDecision:  # before the load was read: the window restarts
+        return answer(current, "hold", reason, None, RoleState(current, None, now))
 
     # The bounds rule before anything else: it needs no metrics.
     if current < lo or current > hi:
