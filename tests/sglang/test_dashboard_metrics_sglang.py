@@ -1,6 +1,7 @@
-"""Every SGLang metric the chart's dashboard queries, and every one its alert rules read, is
-one the real SGLang defines, in every supported release (0.5.10–0.5.23, the wheels from
-PyPI the harness caches).
+"""Every SGLang metric the chart's dashboard queries, every one its alert rules read and
+every value the built-in planner reads (``decisions.autoscale.SIGNAL_METRICS``) is one the
+real SGLang defines, in every supported release (0.5.10–0.5.23, the wheels from PyPI the
+harness caches).
 
 The names are read from each wheel's own source: every ``Gauge``/``Counter``/``Histogram``/
 ``Summary`` constructed with a literal ``sglang:`` name (prometheus_client's classes, as
@@ -12,6 +13,7 @@ each release lacks are reported in the tier's summary.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import zipfile
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 import sglang_harness as harness
 
+from ascend_pd_operator.decisions.autoscale import METRICS_READ, SIGNAL_METRICS
 from ascend_pd_runtime.layout import supported_sglang_versions
 
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(900)]
@@ -58,6 +61,12 @@ def defined_metrics(wheel: Path) -> dict[str, str]:
     return found
 
 
+@functools.cache
+def defined_by_release() -> dict[str, dict[str, str]]:
+    """Each supported release -> its ``defined_metrics`` (read once per session)."""
+    return {v: defined_metrics(harness.wheel_for(v)) for v in supported_sglang_versions()}
+
+
 def exposed(defined: dict[str, str]) -> set[str]:
     """The sample names prometheus_client exposes for these metrics."""
     names: set[str] = set()
@@ -89,7 +98,7 @@ def alert_queries() -> list[str]:
 
 def test_every_dashboard_sglang_metric_exists_in_every_release() -> None:
     versions = supported_sglang_versions()
-    names = {v: exposed(defined_metrics(harness.wheel_for(v))) for v in versions}
+    names = {v: exposed(d) for v, d in defined_by_release().items()}
     alerts = alert_queries()
     assert alerts, f"{RULES} reads no SGLang metric any more"
     queries = dashboard_queries() + alerts
@@ -134,7 +143,7 @@ def test_the_promql_fixture_serves_sglang_names_and_types() -> None:
     exporters = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(exporters)
     versions = supported_sglang_versions()
-    defined = {v: defined_metrics(harness.wheel_for(v)) for v in versions}
+    defined = defined_by_release()
     newest = defined[versions[-1]]
     problems = []
     for name, kind in exporters.SGLANG_METRICS.items():
@@ -146,3 +155,36 @@ def test_the_promql_fixture_serves_sglang_names_and_types() -> None:
             if name in d and d[name] != kind
         ]
     assert not problems, "\n".join(problems)
+
+
+def test_every_value_the_planner_reads_has_a_name_in_every_release() -> None:
+    """The planner reads each value under one or more SGLang names (the first a leader
+    exposes counts; a rename keeps the old name as an alternative). In every supported
+    release each value must have one of its names, with the type the planner reads it as,
+    and each name must be one some release defines; the summary says which release lacks
+    which name."""
+    versions = supported_sglang_versions()
+    defined = defined_by_release()
+    problems = []
+    for name, kind in METRICS_READ.items():
+        problems += [
+            f"{name}: {v} defines a {defined[v][name]}, the planner reads a {kind}"
+            for v in versions
+            if name in defined[v] and defined[v][name] != kind
+        ]
+        lacking = [v for v in versions if name not in defined[v]]
+        if len(lacking) == len(versions):
+            problems.append(f"{name}: no supported release defines it")
+        elif lacking:
+            harness.SUMMARY.append(f"planner: {name} missing in {', '.join(lacking)}")
+    for key, names in SIGNAL_METRICS.items():
+        problems += [
+            f"{key}: {v} defines none of {', '.join(names)}"
+            for v in versions
+            if not any(n in defined[v] for n in names)
+        ]
+    assert not problems, "\n".join(problems)
+    harness.SUMMARY.append(
+        f"planner: {len(SIGNAL_METRICS)} values under {len(METRICS_READ)} SGLang names, "
+        f"each value present in all {len(versions)} releases"
+    )
