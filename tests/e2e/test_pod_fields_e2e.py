@@ -274,10 +274,16 @@ _POD_RULE_CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("container", "pod_context", "words"),
-                         [c[1:] for c in _POD_RULE_CASES], ids=[c[0] for c in _POD_RULE_CASES])
+@pytest.mark.parametrize(
+    ("container", "pod_context", "words"),
+    [c[1:] for c in _POD_RULE_CASES],
+    ids=[c[0] for c in _POD_RULE_CASES],
+)
 def test_the_mount_and_seccomp_rules_are_what_kubernetes_refuses_in_a_pod(
-    kubectl: Any, namespace: str, container: dict[str, Any], pod_context: dict[str, Any],
+    kubectl: Any,
+    namespace: str,
+    container: dict[str, Any],
+    pod_context: dict[str, Any],
     words: str | None,
 ) -> None:
     """The Bidirectional, subPath/subPathExpr and seccomp rules (``rules.py``) refuse at

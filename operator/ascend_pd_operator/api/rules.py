@@ -351,15 +351,16 @@ def _bidirectional_rule(where: str) -> Rule:
         "containerSecurityContext.privileged true (Kubernetes refuses such a pod)",
         check=lambda obj: not _bidirectional(obj),
         detail=lambda obj: (
-            f"got mountPath {', '.join(map(repr, _bidirectional(obj)))} with "
-            f"{_privilege_text(obj)}"
+            f"got mountPath {', '.join(map(repr, _bidirectional(obj)))} with {_privilege_text(obj)}"
         ),
     )
 
 
 def _seccomp_detail(p: Any) -> str:
-    profile = f"localhostProfile {p.localhost_profile!r}" if p.localhost_profile else (
-        "no localhostProfile"
+    profile = (
+        f"localhostProfile {p.localhost_profile!r}"
+        if p.localhost_profile
+        else ("no localhostProfile")
     )
     return f"got type {p.type} with {profile}"
 
