@@ -2,21 +2,22 @@
 
 ``devtools/base-images.txt`` is the one table: ``make images SGLANG_VERSION=<v> CHIP=a2|a3``
 (``devtools/images.sh``) picks the runtime image's base from it, and this module renders it
-as the Markdown table between ``<!-- base-images:start -->`` and ``<!-- base-images:end -->``
-of docs/compatibility.md. ``ascend-pd-dev base-images --write`` rewrites the table there;
+as the Markdown table between the ``base-images`` markers of docs/compatibility.md
+(``marked_block``). ``ascend-pd-dev base-images --write`` rewrites the table there;
 ``--check`` exits 1 when the page's table is not the rendered one (a test compares them too).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ascend_pd_dev.cli import marked_block
+from ascend_pd_dev.cli.marked_block import Block, BlockError
 from ascend_pd_dev.controlplane import paths
 
-START, END = "<!-- base-images:start -->", "<!-- base-images:end -->"
+BLOCK = Block("base-images", "ascend-pd-dev base-images")
 CHIPS = {
     "a2": "A2 (Atlas 800I A2, 8 NPUs per node)",
     "a3": "A3 (Atlas 800I/900 A3, 16 NPUs per node)",
@@ -25,7 +26,7 @@ CHIPS = {
 SOURCES = {"published": "", "sibling": " †"}
 
 
-class BaseImagesError(ValueError):
+class BaseImagesError(BlockError):
     """The table or the page cannot be used as it is; the message names the line."""
 
 
@@ -82,44 +83,9 @@ def render(rows: list[BaseImage]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def page_with_table(page: str, rendered: str) -> str:
-    """``page`` with ``rendered`` between its markers."""
-    if page.count(START) != 1 or page.count(END) != 1:
-        raise BaseImagesError(f"docs/compatibility.md needs one {START} and one {END}")
-    head, rest = page.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{rendered}{END}{tail}"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="rewrite docs/compatibility.md's table")
-    mode.add_argument(
-        "--check", action="store_true", help="exit 1 when the page's table is not the rendered one"
-    )
+    marked_block.add_arguments(parser, "docs/compatibility.md")
 
 
 def run(args: argparse.Namespace) -> int:
-    page_path = docs_path()
-    try:
-        rendered = render(load())
-        if not (args.write or args.check):
-            print(rendered, end="")
-            return 0
-        page = page_path.read_text()
-        wanted = page_with_table(page, rendered)
-    except BaseImagesError as exc:
-        print(f"ascend-pd-dev base-images: {exc}", file=sys.stderr)
-        return 1
-    if args.write:
-        if wanted != page:
-            page_path.write_text(wanted)
-        return 0
-    if wanted != page:
-        print(
-            f"{page_path}: the base images table is not {table_path().name}'s; run "
-            "`ascend-pd-dev base-images --write`",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return marked_block.run(args, BLOCK, docs_path(), lambda: render(load()))

@@ -11,6 +11,7 @@ from ascend_pd_runtime.env_contract import (
 )
 from ascend_pd_runtime.model_facts import parse_model_facts
 from ascend_pd_runtime.plan_cli import example_config
+from tests.unit.runtime.contract_skews import SKEWS
 
 
 def test_inspector_publishes_the_facts(tmp_path):
@@ -74,12 +75,7 @@ def _job_env(tmp_path, monkeypatch, version):
 
 @pytest.mark.parametrize(
     ("written", "named"),
-    [
-        ("2", "the operator wrote version 2 (ASCEND_PD_CONTRACT_VERSION)"),
-        ("0", "the operator wrote version 0 (ASCEND_PD_CONTRACT_VERSION)"),
-        ("v1", "ASCEND_PD_CONTRACT_VERSION 'v1' is not a version"),
-        (None, "ASCEND_PD_CONTRACT_VERSION is not set"),
-    ],
+    SKEWS,
 )
 def test_inspector_refuses_an_env_contract_it_does_not_speak(
     tmp_path, monkeypatch, capsys, written, named
