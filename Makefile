@@ -72,7 +72,7 @@ reliability: venv
 	$(BIN)/python -m reliability
 
 # The operator and runtime images with docker, podman or buildah (not part of `make test`):
-#   make images REGISTRY=registry.example.com/llm BASE_IMAGE=<SGLang Ascend image> SGLANG_VERSION=0.5.23
+#   make images REGISTRY=registry.example.com/llm SGLANG_VERSION=0.5.14 CHIP=a2|a3 [BASE_IMAGE=...]
 # Settings: devtools/images.sh. Refuses, naming them, when no engine is on PATH.
 images:
 	bash devtools/images.sh

@@ -5,9 +5,12 @@
 # `make images` runs it from the repository root. Settings (environment variables):
 #   REGISTRY        required: where the images go, e.g. registry.example.com/llm
 #   TAG             default: the project version in pyproject.toml
-#   RUNTIME_TAG     default: $TAG (give A2 and A3 builds different tags, e.g. 0.1.0-a3)
-#   BASE_IMAGE      required for the runtime image: an SGLang Ascend image
-#   SGLANG_VERSION  required for the runtime image: the SGLang version BASE_IMAGE carries
+#   RUNTIME_TAG     default: $TAG, or $TAG-$CHIP with CHIP (A2 and A3 builds get different tags)
+#   SGLANG_VERSION  required for the runtime image: the SGLang version its base image carries
+#   CHIP            a2 (Atlas 800I A2, 8 NPUs per node) or a3 (Atlas 800I/900 A3, 16 NPUs per
+#                   node): with SGLANG_VERSION, picks the base image from devtools/base-images.txt
+#   BASE_IMAGE      an SGLang Ascend image to build the runtime image on; overrides the table
+#                   (needed for a release or chip the table does not know)
 #   ONLY            operator or runtime: build just that one
 #   ENGINE          docker, podman or buildah (default: the first of them found on PATH)
 #   PUSH            1: push each image after building it
@@ -48,18 +51,60 @@ if [[ -n "$only" && "$only" != operator && "$only" != runtime ]]; then
     echo "error: ONLY=$only: use operator or runtime" >&2
     exit 1
 fi
+chip="${CHIP:-}"
+if [[ -n "$chip" && "$chip" != a2 && "$chip" != a3 ]]; then
+    echo "error: CHIP=$chip: use a2 (Atlas 800I A2, 8 NPUs per node) or a3 (Atlas 800I/900 A3," \
+        "16 NPUs per node)" >&2
+    exit 1
+fi
 if [[ -z "${REGISTRY:-}" ]]; then
     echo "error: set REGISTRY, e.g. REGISTRY=registry.example.com/llm" >&2
     exit 1
 fi
 registry="${REGISTRY%/}"
 tag="${TAG:-$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)}"
-runtime_tag="${RUNTIME_TAG:-$tag}"
+runtime_tag="${RUNTIME_TAG:-$tag${chip:+-$chip}}"
+table=devtools/base-images.txt
+
+# base_image <sglang version> <chip>: the table's image for them (nothing if it has none)
+base_image() {
+    local version row_chip image
+    while read -r version row_chip image _; do
+        if [[ "$version" != \#* && "$version" == "$1" && "$row_chip" == "$2" ]]; then
+            echo "$image"
+            return
+        fi
+    done < "$table"
+}
+
+# known_versions <chip>: the SGLang versions the table has an image of for that chip
+known_versions() {
+    local version row_chip known=""
+    while read -r version row_chip _; do
+        if [[ "$version" != \#* && "$row_chip" == "$1" ]]; then
+            known="$known${known:+, }$version"
+        fi
+    done < "$table"
+    echo "$known"
+}
+
+base="${BASE_IMAGE:-}"
 if [[ "$only" != operator ]]; then
-    if [[ -z "${BASE_IMAGE:-}" || -z "${SGLANG_VERSION:-}" ]]; then
-        echo "error: the runtime image needs BASE_IMAGE (an SGLang Ascend image) and" \
-            "SGLANG_VERSION (the SGLang it carries); or ONLY=operator" >&2
+    if [[ -z "${SGLANG_VERSION:-}" || (-z "$base" && -z "$chip") ]]; then
+        echo "error: the runtime image needs SGLANG_VERSION (the SGLang its base image" \
+            "carries) and CHIP (a2 or a3) to pick its base from $table, or BASE_IMAGE (an" \
+            "SGLang Ascend image) and SGLANG_VERSION; or ONLY=operator" >&2
         exit 1
+    fi
+    if [[ -z "$base" ]]; then
+        base="$(base_image "$SGLANG_VERSION" "$chip")"
+        if [[ -z "$base" ]]; then
+            echo "error: $table has no base image for SGLang $SGLANG_VERSION on $chip (it" \
+                "knows $(known_versions "$chip")); set BASE_IMAGE to an SGLang Ascend image" \
+                "carrying SGLang $SGLANG_VERSION for $chip" >&2
+            exit 1
+        fi
+        echo "base image for SGLang $SGLANG_VERSION on $chip ($table): $base"
     fi
 fi
 
@@ -92,5 +137,5 @@ if [[ "$only" != runtime ]]; then
 fi
 if [[ "$only" != operator ]]; then
     build runtime/Dockerfile "$registry/ascend-pd-runtime:$runtime_tag" \
-        --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "SGLANG_VERSION=$SGLANG_VERSION"
+        --build-arg "BASE_IMAGE=$base" --build-arg "SGLANG_VERSION=$SGLANG_VERSION"
 fi

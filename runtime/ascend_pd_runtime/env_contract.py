@@ -37,13 +37,13 @@ to ``ASCEND_PD_TERMINATION_LOG`` (default ``/dev/termination-log``); the operato
 shows that termination message in the PDDeployment's status.
 
 The contract has a version (``CONTRACT_VERSION``, written by ``launch_env`` on every
-runtime pod). The launcher reads it before any other variable and exits
-``EXIT_CONTRACT_VERSION`` naming both versions when it is not one it speaks
-(``SPOKEN_CONTRACT_VERSIONS``): an operator and a runtime image of different ascend-pd
-versions may name or encode the other variables differently, and an error about one of
-them would hide the real cause. Bump ``CONTRACT`` for any change an older launcher would
-misread (a variable renamed, re-encoded or newly required); a new optional variable with
-a default needs no bump.
+runtime pod and by ``inspector_env`` on the inspector Job). The launcher and the inspector
+read it before any other variable and exit ``EXIT_CONTRACT_VERSION`` naming both versions
+when it is not one they speak (``SPOKEN_CONTRACT_VERSIONS``): an operator and a runtime
+image of different ascend-pd versions may name or encode the other variables differently,
+and an error about one of them would hide the real cause. Bump ``CONTRACT`` for any change
+an older launcher or inspector would misread (a variable renamed, re-encoded or newly
+required); a new optional variable with a default needs no bump.
 """
 
 from __future__ import annotations
@@ -346,11 +346,11 @@ def read_launch_env(environ: Mapping[str, str]) -> LaunchEnv:
     )
 
 
-def check_contract_version(environ: Mapping[str, str]) -> int:
-    """The pod's contract version, if this launcher speaks it; else ``ContractMismatch``
-    naming the pod's version and the ones spoken here."""
+def check_contract_version(environ: Mapping[str, str], reader: str = "launcher") -> int:
+    """The pod's contract version, if this image's ``reader`` (the launcher, the inspector)
+    speaks it; else ``ContractMismatch`` naming the pod's version and the ones spoken here."""
     spoken = ", ".join(str(v) for v in SPOKEN_CONTRACT_VERSIONS)
-    here = f"this runtime image's launcher speaks version {spoken}"
+    here = f"this runtime image's {reader} speaks version {spoken}"
     fix = (
         "use the runtime image of the operator's ascend-pd version, or the operator of the "
         "image's (docs/upgrade.md)"
@@ -383,11 +383,19 @@ class InspectorEnv:
 
 
 def inspector_env(model_path: str) -> dict[str, str]:
-    """The inspector Job's env (the operator's side)."""
-    return {MODEL_PATH: model_path, INSPECT_OUTPUT: DEFAULT_INSPECT_OUTPUT}
+    """The inspector Job's env (the operator's side), with the contract's version."""
+    return {
+        CONTRACT_VERSION: str(CONTRACT),
+        MODEL_PATH: model_path,
+        INSPECT_OUTPUT: DEFAULT_INSPECT_OUTPUT,
+    }
 
 
-def read_inspector_env(environ: Mapping[str, str]) -> InspectorEnv:
+def read_inspector_env(environ: Mapping[str, str], check_version: bool = True) -> InspectorEnv:
+    """The inspector's env; ``ContractMismatch`` first, as for the launcher (unless
+    ``check_version`` is false: a person gave the model path, no operator wrote the env)."""
+    if check_version:
+        check_contract_version(environ, reader="inspector")
     r = _Reader(environ)
     return InspectorEnv(
         model_path=r.text(MODEL_PATH),

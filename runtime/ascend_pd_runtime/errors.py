@@ -24,4 +24,5 @@ class LayoutMismatch(AscendPDError):
 
 
 class ContractMismatch(AscendPDError):
-    """The operator wrote another version of the env contract than the launcher speaks."""
+    """The operator wrote another version of the env contract than the launcher or the
+    inspector speaks."""

@@ -4,6 +4,11 @@ It reads ``<model path>/config.json`` with the same parser the launcher uses
 and writes the result (the facts, or the exact error) as the container's
 termination message, so the operator learns the model without mounting it and
 the inspector needs no Kubernetes credentials (see ``env_contract``).
+
+In the Job the operator's env is its input, so it first checks the env contract's
+version as the launcher does: one it does not speak ends it with
+``EXIT_CONTRACT_VERSION`` and a message naming both versions (the operator shows
+``EnvContractMismatch``). Given ``--model-path`` by a person, it reads no contract.
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ import sys
 from pathlib import Path
 
 from .env_contract import (
+    DEFAULT_INSPECT_OUTPUT,
+    EXIT_CONTRACT_VERSION,
+    INSPECT_OUTPUT,
     encode_inspect_result,
     model_config_subset,
     read_inspector_env,
 )
-from .errors import BadInput
+from .errors import BadInput, ContractMismatch
 from .model_facts import load_model_facts
 
 
@@ -35,15 +43,25 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         environ["ASCEND_PD_INSPECT_OUTPUT"] = args.output
     try:
-        env = read_inspector_env(environ)
+        env = read_inspector_env(environ, check_version=not args.model_path)
+    except ContractMismatch as exc:
+        # The result's place is the one every contract version names (the Job's
+        # terminationMessagePath): the other variables may mean something else.
+        output = args.output or environ.get(INSPECT_OUTPUT) or DEFAULT_INSPECT_OUTPUT
+        return _report(output, encode_inspect_result(error=str(exc)), EXIT_CONTRACT_VERSION)
     except BadInput as exc:
         print(f"ascend-pd-runtime inspect: {exc}", file=sys.stderr)
         return 1
     message, code = inspect_model(Path(env.model_path))
-    if env.output == "-":
+    return _report(env.output, message, code)
+
+
+def _report(output: str, message: str, code: int) -> int:
+    """Write the result to ``output`` ('-': stdout), an error on stderr too; ``code``."""
+    if output == "-":
         print(message)
     else:
-        Path(env.output).write_text(message, encoding="utf-8")
+        Path(output).write_text(message, encoding="utf-8")
     if code:
         print(f"ascend-pd-runtime inspect: {json.loads(message)['error']}", file=sys.stderr)
     return code

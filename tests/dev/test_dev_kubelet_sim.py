@@ -653,6 +653,20 @@ def test_an_image_the_registry_has_is_pulled() -> None:
     assert p["status"]["phase"] == "Running" and cond(p, "Ready")["status"] == "True"
 
 
+def test_an_image_its_namespace_says_is_unpullable_waits_too() -> None:
+    """A router has no podAnnotations: its namespace names the image the registry lacks."""
+    simulator, api, clock = sim()
+    api.namespaces["ns"] = {knobs.UNPULLABLE_IMAGES: "img:1"}
+    p = running_pod(simulator, api)
+    assert p["status"]["phase"] == "Pending"
+    assert container(p)["state"]["waiting"]["reason"] == "ErrImagePull"
+    step_at(simulator, clock, 10)
+    assert container(api.pod("p"))["state"]["waiting"]["reason"] == "ImagePullBackOff"
+    api.namespaces["ns"] = {knobs.UNPULLABLE_IMAGES: "img:2"}
+    step_at(simulator, clock, 20)
+    assert api.pod("p")["status"]["phase"] == "Running"
+
+
 def _claiming(name: str, claim: str = "models", notes: dict | None = None) -> dict:
     volume = {"name": "model", "persistentVolumeClaim": {"claimName": claim}}
     return pod(name, ascend=1, spec={"volumes": [volume]},

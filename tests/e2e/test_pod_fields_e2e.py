@@ -20,7 +20,7 @@ import yaml
 from pdd_e2e import Operator, condition, get, status
 from pydantic import ValidationError
 
-from ascend_pd_operator.api.models import ContainerSecurityContext
+from ascend_pd_operator.api.models import ContainerSecurityContext, Router
 from ascend_pd_operator.api.rules import rules_for
 from reliability.bad_inputs import CORPUS, Case, load_corpus
 from reliability.specs import merged, pdd
@@ -240,6 +240,77 @@ def test_the_escalation_rule_is_what_kubernetes_refuses_in_a_pod(
     except ValidationError as exc:
         ours = str(exc)
     assert (rules_for("ContainerSecurityContext")[0].message in ours) == refused, ours
+
+
+#: A pod's container fields (volumeMounts, securityContext) and pod securityContext; the
+#: words of the 1.20 API server's refusal, or None where it admits the pod.
+_POD_RULE_CASES = [
+    ("bidirectional-unprivileged",
+     {"volumeMounts": [{"name": "v", "mountPath": "/v", "mountPropagation": "Bidirectional"}]},
+     {}, "Bidirectional mount propagation is available only to privileged containers"),
+    ("bidirectional-privileged-false",
+     {"volumeMounts": [{"name": "v", "mountPath": "/v", "mountPropagation": "Bidirectional"}],
+      "securityContext": {"privileged": False}},
+     {}, "Bidirectional mount propagation is available only to privileged containers"),
+    ("bidirectional-privileged",
+     {"volumeMounts": [{"name": "v", "mountPath": "/v", "mountPropagation": "Bidirectional"}],
+      "securityContext": {"privileged": True}}, {}, None),
+    ("host-to-container", {"volumeMounts": [{"name": "v", "mountPath": "/v",
+                                             "mountPropagation": "HostToContainer"}]}, {}, None),
+    ("sub-path-and-expr",
+     {"volumeMounts": [{"name": "v", "mountPath": "/v", "subPath": "a", "subPathExpr": "b"}]},
+     {}, "subPathExpr and subPath are mutually exclusive"),
+    ("sub-path-expr", {"volumeMounts": [{"name": "v", "mountPath": "/v", "subPathExpr": "b"}]},
+     {}, None),
+    ("pod-localhost-no-profile", {}, {"seccompProfile": {"type": "Localhost"}},
+     "must be set when seccomp type is Localhost"),
+    ("container-profile-not-localhost",
+     {"securityContext": {"seccompProfile": {"type": "RuntimeDefault",
+                                             "localhostProfile": "p.json"}}},
+     {}, "can only be set when seccomp type is Localhost"),
+    ("localhost-with-profile",
+     {"securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}}},
+     {"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}}, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("container", "pod_context", "words"),
+    [c[1:] for c in _POD_RULE_CASES],
+    ids=[c[0] for c in _POD_RULE_CASES],
+)
+def test_the_mount_and_seccomp_rules_are_what_kubernetes_refuses_in_a_pod(
+    kubectl: Any,
+    namespace: str,
+    container: dict[str, Any],
+    pod_context: dict[str, Any],
+    words: str | None,
+) -> None:
+    """The Bidirectional, subPath/subPathExpr and seccomp rules (``rules.py``) refuse at
+    admission exactly what the API server refuses in a pod (a router's or a role's), where
+    it would be a failed apply or a pod never created."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "x", **container}],
+                 "volumes": [{"name": "v", "emptyDir": {}}], "securityContext": pod_context},
+    }  # fmt: skip
+    done = kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(pod),
+                   check=False)  # fmt: skip
+    assert (done.returncode != 0) == (words is not None), done.stderr
+    if words is not None:
+        assert words in done.stderr, done.stderr
+    fields = {"volumes": [{"name": "v", "emptyDir": {}}],
+              "volumeMounts": container.get("volumeMounts", []),
+              "containerSecurityContext": container.get("securityContext"),
+              "podSecurityContext": pod_context or None}  # fmt: skip
+    try:
+        Router.model_validate(fields)
+        ours = ""
+    except ValidationError as exc:
+        ours = str(exc)
+    assert bool(ours) == (words is not None), ours
 
 
 def test_a_volume_source_kubernetes_refuses_reaches_no_running_pod(

@@ -8,7 +8,8 @@ PDDeployment's Ready condition names it; the expected words are Kubernetes' own 
 - a missing PVC: kubelet-sim schedules as the 1.20 scheduler does for claims when the
   namespace asks (``check-claims``): Pending, ``persistentvolumeclaim "models" not found``;
 - a bad image: kubelet-sim is told the registry lacks it (``unpullable-images``, through the
-  roles' ``podAnnotations``): ErrImagePull, then ImagePullBackOff;
+  roles' ``podAnnotations``, or for the router, which has none, its namespace's
+  annotations): ErrImagePull, then ImagePullBackOff;
 - a refused pod: the 1.20 control plane has no PodSecurity admission (1.22 and later), so a
   ResourceQuota refuses the pods instead. The refusal is the real one: the API server's quota
   admission refuses the StatefulSet controller's create, which reports it only as a
@@ -94,6 +95,37 @@ def test_a_bad_image_is_named(
         ),
         "ImagePullBackOff in PrefillReady",
     )
+
+
+def test_a_bad_router_image_is_named_in_router_ready(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    bad = "registry.example.com/sglang-router:0.3.2-typo"
+    kubectl("annotate", "namespace", namespace, f"{knobs.UNPULLABLE_IMAGES}={bad}")
+    docs = example("deepseek-v2-lite.yaml", namespace)
+    pdd_doc(docs)["spec"]["router"] = {"image": bad}
+    apply(kubectl, docs)
+    pulling = (f'ImagePullBackOff: Back-off pulling image "{bad}"',
+               f'ErrImagePull: rpc error: code = NotFound desc = failed to pull and unpack '
+               f'image "{bad}"')  # fmt: skip
+
+    def router_says(*words: str) -> dict[str, Any] | None:
+        router = condition(status(kubectl, namespace, NAME), "RouterReady")
+        message = str(router.get("message", ""))
+        return router if any(w in message for w in words) else None
+
+    router = wait_until(lambda: router_says(*pulling), "RouterReady naming the image")
+    assert (router["status"], router["reason"]) == ("False", "RouterNotReady")
+    assert router["message"].startswith(f"0/1 replicas ready: pod {NAME}-router-"), router
+    # the kubelet's back-off follows the pull's error; the message follows the kubelet
+    wait_until(lambda: router_says(pulling[0]), "ImagePullBackOff in RouterReady")
+    # the instances become ready (their image is pulled): Ready names the router's cause
+    message = wait_until(
+        lambda: ready_saying(kubectl, namespace, f"waiting for RouterReady: router 0/1 "
+                             f"replicas ready: pod {NAME}-router-"),
+        "the Ready condition naming the router's image",
+    )  # fmt: skip
+    assert pulling[0] in message, message
 
 
 def test_a_pod_the_api_server_refuses_is_named_from_the_statefulset_s_failed_create(

@@ -177,6 +177,17 @@ def _why_shapes() -> list[tuple[str, str]]:
         st.podgroup_wait({"metadata": {"name": "g"}}),
         st.podgroup_wait({"metadata": {"name": "g"}, "status": {"phase": "Inqueue"}}),
         st.exit_text({"exitCode": 137, "reason": "OOMKilled"}),
+        # the router's: its pods as an instance's, its Deployment's refused create
+        st.pods_wait("Deployment", 1, [_running()], running=st.ROUTER_STARTING),
+        st.pods_wait("Deployment", 0, []),
+        st.replica_failure(
+            {
+                "metadata": {"name": "r"},
+                "status": {
+                    "conditions": [{"type": "ReplicaFailure", "status": "True", "message": refused}]
+                },
+            }
+        ),
     ]
     shapes = [
         "not scheduled (Unschedulable)", "not scheduled yet", "ErrImagePull",
@@ -188,6 +199,8 @@ def _why_shapes() -> list[tuple[str, str]]:
         "StatefulSet not created yet", "its StatefulSet's status has not caught up yet",
         "has no phase yet: is Volcano's scheduler running?", "Inqueue",
         "killed by SIGKILL: out of memory, or killed",
+        "ready once the router answers /health", "its Deployment's status has not caught up yet",
+        "refuses the router pod",
     ]  # fmt: skip
     return [(shape, next((s for s in said if shape in s), "")) for shape in shapes]
 

@@ -1,17 +1,27 @@
 """``make images`` (devtools/images.sh) and the runtime image's import check
 (runtime/check-image.py), without a container engine: the refusal with none on PATH, the
-commands each engine gets (a fake engine records them), and the check against fake
-sglang_router and SGLang packages."""
+commands each engine gets (a fake engine records them), the base image picked per SGLang
+release and chip from devtools/base-images.txt (and that docs/compatibility.md shows that
+table), and the check against fake sglang_router and SGLang packages."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from ascend_pd_dev.cli import base_images
+from ascend_pd_runtime.layout import (
+    SUPPORTED_SGLANG_MAX,
+    SUPPORTED_SGLANG_MIN,
+    parse_sglang_version,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "devtools" / "images.sh"
@@ -61,12 +71,122 @@ def test_refuses_an_engine_it_does_not_know(tmp_path: Path) -> None:
     assert "ENGINE=nerdctl: use docker, podman or buildah" in done.stderr
 
 
-def test_the_runtime_image_needs_its_base(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"SGLANG_VERSION": "0.5.14"}, {"CHIP": "a3"}, {"BASE_IMAGE": BASE}],
+    ids=["nothing", "no-chip", "no-version", "base-without-version"],
+)
+def test_the_runtime_image_needs_its_base(tmp_path: Path, settings: dict[str, str]) -> None:
     bin_dir = fake_engines(tmp_path, "docker")
-    done = images(str(bin_dir), tmp_path, REGISTRY="r.example")
+    done = images(str(bin_dir), tmp_path, REGISTRY="r.example", **settings)
     assert done.returncode == 1
-    assert "needs BASE_IMAGE" in done.stderr
+    assert (
+        "the runtime image needs SGLANG_VERSION (the SGLang its base image carries) and CHIP "
+        "(a2 or a3) to pick its base from devtools/base-images.txt, or BASE_IMAGE"
+    ) in done.stderr
     assert not (tmp_path / "docker.log").exists()
+
+
+# --- the base image per SGLang release and chip -------------------------------------------
+
+TABLE = base_images.load()
+
+
+def _runtime_build(tmp_path: Path, engine: str = "docker") -> str:
+    return (tmp_path / f"{engine}.log").read_text().splitlines()[-1]
+
+
+def test_the_table_knows_supported_releases_on_both_chips() -> None:
+    assert {r.chip for r in TABLE} == {"a2", "a3"}
+    for row in TABLE:
+        version = parse_sglang_version(row.sglang)
+        assert version is not None and SUPPORTED_SGLANG_MIN <= version <= SUPPORTED_SGLANG_MAX
+        # SGLang's tag scheme: v<the release>-cann<CANN>-<910b for A2, a3 for A3>
+        device = {"a2": "910b", "a3": "a3"}[row.chip]
+        assert row.image.split(":", 1)[1].startswith(f"v{row.sglang}-cann"), row
+        assert row.image.endswith(f"-{device}"), row
+    # each release on both chips, and a tag for the other chip only beside a published one
+    releases = {r.sglang for r in TABLE}
+    assert {(r.sglang, r.chip) for r in TABLE} == {(v, c) for v in releases for c in ("a2", "a3")}
+    for version in releases:
+        assert any(r.source == "published" for r in TABLE if r.sglang == version), version
+
+
+@pytest.mark.parametrize("row", TABLE, ids=lambda r: f"{r.sglang}-{r.chip}")
+def test_sglang_version_and_chip_pick_the_table_s_base(tmp_path: Path, row: Any) -> None:
+    bin_dir = fake_engines(tmp_path, "docker")
+    done = images(str(bin_dir), tmp_path, REGISTRY="r.example", ONLY="runtime",
+                  SGLANG_VERSION=row.sglang, CHIP=row.chip, TAG="1.0")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"base image for SGLang {row.sglang} on {row.chip}" in done.stdout
+    # an A2 and an A3 build of one release get different tags
+    assert _runtime_build(tmp_path) == (
+        f"build -f runtime/Dockerfile -t r.example/ascend-pd-runtime:1.0-{row.chip} "
+        f"--build-arg BASE_IMAGE={row.image} --build-arg SGLANG_VERSION={row.sglang} ."
+    )
+
+
+def test_base_image_overrides_the_table(tmp_path: Path) -> None:
+    bin_dir = fake_engines(tmp_path, "docker")
+    mirror = "mirror.example/sglang:x"
+    done = images(str(bin_dir), tmp_path, REGISTRY="r.example", ONLY="runtime", TAG="1.0",
+                  SGLANG_VERSION="0.5.14", CHIP="a3", BASE_IMAGE=mirror)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "--build-arg BASE_IMAGE=mirror.example/sglang:x " in _runtime_build(tmp_path)
+    assert "-t r.example/ascend-pd-runtime:1.0-a3 " in _runtime_build(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("version", "chip"),
+    [("0.5.23", "a3"), ("0.5.13", "a2"), ("0.5.14 ", "a3"), ("a2", "a2")],
+    ids=["unknown-release", "release-without-its-post", "trailing-space", "chip-as-version"],
+)
+def test_an_unknown_pair_is_refused_naming_what_the_table_knows(
+    tmp_path: Path, version: str, chip: str
+) -> None:
+    bin_dir = fake_engines(tmp_path, "docker")
+    done = images(str(bin_dir), tmp_path, REGISTRY="r.example", SGLANG_VERSION=version,
+                  CHIP=chip)  # fmt: skip
+    assert done.returncode == 1
+    known = ", ".join(r.sglang for r in TABLE if r.chip == chip)
+    assert done.stderr == (
+        f"error: devtools/base-images.txt has no base image for SGLang {version} on {chip} (it "
+        f"knows {known}); set BASE_IMAGE to an SGLang Ascend image carrying SGLang {version} "
+        f"for {chip}\n"
+    )
+    assert not (tmp_path / "docker.log").exists()
+
+
+def test_an_unknown_chip_is_refused(tmp_path: Path) -> None:
+    bin_dir = fake_engines(tmp_path, "docker")
+    done = images(str(bin_dir), tmp_path, REGISTRY="r.example", SGLANG_VERSION="0.5.14",
+                  CHIP="910b")  # fmt: skip
+    assert done.returncode == 1
+    assert "CHIP=910b: use a2 (Atlas 800I A2, 8 NPUs per node) or a3" in done.stderr
+
+
+def test_the_compatibility_page_shows_the_table() -> None:
+    page = base_images.docs_path().read_text()
+    shown = base_images.BLOCK.inside(page)
+    assert shown == "\n" + base_images.render(TABLE)
+    for row in TABLE:
+        assert f"`{row.image}`" in shown, row
+    # the rendered table is the page's, row for row: a release the file lacks is not shown
+    rows = [line for line in shown.splitlines() if line.startswith("| 0.")]
+    assert [line.split(" | ")[0][2:] for line in rows] == list(dict.fromkeys(
+        r.sglang for r in TABLE))  # fmt: skip
+
+
+def test_a_malformed_or_repeated_row_is_refused(tmp_path: Path) -> None:
+    table = tmp_path / "base-images.txt"
+    table.write_text("0.5.14 a4 img:1 published\n")
+    malformed = re.escape("expected '<sglang> <a2|a3> <image>")
+    with pytest.raises(base_images.BaseImagesError, match=malformed):
+        base_images.load(table)
+    table.write_text("# c\n0.5.14 a2 img:1 published\n0.5.14 a2 img:2 sibling\n")
+    twice = re.escape(":3: SGLang 0.5.14 on a2 twice")
+    with pytest.raises(base_images.BaseImagesError, match=twice):
+        base_images.load(table)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from ascend_pd_runtime.subcommands import dispatch
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "base-images": ("ascend_pd_dev.cli.base_images", "docs/compatibility.md's base images"),
     "cluster": ("ascend_pd_dev.cli.cluster", "local control plane with simulated Ascend nodes"),
     "demo": ("ascend_pd_dev.cli.demo", "the operator on the local control plane, end to end"),
     "tools": ("ascend_pd_dev.cli.tools", "print the path of a tool the tests use, installing it"),

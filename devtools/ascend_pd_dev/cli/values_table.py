@@ -8,9 +8,9 @@ comment of their own. Every value must be documented, by itself or by such a par
 generator refuses a chart where one is not.
 
 The table lives in the chart's README between ``<!-- values-table:start -->`` and
-``<!-- values-table:end -->``. ``ascend-pd-dev values-table --write`` rewrites it there;
-``--check`` exits 1 when the README's table is not the generated one (a test runs the same
-comparison).
+``<!-- values-table:end -->`` (``marked_block``). ``ascend-pd-dev values-table --write``
+rewrites it there; ``--check`` exits 1 when the README's table is not the generated one (a
+test runs the same comparison).
 """
 
 from __future__ import annotations
@@ -18,19 +18,20 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ascend_pd_dev.cli import marked_block
+from ascend_pd_dev.cli.marked_block import Block, BlockError
 from ascend_pd_dev.controlplane import paths
 
-START, END = "<!-- values-table:start -->", "<!-- values-table:end -->"
+BLOCK = Block("values-table", "ascend-pd-dev values-table")
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.-]+):(?P<rest>.*)$")
 
 
-class ValuesTableError(ValueError):
+class ValuesTableError(BlockError):
     """values.yaml cannot be documented as it is; the message names the value."""
 
 
@@ -147,46 +148,11 @@ def generated(chart: Path) -> str:
     )
 
 
-def readme_with_table(readme: str, rendered: str) -> str:
-    """The README with ``rendered`` between its markers."""
-    if readme.count(START) != 1 or readme.count(END) != 1:
-        raise ValuesTableError(f"the chart README needs one {START} and one {END}")
-    head, rest = readme.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{rendered}{END}{tail}"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="rewrite the chart README's table")
-    mode.add_argument(
-        "--check", action="store_true", help="exit 1 when the README's table is not generated"
-    )
+    marked_block.add_arguments(parser, "the chart README")
     parser.add_argument("--chart", type=Path, default=None, help="the chart directory")
 
 
 def run(args: argparse.Namespace) -> int:
     chart = args.chart or chart_dir()
-    readme_path = chart / "README.md"
-    try:
-        rendered = generated(chart)
-        if not (args.write or args.check):
-            print(rendered, end="")
-            return 0
-        readme = readme_path.read_text()
-        wanted = readme_with_table(readme, rendered)
-    except ValuesTableError as exc:
-        print(f"ascend-pd-dev values-table: {exc}", file=sys.stderr)
-        return 1
-    if args.write:
-        if wanted != readme:
-            readme_path.write_text(wanted)
-        return 0
-    if args.check and wanted != readme:
-        print(
-            f"{readme_path}: the values table is not the generated one; run "
-            "`ascend-pd-dev values-table --write`",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return marked_block.run(args, BLOCK, chart / "README.md", lambda: generated(chart))

@@ -29,8 +29,9 @@ CRASH = PREFIX + "crash"
 CRASH_HANDLED = PREFIX + "crash-handled"
 #: pod, set by a test: the pod fails for good ("true" or a JSON object)
 FAIL = PREFIX + "fail"
-#: pod, set by a test: images the registry does not have, comma-separated; a container of
-#: one of them waits in ErrImagePull, then ImagePullBackOff, as a kubelet shows it
+#: pod or namespace, set by a test: images the registry does not have, comma-separated; a
+#: container of one of them waits in ErrImagePull, then ImagePullBackOff, as a kubelet shows
+#: it (on a namespace: for every pod in it, such as a router, which has no podAnnotations)
 UNPULLABLE_IMAGES = PREFIX + "unpullable-images"
 #: pod or namespace: "true" to schedule as the 1.20 scheduler does a pod whose
 #: PersistentVolumeClaim is missing or being deleted (Pending, the scheduler's message)
@@ -142,10 +143,15 @@ def outcome_of(pod: Obj) -> str:
     return str(_annotations(pod).get(OUTCOME, "ready"))
 
 
-def unpullable_images(pod: Obj) -> set[str]:
-    """The images a test says the registry lacks (``UNPULLABLE_IMAGES``)."""
-    text = _annotations(pod).get(UNPULLABLE_IMAGES) or ""
-    return {image.strip() for image in str(text).split(",") if image.strip()}
+def unpullable_images(pod: Obj, namespace_annotations: Mapping[str, str] | None = None) -> set[str]:
+    """The images a test says the registry lacks (``UNPULLABLE_IMAGES``), on the pod or on its
+    namespace."""
+    texts = (
+        _annotations(pod).get(UNPULLABLE_IMAGES),
+        (namespace_annotations or {}).get(UNPULLABLE_IMAGES),
+    )
+    return {image.strip() for text in texts for image in str(text or "").split(",")
+            if image.strip()}  # fmt: skip
 
 
 def checks_claims(pod: Obj, namespace_annotations: Mapping[str, str]) -> bool:

@@ -78,7 +78,8 @@ def _verdict(outcome: str, asked: Requests, policy: str) -> Verdict:
 
 
 def _pod_view(pod: Obj, timestamp: str, checked: Mapping[str, check_runs.View],
-              asked: Requests, verdict: Verdict) -> PodView:  # fmt: skip
+              asked: Requests, verdict: Verdict,
+              namespace_annotations: Mapping[str, str] | None = None) -> PodView:  # fmt: skip
     spec = pod.get("spec", {})
     containers = spec.get("containers") or []
     current = pod.get("status") or {}
@@ -94,7 +95,8 @@ def _pod_view(pod: Obj, timestamp: str, checked: Mapping[str, check_runs.View],
         outcome=outcome, phase=verdict.phase, ready=verdict.ready, delay=asked.delay,
         failure=verdict.failure, crash=crash, crash_target=target, handled=asked.handled,
         checked=checked, previous=previous,
-        pulling=frozenset(never_pulled(containers, knobs.unpullable_images(pod), previous)),
+        pulling=frozenset(never_pulled(
+            containers, knobs.unpullable_images(pod, namespace_annotations), previous)),
     )  # fmt: skip
 
 
@@ -171,8 +173,10 @@ def desired_status(
     checked: Mapping[str, check_runs.View] | None = None,
     ready_after: float = 0.0,
     node_readiness: str = "True",
+    namespace_annotations: Mapping[str, str] | None = None,
 ) -> Obj:
-    """The status a kubelet would report for ``pod`` at ``timestamp`` under its annotations.
+    """The status a kubelet would report for ``pod`` at ``timestamp`` under its annotations
+    (and its namespace's, ``namespace_annotations``, for the knobs a namespace may carry).
 
     ``checked``: the containers whose launcher check kubelet-sim runs (``check_runs``),
     by name; their state comes from the check while the pod would be Running.
@@ -188,7 +192,7 @@ def desired_status(
     containers = spec.get("containers") or []
     asked = knobs.requests_of(pod, containers, ready_after)
     verdict = _verdict(knobs.outcome_of(pod), asked, spec.get("restartPolicy") or "Always")
-    view = _pod_view(pod, timestamp, checked, asked, verdict)
+    view = _pod_view(pod, timestamp, checked, asked, verdict, namespace_annotations)
     results = [container_status(view, c) for c in containers]
     statuses = [entry for entry, _ in results]
     ended = verdict.phase == "Running" and bool(results) and all(e for _, e in results)

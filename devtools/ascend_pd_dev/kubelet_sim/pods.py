@@ -10,7 +10,7 @@ a pod being deleted (grace period 0). A pod of an unreachable node is only marke
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,8 +98,10 @@ class Kubelets:
         host_ip: str,
         cluster: launch_check.Cluster | None = None,
         node_ready: str = "True",
+        namespace_annotations: Mapping[str, str] | None = None,
     ) -> None:
-        """Report ``pod``'s status; with ``cluster``, run its launcher check (it asked)."""
+        """Report ``pod``'s status; with ``cluster``, run its launcher check (it asked);
+        ``namespace_annotations``: its namespace's (knobs a namespace may carry)."""
         if pod["metadata"].get("deletionTimestamp"):
             self.delete(pod)
             return
@@ -119,7 +121,7 @@ class Kubelets:
         except ValueError:
             crash = None  # desired_status reports it
         wanted = desired_status(pod, host_ip, pod_ip, self.now(), views, self.ready_after,
-                                node_ready)  # fmt: skip
+                                node_ready, namespace_annotations)  # fmt: skip
         if status_signature(wanted) != status_signature(current):
             if not self._write_status(pod, {"status": wanted}):
                 return

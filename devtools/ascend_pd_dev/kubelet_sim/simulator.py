@@ -65,12 +65,17 @@ class Simulator:
         asking = launch_check.pods_asking(self.api, pods, reachable)
         cluster = launch_check.cluster_view(self.api, pods)
         host_ips = {n["metadata"]["name"]: internal_ip(n) for n in nodes}
+        namespaces = {
+            n["metadata"]["name"]: n["metadata"].get("annotations") or {}
+            for n in list_items(self.api.list_namespace)
+        }
         for pod in pods:
             node = pod.get("spec", {}).get("nodeName")
             if node in reachable:
                 asked = pod["metadata"].get("uid") in asking
+                notes = namespaces.get(pod["metadata"].get("namespace", ""), {})
                 self.kubelets.sync(pod, host_ips[node], cluster if asked else None,
-                                   readiness[node])  # fmt: skip
+                                   readiness[node], notes)  # fmt: skip
             elif node in names:
                 self.kubelets.mark_unreachable(pod, node)
             elif node and node.startswith(NODE_PREFIX):

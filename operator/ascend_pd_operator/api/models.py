@@ -425,12 +425,12 @@ class VolumeMount(_Model):
     sub_path_expr: str = Field(
         "", max_length=MAX_PATH_LENGTH,
         description="subPath with $(VAR) references to the container's env expanded; "
-        "exclusive with subPath.",
+        "refused together with subPath.",
     )  # fmt: skip
     mount_propagation: Literal["None", "HostToContainer", "Bidirectional"] | None = Field(
         None,
-        description="How mounts propagate between host and container; Bidirectional needs "
-        "containerSecurityContext.privileged. Unset: None.",
+        description="How mounts propagate between host and container; Bidirectional is "
+        "refused unless containerSecurityContext.privileged is true. Unset: None.",
     )
 
 
@@ -451,8 +451,8 @@ class SeccompProfile(_Model):
     )
     localhost_profile: str = Field(
         "", max_length=MAX_PATH_LENGTH,
-        description="With type Localhost: the profile's path, relative to the kubelet's "
-        "seccomp directory.",
+        description="The profile's path, relative to the kubelet's seccomp directory: "
+        "required with type Localhost, refused with any other type.",
     )  # fmt: skip
 
 

@@ -329,6 +329,49 @@ def _role_mounts_cel(role: str) -> str:
     return f"self.{role}.volumeMounts.all(m, !{driver} && (!has(self.model.volume) || !{model}))"
 
 
+def _bidirectional(obj: Any) -> list[str]:
+    """Mount paths of ``obj`` (a role or the router) with Bidirectional propagation while
+    its container is not privileged."""
+    context = obj.container_security_context
+    if context is not None and context.privileged:
+        return []
+    return [m.mount_path for m in obj.volume_mounts if m.mount_propagation == "Bidirectional"]
+
+
+def _privilege_text(obj: Any) -> str:
+    context = obj.container_security_context
+    if context is None or context.privileged is None:
+        return "containerSecurityContext.privileged unset"
+    return "containerSecurityContext.privileged false"
+
+
+def _bidirectional_rule(where: str) -> Rule:
+    """A mount of ``where`` with Bidirectional propagation needs a privileged container:
+    Kubernetes refuses the pod otherwise, so the workload would never apply."""
+    return Rule(
+        where=where,
+        cel="self.volumeMounts.all(m, !has(m.mountPropagation) || "
+        "m.mountPropagation != 'Bidirectional') || (has(self.containerSecurityContext) && "
+        "has(self.containerSecurityContext.privileged) && "
+        "self.containerSecurityContext.privileged)",
+        message="volumeMounts with mountPropagation Bidirectional need "
+        "containerSecurityContext.privileged true (Kubernetes refuses such a pod)",
+        check=lambda obj: not _bidirectional(obj),
+        detail=lambda obj: (
+            f"got mountPath {', '.join(map(repr, _bidirectional(obj)))} with {_privilege_text(obj)}"
+        ),
+    )
+
+
+def _seccomp_detail(p: Any) -> str:
+    profile = (
+        f"localhostProfile {p.localhost_profile!r}"
+        if p.localhost_profile
+        else ("no localhostProfile")
+    )
+    return f"got type {p.type} with {profile}"
+
+
 def _is_net_sysctl(name: str) -> bool:
     return name.startswith(("net.", "net/"))
 
@@ -571,6 +614,38 @@ RULES: tuple[Rule, ...] = (
     _mounts_rule("Router", ROUTER_MOUNTS, OWNED_ROUTER_MOUNTS),
     _mount_names_rule("RoleSpec", "this role's"),
     _mount_names_rule("Router", "the router's"),
+    _bidirectional_rule("RoleSpec"),
+    _bidirectional_rule("Router"),
+    Rule(
+        where="VolumeMount",
+        # has(): subPath and subPathExpr have empty defaults, which the CRD leaves out.
+        cel="!has(self.subPath) || size(self.subPath) == 0 || !has(self.subPathExpr) || "
+        "size(self.subPathExpr) == 0",
+        message="subPath and subPathExpr may not both be set (Kubernetes refuses such a pod)",
+        check=lambda m: not (m.sub_path and m.sub_path_expr),
+        detail=lambda m: (
+            f"got mountPath {m.mount_path!r} with subPath {m.sub_path!r} and subPathExpr "
+            f"{m.sub_path_expr!r}"
+        ),
+    ),
+    Rule(
+        where="SeccompProfile",
+        cel="self.type != 'Localhost' || (has(self.localhostProfile) && "
+        "size(self.localhostProfile) > 0)",
+        message="type Localhost needs localhostProfile, the profile's path (Kubernetes "
+        "refuses such a pod)",
+        check=lambda p: p.type != "Localhost" or bool(p.localhost_profile),
+        detail=_seccomp_detail,
+    ),
+    Rule(
+        where="SeccompProfile",
+        cel="self.type == 'Localhost' || !has(self.localhostProfile) || "
+        "size(self.localhostProfile) == 0",
+        message="localhostProfile may only be set with type Localhost (Kubernetes refuses "
+        "such a pod)",
+        check=lambda p: p.type == "Localhost" or not p.localhost_profile,
+        detail=_seccomp_detail,
+    ),
     Rule(
         where="ContainerSecurityContext",
         # Kubernetes refuses such a container in a pod; the router's Deployment would not

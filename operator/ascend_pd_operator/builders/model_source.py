@@ -23,6 +23,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_CONFIGMAP,
     REASON_CONFIGMAP_KEY_MISSING,
     REASON_CONFIGMAP_NOT_FOUND,
+    REASON_ENV_CONTRACT_MISMATCH,
     REASON_INLINE,
     REASON_INSPECTED,
     REASON_INSPECTING,
@@ -56,6 +57,9 @@ class InspectorState:
     config: Json | None = None
     error: str = ""
     generation: int = 0
+    #: ModelResolved's reason for a failure: InspectionFailed, or EnvContractMismatch when
+    #: the inspector refused the env contract's version (the launcher's exit code for it).
+    reason: str = REASON_INSPECTION_FAILED
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ def resolve_facts(
     if inspector.phase == "Failed":
         retry = inspector.generation != generation
         return FactsResolution(
-            None, "False", REASON_INSPECTION_FAILED, inspector.error, restart_inspector=retry
+            None, "False", inspector.reason, inspector.error, restart_inspector=retry
         )
     if inspector.phase == "Succeeded" and inspector.config is not None:
         found = _parsed(inspector.config, f"inspected {model.path}/config.json", REASON_INSPECTED)
@@ -185,12 +189,12 @@ def inspector_state(job: Json, pods: list[Json]) -> InspectorState:
     model_path = annotations.get(ANNOTATION_MODEL_PATH, "")
     generation = int(annotations.get(ANNOTATION_GENERATION, "0") or 0)
     status = job.get("status") or {}
-    message = ""
+    message, code = "", None
     for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("creationTimestamp", "")):
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             terminated = (cs.get("state") or {}).get("terminated") or {}
             if terminated.get("message"):
-                message = terminated["message"]
+                message, code = terminated["message"], terminated.get("exitCode")
     if status.get("succeeded"):
         config, error = ec.decode_inspect_result(message)
         if config is not None:
@@ -202,7 +206,10 @@ def inspector_state(job: Json, pods: list[Json]) -> InspectorState:
         else:
             reasons = [c.get("message") or c.get("reason") for c in status.get("conditions") or []]
             error = "; ".join(r for r in reasons if r) or "the model inspector Job failed"
-        return InspectorState("Failed", model_path, error=error, generation=generation)
+        skewed = code == ec.EXIT_CONTRACT_VERSION
+        reason = REASON_ENV_CONTRACT_MISMATCH if skewed else REASON_INSPECTION_FAILED
+        return InspectorState("Failed", model_path, error=error, generation=generation,
+                              reason=reason)  # fmt: skip
     return InspectorState("Running", model_path, generation=generation)
 
 

@@ -471,6 +471,7 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         write_error=failure.message() if failure else "",
         write_error_reason=_failure_reason(failure),
         pods=runtime_pods(obs.pods),
+        router_pods=router_pods(obs.pods),
         rollout=draft.rollout,
         recovery=draft.recovery,
         events=obs.events,
@@ -530,10 +531,17 @@ def router_generations(obs: Observation) -> frozenset[str]:
     """The KV-layout generations the router's running pods route to."""
     return frozenset(
         (p["metadata"].get("labels") or {}).get(LABEL_FINGERPRINT, "")
-        for p in obs.pods
-        if (p["metadata"].get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_ROUTER
-        and not p["metadata"].get("deletionTimestamp")
+        for p in router_pods(obs.pods)
+        if not p["metadata"].get("deletionTimestamp")
     ) - {""}
+
+
+def router_pods(pods: list[Json]) -> list[Json]:
+    """The router's pods among ``pods``."""
+    return [
+        p for p in pods
+        if (p["metadata"].get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_ROUTER
+    ]  # fmt: skip
 
 
 def runtime_pods(pods: list[Json]) -> list[Json]:

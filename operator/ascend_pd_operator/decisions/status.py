@@ -83,6 +83,7 @@ Json = dict[str, Any]
 INVALID_MODEL_REASONS = (
     REASON_INVALID_MODEL_CONFIG,
     REASON_INSPECTION_FAILED,
+    REASON_ENV_CONTRACT_MISMATCH,  # the inspector's: the image or the operator must change
     REASON_CONFIGMAP_KEY_MISSING,
 )
 
@@ -114,6 +115,8 @@ class Findings:
     events: list[Json] = field(default_factory=list)
     #: Each role's asked and effective count (``spec`` already runs the effective ones).
     scale: ScaleDecision | None = None
+    #: The router's pods: why its Deployment is not ready.
+    router_pods: list[Json] = field(default_factory=list)
 
 
 def _condition(type_: str, status: str, reason: str, message: str) -> Json:
@@ -210,6 +213,20 @@ FAILED_CREATE_FIXES = (
     ("exceeded quota", "a ResourceQuota of the namespace refuses the pods: raise it, or free "
      "what it counts"),
 )  # fmt: skip
+#: The fix for a refused router pod (the runtime pods' fixes name their host network).
+ROUTER_FAILED_CREATE_FIXES = (
+    ("violates PodSecurity", "the namespace's Pod Security level refuses the router pod: give "
+     "spec.router.podSecurityContext and containerSecurityContext what the level asks, or "
+     "label the namespace for a level that admits it (docs/security.md)"),
+    *(fix for fix in FAILED_CREATE_FIXES if fix[0] == "exceeded quota"),
+)  # fmt: skip
+#: What a pod that runs and is not ready yet waits for: a runtime pod, its instance's model;
+#: the router, its readiness probe.
+LOADING_WEIGHTS = (
+    "loading weights: running since {since}, ready once its instance leader's SGLang answers "
+    "/health"
+)
+ROUTER_STARTING = "starting: running since {since}, ready once the router answers /health"
 #: Signals a container's exit code above 128 may carry.
 SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
@@ -257,10 +274,11 @@ def _said(cond: Json) -> str:
     return (f" ({reason})" if reason else "") + (f": {message}" if message else "")
 
 
-def pod_wait(pod: Json) -> tuple[int, str] | None:
+def pod_wait(pod: Json, running: str = LOADING_WEIGHTS) -> tuple[int, str] | None:
     """Why ``pod`` is not ready, and how much that tells (a ``RANK_*``); None when it is
     ready. From what the pod's status says, in the order Kubernetes gets a pod going:
-    scheduled, its image pulled and container created, started, ready."""
+    scheduled, its image pulled and container created, started, ready (``running``: what
+    a started container waits for, with ``{since}``)."""
     name = pod["metadata"]["name"]
     if pod["metadata"].get("deletionTimestamp"):
         return RANK_TERMINATING, f"pod {name} terminating"
@@ -304,11 +322,16 @@ def pod_wait(pod: Json) -> tuple[int, str] | None:
                                   f"yet (running since {since})")  # fmt: skip
         last = (container.get("lastState") or {}).get("terminated")
         again = f"; restarted after {exit_text(last)}" if last else ""
-        return RANK_LOADING, (
-            f"pod {name} loading weights: running since {since}, ready once its instance "
-            f"leader's SGLang answers /health{again}"
-        )
+        return RANK_LOADING, f"pod {name} {running.format(since=since)}{again}"
     return RANK_CREATING, f"pod {name} {status.get('phase') or 'Pending'}"
+
+
+def _refused(what: str, message: str, fixes: tuple[tuple[str, str], ...]) -> str:
+    """``<what> cannot create pods (FailedCreate): <message>[; <fix>]``."""
+    fix = next((fix for words, fix in fixes if words in message), "")
+    return f"{what} cannot create pods (FailedCreate): {quoted(message)}" + (
+        f"; {fix}" if fix else ""
+    )
 
 
 def failed_create(sts: Json, events: Iterable[Json]) -> str:
@@ -327,10 +350,18 @@ def failed_create(sts: Json, events: Iterable[Json]) -> str:
         return ""
     latest = max(mine, key=lambda e: (str(e.get("lastTimestamp") or ""), int(e.get("count") or 0)))
     message = _FAILED_CREATE_PREFIX.sub("", str(latest.get("message") or ""))
-    fix = next((fix for words, fix in FAILED_CREATE_FIXES if words in message), "")
-    return f"StatefulSet {name} cannot create pods (FailedCreate): {quoted(message)}" + (
-        f"; {fix}" if fix else ""
-    )
+    return _refused(f"StatefulSet {name}", message, FAILED_CREATE_FIXES)
+
+
+def replica_failure(deployment: Json) -> str:
+    """Why the router's ReplicaSet could not create pods: the Deployment's ReplicaFailure
+    condition (the Deployment controller copies its ReplicaSet's), or ""."""
+    name = (deployment.get("metadata") or {}).get("name")
+    for cond in (deployment.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+            message = str(cond.get("message") or cond.get("reason") or "")
+            return _refused(f"Deployment {name}", message, ROUTER_FAILED_CREATE_FIXES)
+    return ""
 
 
 def podgroup_wait(podgroup: Json | None) -> str:
@@ -361,32 +392,59 @@ def instance_wait(
     podgroup: Json | None = None,
     events: Iterable[Json] = (),
 ) -> str:
-    """``<instance> (<ready>/<want> pods ready): <why>`` for an instance that is not ready:
-    its most telling cause (``RANK_*``; among equals, its lowest pod), and how many other
-    pods are not ready."""
+    """``<instance> (<ready>/<want> pods ready): <why>`` for an instance that is not ready
+    (``pods_wait``; a refused pod and a Volcano gang are its StatefulSet's causes)."""
     if sts is None:
         return f"{name}: StatefulSet not created yet"
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     head = f"{name} ({sum(_pod_ready(p) for p in live)}/{want} pods ready)"
-    found: list[tuple[int, str]] = []
+    causes: list[tuple[int, str]] = []
     if len(live) < want:
         refused = failed_create(sts, events)
         if refused:
-            found.append((RANK_NOT_CREATED, refused))
+            causes.append((RANK_NOT_CREATED, refused))
     if any(not (p.get("spec") or {}).get("nodeName") for p in live):
         gang = podgroup_wait(podgroup)
         if gang:
-            found.append((RANK_GANG, gang))
+            causes.append((RANK_GANG, gang))
+    return f"{head}: {pods_wait('StatefulSet', want, pods, causes)}"
+
+
+def pods_wait(
+    kind: str,
+    want: int,
+    pods: list[Json],
+    causes: Iterable[tuple[int, str]] = (),
+    running: str = LOADING_WEIGHTS,
+) -> str:
+    """Why a workload (an instance's StatefulSet, the router's Deployment) of ``want`` pods
+    is not ready: its most telling cause (``RANK_*``; among equals, its lowest pod) among
+    its pods' (``pod_wait``) and its controller's ``causes``, and how many other pods are
+    not ready."""
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     waits = [w for p in sorted(pods, key=lambda p: p["metadata"]["name"])
-             if (w := pod_wait(p)) is not None]  # fmt: skip
-    found = sorted(found + waits, key=lambda f: f[0])  # stable: the lowest pod first
+             if (w := pod_wait(p, running)) is not None]  # fmt: skip
+    found = sorted([*causes, *waits], key=lambda f: f[0])  # stable: the lowest pod first
     if not found:
         if len(live) < want:
-            return f"{head}: {want - len(live)} of its pods not created yet"
-        return f"{head}: its StatefulSet's status has not caught up yet"
+            return f"{want - len(live)} of its pods not created yet"
+        return f"its {kind}'s status has not caught up yet"
     others = len(waits) - (found[0] in waits)
-    return head + ": " + found[0][1] + (f" (and {_count(others, 'more pod')} not ready)"
-                                        if others else "")  # fmt: skip
+    return found[0][1] + (f" (and {_count(others, 'more pod')} not ready)" if others else "")
+
+
+def router_wait(obs: Findings, spec: PDDeploymentSpec) -> str:
+    """Why the router is not ready, as ``pods_wait`` tells an instance's: its pods, or its
+    ReplicaSet's refused create."""
+    name = router_name(obs.owner)
+    dep = obs.children.get(("Deployment", name))
+    if not dep:
+        return f"Deployment {name} not created yet"
+    want = spec.router.replicas
+    live = [p for p in obs.router_pods if not p["metadata"].get("deletionTimestamp")]
+    refused = replica_failure(dep) if len(live) < want else ""
+    causes = [(RANK_NOT_CREATED, refused)] if refused else []
+    return pods_wait("Deployment", want, obs.router_pods, causes, ROUTER_STARTING)
 
 
 def role_waits(obs: Findings, spec: PDDeploymentSpec, role: str) -> list[str]:
@@ -447,13 +505,17 @@ def _role_status(obs: Findings, spec: PDDeploymentSpec, role: str) -> tuple[Json
 
 
 def _router_status(obs: Findings, spec: PDDeploymentSpec) -> tuple[Json, bool, str]:
+    """(router status, ready, ``<ready>/<want> replicas ready[: <why not>]``)."""
     if not spec.router.enabled:
         return {"replicas": 0, "readyReplicas": 0}, True, "router disabled"
     dep = obs.children.get(("Deployment", router_name(obs.owner))) or {}
     ready = int((dep.get("status") or {}).get("readyReplicas", 0) or 0)
     want = spec.router.replicas
     ok = bool(dep) and ready >= want
-    return {"replicas": want, "readyReplicas": ready}, ok, f"{ready}/{want} replicas ready"
+    text = f"{ready}/{want} replicas ready"
+    if not ok:
+        text = quoted(f"{text}: {router_wait(obs, spec)}", ROLE_MESSAGE_CHARS)
+    return {"replicas": want, "readyReplicas": ready}, ok, text
 
 
 @dataclass
@@ -545,6 +607,8 @@ def _check_router(obs: Findings, spec: PDDeploymentSpec, draft: _Draft) -> None:
     draft.ready = draft.ready and router_ok
     if not router_ok:
         reason = REASON_ROUTER_NOT_READY
+        # Ready names the router's cause when no instance has one to tell.
+        draft.first_wait = draft.first_wait or f"router {router_text}"
     else:
         reason = REASON_ROUTER_READY if spec.router.enabled else REASON_DISABLED
     draft.conds.append(

@@ -289,14 +289,20 @@ ROUTER_MOUNT_NAME = _msg("Router", 0)
 ROLE_MOUNT_OVER_DRIVER_OR_MODEL = _msg("PDDeploymentSpec", 5)
 HOST_NET_SYSCTL = _msg("PDDeploymentSpec", 6)
 ESCALATION = _msg("ContainerSecurityContext")
+ROLE_BIDIRECTIONAL = _msg("RoleSpec", 5)
+ROUTER_BIDIRECTIONAL = _msg("Router", 1)
+SUB_PATHS = _msg("VolumeMount")
+LOCALHOST_WITHOUT_PROFILE = _msg("SeccompProfile", 0)
+PROFILE_WITHOUT_LOCALHOST = _msg("SeccompProfile", 1)
 
 
-def _mounts(role: str, *paths: str, volume: str = "extra") -> Mutation:
-    """``role`` gets the emptyDir ``volume`` mounted at each of ``paths``."""
+def _mounts(role: str, *paths: str, volume: str = "extra", **fields: Any) -> Mutation:
+    """``role`` gets the emptyDir ``volume`` mounted at each of ``paths`` (with ``fields``)."""
     return _all(
         _set(f"spec.{role}.volumes", [{"name": volume, "emptyDir": {}}]),
-        _set(f"spec.{role}.volumeMounts", [{"name": volume, "mountPath": p} for p in paths]),
-    )
+        _set(f"spec.{role}.volumeMounts",
+             [{"name": volume, "mountPath": p, **fields} for p in paths]),
+    )  # fmt: skip
 
 
 # The example's driver is at /usr/local/Ascend/driver (the default) and its model at
@@ -352,6 +358,39 @@ INVALID += [
      _set("spec.router.containerSecurityContext", {"allowPrivilegeEscalation": False,
                                                    "capabilities": {"add": ["CAP_SYS_ADMIN"]}}),
      ESCALATION),
+    ("a Bidirectional mount, no securityContext",
+     _mounts("prefill", "/mnt/a", mountPropagation="Bidirectional"), ROLE_BIDIRECTIONAL),
+    ("a Bidirectional mount, privileged unset",
+     _all(_mounts("decode", "/mnt/a", mountPropagation="Bidirectional"),
+          _set("spec.decode.containerSecurityContext", {"capabilities": {"add": ["SYS_ADMIN"]}})),
+     ROLE_BIDIRECTIONAL),
+    ("a Bidirectional router mount, privileged false",
+     _all(_mounts("router", "/mnt/a", mountPropagation="Bidirectional"),
+          _set("spec.router.containerSecurityContext", {"privileged": False})),
+     ROUTER_BIDIRECTIONAL),
+    ("the other role's privilege does not count",
+     _all(_mounts("prefill", "/mnt/a", mountPropagation="Bidirectional"),
+          _set("spec.decode.containerSecurityContext", {"privileged": True})),
+     ROLE_BIDIRECTIONAL),
+    ("subPath and subPathExpr", _mounts("decode", "/mnt/a", subPath="a", subPathExpr="$(B)"),
+     SUB_PATHS),
+    ("subPath and subPathExpr on the router",
+     _mounts("router", "/mnt/a", subPath="a", subPathExpr="$(POD)/b"), SUB_PATHS),
+    ("Localhost seccomp without its profile on a pod",
+     _set("spec.prefill.podSecurityContext", {"seccompProfile": {"type": "Localhost"}}),
+     LOCALHOST_WITHOUT_PROFILE),
+    ("Localhost seccomp with an empty profile on a container",
+     _set("spec.router.containerSecurityContext",
+          {"seccompProfile": {"type": "Localhost", "localhostProfile": ""}}),
+     LOCALHOST_WITHOUT_PROFILE),
+    ("a profile with RuntimeDefault on a container",
+     _set("spec.decode.containerSecurityContext",
+          {"seccompProfile": {"type": "RuntimeDefault", "localhostProfile": "p.json"}}),
+     PROFILE_WITHOUT_LOCALHOST),
+    ("a profile with Unconfined on the router's pod",
+     _set("spec.router.podSecurityContext",
+          {"seccompProfile": {"type": "Unconfined", "localhostProfile": "p.json"}}),
+     PROFILE_WITHOUT_LOCALHOST),
 ]  # fmt: skip
 
 VALID: list[tuple[str, Mutation]] = [
@@ -513,6 +552,23 @@ VALID += [
     ("escalation allowed and CAP_SYS_ADMIN",
      _set("spec.prefill.containerSecurityContext", {
          "allowPrivilegeEscalation": True, "capabilities": {"add": ["CAP_SYS_ADMIN"]}})),
+    ("a Bidirectional mount of a privileged role",
+     _all(_mounts("decode", "/mnt/a", mountPropagation="Bidirectional"),
+          _set("spec.decode.containerSecurityContext", {"privileged": True}))),
+    ("a Bidirectional mount of the privileged router",
+     _all(_mounts("router", "/mnt/a", mountPropagation="Bidirectional"),
+          _set("spec.router.containerSecurityContext", {"privileged": True}))),
+    ("other propagations need no privilege",
+     _all(_mounts("prefill", "/mnt/a", mountPropagation="HostToContainer"),
+          _mounts("router", "/mnt/b", mountPropagation="None"))),
+    ("subPathExpr alone", _mounts("prefill", "/mnt/a", subPathExpr="$(POD)")),
+    ("Localhost seccomp with its profile on pod and container",
+     _all(_set("spec.prefill.podSecurityContext",
+               {"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}}),
+          _set("spec.router.containerSecurityContext",
+               {"seccompProfile": {"type": "Localhost", "localhostProfile": "x/p.json"}}))),
+    ("Unconfined seccomp, no profile",
+     _set("spec.decode.containerSecurityContext", {"seccompProfile": {"type": "Unconfined"}})),
 ]  # fmt: skip
 
 

@@ -155,6 +155,50 @@ def test_inspection_failed_waits_for_a_spec_change(dsv3: Json) -> None:
     assert retry.applies == ()
 
 
+def test_an_inspector_that_refuses_the_env_contract_is_env_contract_mismatch(
+    dsv3: Json, tmp_path: Any, monkeypatch: Any
+) -> None:
+    """The Job the operator writes, run by an image that speaks another contract version:
+    the inspector's real entry point exits 6 with its message, and ModelResolved says
+    EnvContractMismatch (as a role's condition does for the launcher), with a Warning."""
+    from ascend_pd_runtime import env_contract
+    from ascend_pd_runtime.cli import main as runtime_cli
+
+    cr, _ = without_inline_config(dsv3)
+    job = owned(plan(Observation(cr), NOW).inspector[0].manifest or {})
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    out = tmp_path / "termination-log"
+    for var in container["env"]:
+        monkeypatch.setenv(var["name"], var["value"])
+    monkeypatch.setenv(ec.INSPECT_OUTPUT, str(out))
+    monkeypatch.setattr(env_contract, "SPOKEN_CONTRACT_VERSIONS", (ec.CONTRACT + 1,))
+    code = runtime_cli(container["command"][1:])
+    assert code == ec.EXIT_CONTRACT_VERSION
+    pod = {"metadata": {"name": "dsv3-inspect-x", "creationTimestamp": NOW},
+           "status": {"phase": "Failed", "containerStatuses": [{"name": "inspect", "state": {
+               "terminated": {"exitCode": code, "reason": "Error",
+                              "message": out.read_text()}}}]}}  # fmt: skip
+    failed = {**job, "status": {"failed": 1}}
+    same = plan(Observation(cr, inspector_job=failed, inspector_pods=[pod]), NOW)
+    assert no_writes(same)
+    cond = conditions(same)["ModelResolved"]
+    assert (cond["status"], cond["reason"]) == ("False", "EnvContractMismatch")
+    assert cond["message"] == (
+        f"env contract version mismatch: the operator wrote version {ec.CONTRACT} "
+        f"(ASCEND_PD_CONTRACT_VERSION), this runtime image's inspector speaks version "
+        f"{ec.CONTRACT + 1} (the operator is older than the image); use the runtime image of "
+        "the operator's ascend-pd version, or the operator of the image's (docs/upgrade.md)"
+    )
+    assert same.status["phase"] == "Invalid"
+    assert [(e.type, e.reason) for e in same.events] == [("Warning", "EnvContractMismatch")]
+    # another failure of the inspector stays InspectionFailed
+    pod["status"]["containerStatuses"][0]["state"]["terminated"].update(
+        exitCode=1, message=ec.encode_inspect_result(error="config.json: not found")
+    )
+    other = plan(Observation(cr, inspector_job=failed, inspector_pods=[pod]), NOW)
+    assert conditions(other)["ModelResolved"]["reason"] == "InspectionFailed"
+
+
 def test_invalid_spec_writes_nothing_and_tells_once(dsv3: Json) -> None:
     cr = resource(dsv3)
     cr["spec"]["prefill"]["devicesPerNode"] = 6

@@ -111,6 +111,7 @@ def status_of(
     pods: list[Json] = (),  # type: ignore[assignment]
     events: list[Json] = (),  # type: ignore[assignment]
     previous: Json | None = None,
+    router_pods: list[Json] = (),  # type: ignore[assignment]
 ) -> Json:
     spec = parse_spec(dsv3["spec"])
     facts = resolve_facts(spec)
@@ -118,6 +119,7 @@ def status_of(
     findings = Findings(
         owner=OWNER, spec=spec, facts=facts, desired=desired_state(OWNER, spec, facts.facts),
         children=children, previous=previous or {}, pods=list(pods), events=list(events),
+        router_pods=list(router_pods),
     )  # fmt: skip
     return compute_status(findings, T0)
 
@@ -385,3 +387,110 @@ def test_a_ready_deployment_says_nothing_more(dsv3: Json) -> None:
     status = status_of(dsv3, ready_children(), pods, [failed_create("dsv3-prefill-0", "old")])
     assert cond(status, "PrefillReady")["message"] == "2/2 instances ready (2 nodes each)"
     assert cond(status, "Ready")["message"] == "every instance and the router ready"
+
+
+# --- the router ---------------------------------------------------------------------------
+
+
+def router_pod(name: str, **kwargs: Any) -> Json:
+    """A router pod ``dsv3-router-<rs>-<id>`` as the pod watch keeps it."""
+    p = pod("dsv3-prefill-0-0", **kwargs)
+    p["metadata"].update(
+        name=name,
+        uid=f"uid-{name}",
+        labels={"ascendpd.io/deployment": "dsv3", "app.kubernetes.io/component": "router"},
+    )
+    p["status"]["containerStatuses"][0]["name"] = "router"
+    return p
+
+
+def router_not_ready(**status: Any) -> dict[tuple[str, str], Json]:
+    children = ready_children()
+    children[("Deployment", "dsv3-router")] = {
+        "metadata": {"name": "dsv3-router"},
+        "status": {"readyReplicas": 0, **status},
+    }
+    return children
+
+
+@pytest.mark.parametrize(
+    ("waiting", "said"),
+    [({"reason": "ErrImagePull",
+       "message": 'rpc error: code = NotFound desc = failed to pull and unpack image '
+                  '"registry.example.com/router:typo"'},
+      'pod dsv3-router-5d8f-x2x ErrImagePull: rpc error: code = NotFound desc = failed to pull '
+      'and unpack image "registry.example.com/router:typo"'),
+     ({"reason": "ImagePullBackOff",
+       "message": 'Back-off pulling image "registry.example.com/router:typo"'},
+      'pod dsv3-router-5d8f-x2x ImagePullBackOff: Back-off pulling image '
+      '"registry.example.com/router:typo"')],
+)  # fmt: skip
+def test_the_router_s_condition_names_its_pod_s_image_pull(
+    dsv3: Json, waiting: Json, said: str
+) -> None:
+    pods = [router_pod("dsv3-router-5d8f-x2x", phase="Pending", state={"waiting": waiting})]
+    status = status_of(dsv3, router_not_ready(), router_pods=pods)
+    router = cond(status, "RouterReady")
+    assert (router["status"], router["reason"]) == ("False", "RouterNotReady")
+    assert router["message"] == f"0/1 replicas ready: {said}"
+    # the instances are ready: Ready names the router's cause
+    assert cond(status, "Ready")["message"] == (
+        f"waiting for RouterReady: router 0/1 replicas ready: {said}"
+    )
+
+
+def test_an_instance_s_cause_comes_first_in_ready(dsv3: Json) -> None:
+    children = router_not_ready()
+    children[("StatefulSet", "dsv3-prefill-0")] = sts("dsv3-prefill-0", ready=0)
+    crash = {"waiting": {"reason": "CrashLoopBackOff"}}
+    pods = [pod("dsv3-prefill-0-0", state=crash, last={"exitCode": 137, "reason": "OOMKilled"})]
+    routers = [router_pod("dsv3-router-5d8f-x2x", state=crash,
+                          last={"exitCode": 1, "reason": "Error"})]  # fmt: skip
+    status = status_of(dsv3, children, pods, router_pods=routers)
+    assert cond(status, "RouterReady")["message"] == (
+        "0/1 replicas ready: pod dsv3-router-5d8f-x2x CrashLoopBackOff, last exit 1"
+    )
+    assert cond(status, "Ready")["message"].startswith(
+        "waiting for PrefillReady, RouterReady: dsv3-prefill-0 (0/2 pods ready): pod "
+        "dsv3-prefill-0-0 CrashLoopBackOff, last exit 137 OOMKilled"
+    )
+
+
+def test_a_running_router_waits_for_its_probe_not_for_weights(dsv3: Json) -> None:
+    pods = [router_pod("dsv3-router-5d8f-x2x"), router_pod("dsv3-router-5d8f-y3y", ready=True)]
+    message = cond(status_of(dsv3, router_not_ready(), router_pods=pods), "RouterReady")["message"]
+    assert message == (
+        "0/1 replicas ready: pod dsv3-router-5d8f-x2x starting: running since "
+        "2026-01-01T00:00:05Z, ready once the router answers /health"
+    )
+
+
+def test_a_refused_router_pod_is_named_from_the_deployment_s_replica_failure(
+    dsv3: Json,
+) -> None:
+    refusal = ('pods "dsv3-router-5d8f-" is forbidden: violates PodSecurity '
+               '"restricted:latest": allowPrivilegeEscalation != false')  # fmt: skip
+    children = router_not_ready(conditions=[
+        {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+         "message": refusal}])  # fmt: skip
+    message = cond(status_of(dsv3, children), "RouterReady")["message"]
+    assert message == (
+        f"0/1 replicas ready: Deployment dsv3-router cannot create pods (FailedCreate): "
+        f"{refusal}; the namespace's Pod Security level refuses the router pod: give "
+        "spec.router.podSecurityContext and containerSecurityContext what the level asks, or "
+        "label the namespace for a level that admits it (docs/security.md)"
+    )
+    # its pods exist: the old failure is history
+    pods = [router_pod("dsv3-router-5d8f-x2x")]
+    message = cond(status_of(dsv3, children, router_pods=pods), "RouterReady")["message"]
+    assert "FailedCreate" not in message and "starting: running since" in message
+
+
+def test_a_router_with_no_word_yet(dsv3: Json) -> None:
+    message = cond(status_of(dsv3, router_not_ready()), "RouterReady")["message"]
+    assert message == "0/1 replicas ready: 1 of its pods not created yet"
+    children = ready_children()
+    del children[("Deployment", "dsv3-router")]
+    message = cond(status_of(dsv3, children), "RouterReady")["message"]
+    assert message == "0/1 replicas ready: Deployment dsv3-router not created yet"

@@ -13,6 +13,7 @@ from ascend_pd_runtime.layout import LayoutRequest, compute_layout
 from ascend_pd_runtime.model_facts import load_model_facts
 from ascend_pd_runtime.plan import plan_document
 from ascend_pd_runtime.plan_cli import example_config
+from tests.unit.runtime.contract_skews import SKEWS
 
 HOSTS = {"dsv3-prefill-0-0.dsv3-prefill-0.llm.svc": "10.0.0.5", "store": "10.0.0.5"}
 
@@ -187,12 +188,7 @@ def test_resolver_times_out_with_host_named():
 
 @pytest.mark.parametrize(
     ("written", "named"),
-    [
-        ("2", "the operator wrote version 2 (ASCEND_PD_CONTRACT_VERSION)"),
-        ("0", "the operator wrote version 0 (ASCEND_PD_CONTRACT_VERSION)"),
-        ("v1", "ASCEND_PD_CONTRACT_VERSION 'v1' is not a version"),
-        (None, "ASCEND_PD_CONTRACT_VERSION is not set"),
-    ],
+    SKEWS,
 )
 def test_launcher_refuses_an_env_contract_it_does_not_speak(
     tmp_path, monkeypatch, capsys, written, named
