@@ -43,6 +43,8 @@ CONTROLLERS = (
     "serviceaccount",
     "serviceaccount-token",
     "endpoint",
+    # the real HPA controller, scaling PDRoleScalers through their scale subresource
+    "horizontalpodautoscaling",
 )
 
 #: start order; ``down`` stops in reverse
@@ -219,6 +221,8 @@ def controller_manager_argv(binary: Path, layout: Layout, pki: certs.Pki) -> lis
         f"--service-account-private-key-file={pki.sa_key}",
         f"--root-ca-file={pki.ca_crt}",
         "--use-service-account-credentials=true",
+        # a third of the default 15 s: tests wait on what the HPA did, never on its period
+        "--horizontal-pod-autoscaler-sync-period=5s",
         "--profiling=false",
         "--v=1",
     ]

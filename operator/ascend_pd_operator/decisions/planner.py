@@ -91,7 +91,13 @@ from ascend_pd_operator.decisions.recovery import (
 )
 from ascend_pd_operator.decisions.rollout import Decision, Instance, decide, instances
 from ascend_pd_operator.decisions.scaling import ScaleDecision, decide_scale, with_effective
-from ascend_pd_operator.decisions.status import Findings, compute_status
+from ascend_pd_operator.decisions.status import (
+    Findings,
+    compute_status,
+    merge_patch,
+    status_changed,
+    without_empty,
+)
 from ascend_pd_runtime.model_facts import ModelFacts
 from ascend_pd_runtime.plan import layout_fingerprint
 
@@ -429,10 +435,12 @@ def _scaler_status(
         generation = int(r.scaler["metadata"].get("generation", 0) or 0)
         status = scaler_status(owner, role, len(live), sum(i.ready for i in live), r.effective,
                                note, generation)  # fmt: skip
-        old = r.scaler.get("status") or {}
-        if any(old.get(k, "" if isinstance(v, str) else 0) != v for k, v in status.items()):
+        old, new = r.scaler.get("status") or {}, without_empty(status)
+        if status_changed(old, new):
+            # a merge patch: what the new status no longer has is set to null
+            patch = merge_patch(old, new)
             writes.append(Write("status", SCALER_KIND, r.scaler["metadata"]["name"],
-                                {"status": status}))  # fmt: skip
+                                {"status": patch}))  # fmt: skip
     return tuple(writes)
 
 

@@ -283,9 +283,16 @@ class Reconciler:
             done = conclude(todo, Outcome(live=live, failure=failure))
         self._patch_status(done)  # step 6
         for write in done.scaler_status:
-            # Deleted meanwhile (the role turned Static): nothing to report on.
-            with contextlib.suppress(NotFound):
+            try:
                 self._write(owner.namespace, write, False)
+            except NotFound:
+                pass  # deleted meanwhile (the role turned Static): nothing to report on
+            except KubeError as exc:
+                if is_transient(exc):
+                    raise
+                # a status of ours the API server refuses is our bug: it must not stop
+                # the reconcile that serves the deployment
+                log.warning("%s/%s: %s: %s", owner.namespace, owner.name, write.describe(), exc)
         for event in done.events:  # step 7
             self.event(todo.observation.resource, event)
         if applied or deleted:

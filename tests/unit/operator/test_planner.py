@@ -471,3 +471,35 @@ def test_an_out_of_service_node_restarts_the_instance_and_force_deletes_only_its
     )
     told = [e.reason for e in p.events if e.reason in ("InstanceRestarted", "PodsForceDeleted")]
     assert told == ["InstanceRestarted", "PodsForceDeleted"]
+
+
+def _scaled_decode(dsv3: Json) -> Json:
+    cr = resource(copy.deepcopy(dsv3))
+    cr["spec"]["decode"]["scaling"] = {"mode": "External", "minReplicas": 1, "maxReplicas": 4}
+    return cr
+
+
+def test_a_scaled_role_gets_its_scaler_created_once_and_its_status_without_empty_strings(
+    dsv3: Json,
+) -> None:
+    cr = _scaled_decode(dsv3)
+    first = plan(Observation(resource=cr), NOW)
+    creates = [w for w in first.applies if w.verb == "create"]
+    assert [(w.kind, w.name) for w in creates] == [("PDRoleScaler", "dsv3-decode")]
+    assert creates[0].manifest["spec"] == {"replicas": cr["spec"]["decode"]["replicas"]}
+    # the scaler exists: never created (nor applied) again; its status is written, and an
+    # empty message is left out (the API server reads "" in a merge patch as null)
+    scaler = owned(copy.deepcopy(creates[0].manifest))
+    scaler["metadata"]["generation"] = 1
+    second = plan(Observation(resource=cr, children={"PDRoleScaler": [scaler]}), NOW)
+    assert not [w for w in second.applies if w.kind == "PDRoleScaler"]
+    (status,) = second.scaler_status
+    assert status.verb == "status" and "" not in status.manifest["status"].values()
+    assert status.manifest["status"]["selector"] == (
+        "ascendpd.io/deployment=dsv3,ascendpd.io/role=decode,ascendpd.io/leader=true,"
+        "!ascendpd.io/draining"
+    )
+    # back to Static: the scaler is pruned
+    cr["spec"]["decode"].pop("scaling")
+    third = plan(Observation(resource=cr, children={"PDRoleScaler": [scaler]}), NOW)
+    assert ("PDRoleScaler", "dsv3-decode") in [(w.kind, w.name) for w in third.deletes]

@@ -1,0 +1,149 @@
+"""Elastic roles on the local control plane: a PDRoleScaler per scaled role, driven by
+``kubectl scale`` and by the real HPA controller of kube-controller-manager, within the
+P:D ratio bounds.
+
+The oracles are the API server's objects: the StatefulSets that exist, the pods the
+scaler's own ``status.selector`` matches (as ``kubectl get pods -l`` counts them), and
+the HPA controller's writes to the scale subresource; never the operator's builders.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pdd_e2e import apply, example, get, pdd_doc
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+NAME = "dsv2-lite"
+SCALER = f"pdrolescaler/{NAME}-decode"
+
+
+def _decode_instances(kubectl: Any, namespace: str) -> list[str]:
+    items = (get(kubectl, namespace, "statefulsets") or {}).get("items", [])
+    return sorted(
+        i["metadata"]["name"]
+        for i in items
+        if i["metadata"]["name"].startswith(f"{NAME}-decode-")
+        and not i["metadata"].get("deletionTimestamp")
+    )
+
+
+def _selected(kubectl: Any, namespace: str, selector: str) -> list[str]:
+    done = kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json")
+    return sorted(p["metadata"]["name"] for p in json.loads(done.stdout)["items"])
+
+
+def _scaler(kubectl: Any, namespace: str) -> dict[str, Any]:
+    return get(kubectl, namespace, SCALER) or {}
+
+
+def _settled_at(kubectl: Any, namespace: str, n: int) -> Any:
+    """The decode role runs ``n`` instances, and the scaler says so: ``status.replicas``
+    is what its selector matches, one leader per instance."""
+
+    def check() -> Any:
+        scaler = _scaler(kubectl, namespace)
+        st = scaler.get("status") or {}
+        if not st.get("selector") or st.get("replicas") != n:
+            return None
+        leaders = _selected(kubectl, namespace, st["selector"])
+        instances = _decode_instances(kubectl, namespace)
+        if len(leaders) != n or len(instances) != n:
+            return None
+        return scaler, leaders, instances
+
+    return check
+
+
+def _prefill_and_router(kubectl: Any, namespace: str) -> dict[str, str]:
+    """What a decode scaling must never touch: prefill's StatefulSet generation and the
+    router pod's uid."""
+    sts = get(kubectl, namespace, "statefulset", f"{NAME}-prefill-0") or {}
+    pods = get(kubectl, namespace, "pods", "-l", "app.kubernetes.io/component=router") or {}
+    return {
+        "prefill": str(sts["metadata"]["generation"]),
+        **{p["metadata"]["name"]: p["metadata"]["uid"] for p in pods.get("items", [])},
+    }
+
+
+def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
+    kubectl: Any, namespace: str, operator: Any, wait_until: Any
+) -> None:
+    docs = example("deepseek-v2-lite.yaml", namespace)
+    spec = pdd_doc(docs)["spec"]
+    spec["decode"]["scaling"] = {"mode": "External", "minReplicas": 1, "maxReplicas": 4}
+    apply(kubectl, docs)
+
+    # The scaler starts from the role's replicas (2): nothing drains, nothing is added.
+    scaler, leaders, instances = wait_until(_settled_at(kubectl, namespace, 2), "2 decode")
+    assert scaler["spec"]["replicas"] == 2
+    assert scaler["metadata"]["ownerReferences"][0]["kind"] == "PDDeployment"
+    assert leaders == [f"{NAME}-decode-0-0", f"{NAME}-decode-1-0"]
+    wait_until(lambda: (get(kubectl, namespace, "pdd", NAME) or {}).get("status", {})
+               .get("phase") == "Ready", "Ready")  # fmt: skip
+    untouched = _prefill_and_router(kubectl, namespace)
+
+    # kubectl scale, through the scale subresource: whole instances of decode only.
+    kubectl("scale", SCALER, "-n", namespace, "--replicas=3")
+    _, leaders, instances = wait_until(_settled_at(kubectl, namespace, 3), "3 decode")
+    assert instances == [f"{NAME}-decode-{i}" for i in range(3)]
+    kubectl("scale", SCALER, "-n", namespace, "--replicas=1")
+    _, leaders, instances = wait_until(_settled_at(kubectl, namespace, 1), "1 decode")
+    assert instances == [f"{NAME}-decode-0"]
+    assert _prefill_and_router(kubectl, namespace) == untouched
+
+    # The real HPA controller: below its minReplicas, it raises the scale (no metrics
+    # needed), and the operator follows.
+    hpa = {
+        "apiVersion": "autoscaling/v2beta2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": f"{NAME}-decode", "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "ascendpd.io/v1alpha1", "kind": "PDRoleScaler",
+                               "name": f"{NAME}-decode"},
+            "minReplicas": 3,
+            "maxReplicas": 4,
+            "metrics": [{"type": "Pods", "pods": {
+                "metric": {"name": "sglang_token_usage"},
+                "target": {"type": "AverageValue", "averageValue": "700m"}}}],
+        },
+    }  # fmt: skip
+    apply(kubectl, [hpa])
+    scaler, leaders, instances = wait_until(
+        _settled_at(kubectl, namespace, 3), "the HPA raised decode to 3", timeout=180
+    )
+    assert scaler["spec"]["replicas"] == 3
+    assert _prefill_and_router(kubectl, namespace) == untouched
+    kubectl("delete", "hpa", f"{NAME}-decode", "-n", namespace)
+
+    # Ratio bounds: prefill scaled too, at most 1 decode per prefill... and at least 2
+    # decode per 3 prefill: decode 4 raises prefill to 2, and the status says so.
+    kubectl("patch", "pdd", NAME, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": {
+        "prefill": {"scaling": {"mode": "External", "minReplicas": 1, "maxReplicas": 3}},
+        "scaling": {"prefillPerDecode": {"min": "0.5", "max": "1"}}}}))  # fmt: skip
+    kubectl("scale", SCALER, "-n", namespace, "--replicas=4")
+    wait_until(_settled_at(kubectl, namespace, 4), "4 decode")
+
+    def prefill_raised() -> Any:
+        st = (get(kubectl, namespace, "pdd", NAME) or {}).get("status") or {}
+        cond = next((c for c in st.get("conditions", []) if c["type"] == "RatioConstrained"), {})
+        prefill = get(kubectl, namespace, f"pdrolescaler/{NAME}-prefill") or {}
+        ok = (
+            cond.get("status") == "True"
+            and (st.get("prefill") or {}).get("effectiveReplicas") == 2
+            and (prefill.get("status") or {}).get("effectiveReplicas") == 2
+            and get(kubectl, namespace, "statefulset", f"{NAME}-prefill-1") is not None
+        )
+        return ok and (cond, prefill)
+
+    cond, prefill = wait_until(prefill_raised, "prefill raised by the ratio")
+    assert cond["reason"] == "RatioBounded"
+    assert "prefill 1 -> 2" in cond["message"], cond
+    # the scaler's own spec is never rewritten: the HPA (or kubectl) keeps what it set
+    assert prefill["spec"]["replicas"] == 1
+    events = get(kubectl, namespace, "events", "--field-selector",
+                 f"involvedObject.name={NAME},reason=RatioBounded") or {}  # fmt: skip
+    assert events.get("items"), "no RatioBounded Event"
