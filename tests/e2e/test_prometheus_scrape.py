@@ -35,9 +35,9 @@ What must hold, once every target is up and scraped twice (waited on, never slep
   ``AscendPDOperatorAPIErrors`` reads requests that answered 5xx (the fault proxy answers
   500 to some requests for a while).
 
-``ASCEND_PD_PROMETHEUS_DUMP=<file>`` writes every panel query's answer (a range of the last
-minutes) to that JSON file, which ``ascend-pd-dev dashboard-picture`` draws as
-docs/dashboard-layout.png.
+``ASCEND_PD_PROMETHEUS_DUMP=<file>`` makes the panel test wait until Prometheus holds two
+minutes of scrapes and write every panel query's answer over them to that JSON file, which
+``ascend-pd-dev dashboard-picture`` draws as docs/dashboard-layout.svg.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ import yaml
 from pdd_e2e import REPO, Operator, apply, condition, example, get, status
 
 from ascend_pd_dev.controlplane import cluster as dev_cluster
+from ascend_pd_dev.controlplane import prometheus
 from ascend_pd_dev.controlplane.certs import Pki
 from ascend_pd_dev.kubelet_sim.testing import crash_pod
 from ascend_pd_dev.testtools.faultproxy import CONFIG_PATH, FaultPlan, FaultProxy
@@ -80,6 +81,8 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.simulated, pytest.mark.local]
 DASHBOARD = REPO / "charts" / "ascend-pd-operator" / "files" / "dashboards" / "ascend-pd.json"
 NAME = "dsv2-lite"
 DUMP_ENV = "ASCEND_PD_PROMETHEUS_DUMP"
+#: the seconds of data the dump holds
+DUMP_SECONDS = 120
 #: the fault proxy's share of requests answered 500 while the test wants API errors
 ERROR_RATE = 0.2
 
@@ -208,6 +211,7 @@ def scraped(
         stops.insert(0, discovery.stop)
         runtime_job = podmonitor_job(rendered["PodMonitor"], discovery.path)
         prom = PrometheusServer(
+            prometheus.ensure() / "prometheus",
             {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
              "scrape_configs": [operator_job, runtime_job]},
             work, rendered["PrometheusRule"]["spec"]["groups"],
@@ -269,6 +273,15 @@ def test_every_panel_query_returns_data(scraped: Scraped, wait_until: Any) -> No
         pytest.fail("panels without data (a bug in the panel or in the fixture):\n"
                     + "\n".join(problems))  # fmt: skip
     if dump := os.environ.get(DUMP_ENV):
+        # the picture shows two minutes: wait until Prometheus holds them (1 scrape a second)
+        held = "max(count_over_time(up[10m]))"
+        wait_until(
+            lambda: (
+                float(scraped.prom.query(held)["data"]["result"][0]["value"][1]) >= DUMP_SECONDS
+            ),
+            f"{DUMP_SECONDS} s of scrapes",
+            timeout=DUMP_SECONDS + 60,
+        )
         _dump(scraped, Path(dump))
 
 
@@ -321,7 +334,7 @@ def _dump(scraped: Scraped, path: Path) -> None:
         series = []
         queries = dashboard_queries({"panels": [panel]}, _variables(scraped.namespace))
         for target, (_, query) in zip(panel.get("targets", []), queries, strict=True):
-            answer = scraped.prom.api("query_range", query=query, start=str(end - 180),
+            answer = scraped.prom.api("query_range", query=query, start=str(end - DUMP_SECONDS),
                                       end=str(end), step="2")  # fmt: skip
             for r in answer["data"]["result"]:
                 series.append(

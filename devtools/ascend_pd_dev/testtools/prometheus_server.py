@@ -1,5 +1,6 @@
-"""A real Prometheus (the cached Debian binary, ``controlplane.prometheus``) as a local
-process, and the scrape jobs the Prometheus Operator would make of the chart's monitors.
+"""A real Prometheus (the caller's binary: the cached Debian one that
+``controlplane.prometheus.ensure`` installs) as a local process, and the scrape jobs the
+Prometheus Operator would make of the chart's monitors.
 
 ``PrometheusServer`` starts ``prometheus`` on a free loopback port with a given
 configuration (and rule groups), waits until it answers ``/-/ready``, and asks its HTTP API.
@@ -34,7 +35,6 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev.controlplane import prometheus
 from ascend_pd_dev.testtools.local_run import free_port, stop_child_group
 
 Json = dict[str, Any]
@@ -45,10 +45,11 @@ class PrometheusError(RuntimeError):
 
 
 class PrometheusServer:
-    """``prometheus`` with ``config`` (and ``rule_groups`` as its one rule file) in ``workdir``."""
+    """``binary`` with ``config`` (and ``rule_groups`` as its one rule file) in ``workdir``."""
 
-    def __init__(self, config: Json, workdir: Path, rule_groups: list[Json] | None = None) -> None:
-        self.workdir = workdir
+    def __init__(self, binary: Path, config: Json, workdir: Path,
+                 rule_groups: list[Json] | None = None) -> None:  # fmt: skip
+        self.binary, self.workdir = binary, workdir
         workdir.mkdir(parents=True, exist_ok=True)
         config = dict(config)
         if rule_groups is not None:
@@ -63,10 +64,9 @@ class PrometheusServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> PrometheusServer:
-        binary = prometheus.ensure() / "prometheus"
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
-                [str(binary), f"--config.file={self.config_path}",
+                [str(self.binary), f"--config.file={self.config_path}",
                  f"--storage.tsdb.path={self.workdir / 'data'}",
                  f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
