@@ -43,7 +43,6 @@ minutes of scrapes and write every panel query's answer over them to that JSON f
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sys
@@ -67,6 +66,7 @@ from ascend_pd_dev.testtools.prometheus_server import (
     PodDiscovery,
     PrometheusServer,
     dashboard_queries,
+    panels_without_data,
     podmonitor_job,
     servicemonitor_job,
 )
@@ -244,17 +244,9 @@ def _variables(namespace: str) -> dict[str, str]:
 
 
 def _empty_panels(scraped: Scraped) -> list[str]:
-    problems = []
     dashboard = json.loads(DASHBOARD.read_text())
-    for title, query in dashboard_queries(dashboard, _variables(scraped.namespace)):
-        answer = scraped.prom.query(query)
-        if answer.get("status") != "success":
-            problems.append(f"{title!r}: {query}: {answer.get('error')}")
-            continue
-        values = [float(r["value"][1]) for r in answer["data"]["result"]]
-        if not any(math.isfinite(v) for v in values):
-            problems.append(f"{title!r}: {query}: no series with a finite value ({values})")
-    return problems
+    queries = dashboard_queries(dashboard, _variables(scraped.namespace))
+    return panels_without_data(scraped.prom.query, queries)
 
 
 def test_every_panel_query_returns_data(scraped: Scraped, wait_until: Any) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import subprocess
 import threading
@@ -30,6 +31,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +284,18 @@ def dashboard_queries(dashboard: Json, variables: dict[str, str]) -> list[tuple[
                 raise ValueError(f"a variable not set: {expr}")
             found.append((str(panel["title"]), expr))
     return found
+
+
+def panels_without_data(query: Callable[[str], Json], queries: list[tuple[str, str]]) -> list[str]:
+    """For each (panel, query) that does not parse or returns no series with a finite
+    value, what ``query`` (a Prometheus's ``/api/v1/query``) answered."""
+    problems = []
+    for title, expr in queries:
+        answer = query(expr)
+        if answer.get("status") != "success":
+            problems.append(f"{title!r}: {expr}: {answer.get('errorType')}: {answer.get('error')}")
+            continue
+        values = [float(r["value"][1]) for r in answer["data"]["result"]]
+        if not any(math.isfinite(v) for v in values):
+            problems.append(f"{title!r}: {expr}: no series with a finite value ({values})")
+    return problems
