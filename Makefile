@@ -22,7 +22,7 @@ lint: venv
 	$(BIN)/lint-imports
 
 # The README's test command: lint, types, then every test tier side by side (unit, e2e,
-# reliability, SGLang, CRD server), each cluster tier on a control plane of its own; ends
+# Prometheus e2e, reliability, SGLang, CRD server), each cluster tier on a control plane of its own; ends
 # with a table of each tier's time. One tier: make test TIERS="--only e2e".
 test: lint
 	$(BIN)/python -m ascend_pd_dev.cli.tiers $(TIERS)

@@ -154,7 +154,7 @@ def test_prometheus_rule_only_when_enabled(render: Render) -> None:
     [
         "metrics.prometheusRule.thresholds.notReadyFor=30 minutes",
         "metrics.prometheusRule.thresholds.decodeKVUsage=1.5",
-        "metrics.prometheusRule.thresholds.restartLoopRestarts=0",
+        "metrics.prometheusRule.thresholds.prefillQueueRequests=-1",
         "metrics.prometheusRule.alertLabels.severity=page",  # would replace each alert's own
         "metrics.prometheusRule.runbookBaseURL=docs/operator.md#alerts",
         "metrics.prometheusRule.tresholds.notReadyFor=1h",

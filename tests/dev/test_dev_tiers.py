@@ -10,7 +10,7 @@ from _pytest.mark.expression import Expression
 
 from ascend_pd_dev.cli.tiers import TIERS, Run, Tier, table
 
-MARKERS = ("e2e", "sglang", "crdserver")
+MARKERS = ("e2e", "sglang", "crdserver", "prometheus")
 
 
 def _selects(tier: Tier, markers: set[str], folder: str) -> bool:
@@ -25,7 +25,14 @@ def _selects(tier: Tier, markers: set[str], folder: str) -> bool:
 
 
 def test_every_test_runs_in_exactly_one_tier() -> None:
-    for folder in ("tests/unit", "tests/e2e", "tests/reliability", "tests/sglang", "tests/chart"):
+    for folder in (
+        "tests/unit",
+        "tests/e2e",
+        "tests/reliability",
+        "tests/sglang",
+        "tests/chart",
+        "tests/prometheus",
+    ):
         for flags in itertools.product((False, True), repeat=len(MARKERS)):
             markers = {m for m, on in zip(MARKERS, flags, strict=True) if on}
             chosen = [t.name for t in TIERS if _selects(t, markers, folder)]

@@ -13,6 +13,10 @@ Every 0.2 s the operator reconciles, requests and queues, and every SGLang serve
 so rates, quantiles and derivatives have data after a few scrapes. Run:
 ``python exporters.py PORT``; it prints ``ready`` once serving and stops on SIGTERM or
 when its parent's stdin closes.
+
+``HostLeaders`` serves the same SGLang leaders in this process on the addresses of the
+dev cluster's nodes, for the e2e tier where Prometheus scrapes the running operator
+(``tests/e2e/test_prometheus_scrape.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -163,21 +168,19 @@ def feed_operator() -> tuple[Any, Any]:
     return metrics.REGISTRY, step
 
 
-def main(port: int) -> int:
-    registry, operator_step = feed_operator()
-    leaders = {f"/sglang/{r}/{i}/metrics": SGLangLeader(r, i) for r, i in LEADERS}
-    lock = threading.Lock()
+def serve(host: str, port: int, registry_of: Callable[[str], Any], lock: threading.Lock
+          ) -> ThreadingHTTPServer:  # fmt: skip
+    """Serve ``registry_of(path)``'s exposition (404 when it is None) at ``host:port`` from a
+    daemon thread, holding ``lock`` while it is written."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             with lock:
-                if self.path == "/operator/metrics":
-                    body = generate_latest(registry)
-                elif self.path in leaders:
-                    body = generate_latest(leaders[self.path].registry)
-                else:
-                    self.send_error(404)
-                    return
+                registry = registry_of(self.path)
+                body = generate_latest(registry) if registry is not None else b""
+            if registry is None:
+                self.send_error(404)
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -187,8 +190,54 @@ def main(port: int) -> int:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+class HostLeaders:
+    """SGLang leaders on the host network, as the runtime pods run them: one leader's
+    ``/metrics`` on each of ``hosts`` at ``port`` (a node runs one runtime pod at a time),
+    serving a few requests' worth of metrics every 0.2 s until ``stop``."""
+
+    def __init__(self, hosts: list[str], port: int) -> None:
+        self.lock = threading.Lock()
+        self.leaders = [SGLangLeader("host", i) for i in range(len(hosts))]
+        self.servers = [
+            serve(host, port, lambda path, leader=leader: leader.registry
+                  if path == "/metrics" else None, self.lock)
+            for host, leader in zip(hosts, self.leaders, strict=True)
+        ]  # fmt: skip
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            with self.lock:
+                for leader in self.leaders:
+                    leader.step()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        self._thread.join(timeout=5)
+
+
+def main(port: int) -> int:
+    registry, operator_step = feed_operator()
+    leaders = {f"/sglang/{r}/{i}/metrics": SGLangLeader(r, i) for r, i in LEADERS}
+    lock = threading.Lock()
+
+    def registry_of(path: str) -> Any:
+        if path == "/operator/metrics":
+            return registry
+        leader = leaders.get(path)
+        return leader.registry if leader is not None else None
+
+    server = serve("127.0.0.1", port, registry_of, lock)
     stop = threading.Event()
     # the parent holds our stdin: when it goes (even killed), so do we
     threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()

@@ -16,7 +16,6 @@ series (a join that matches many-to-many fails only at evaluation, never in
 from __future__ import annotations
 
 import json
-import math
 import re
 import socket
 import subprocess
@@ -32,6 +31,8 @@ from typing import Any
 import pytest
 import yaml
 from promql_env import CHART
+
+from ascend_pd_dev.testtools.prometheus_server import panels_without_data
 
 HERE = Path(__file__).resolve().parent
 DASHBOARD = CHART / "files" / "dashboards" / "ascend-pd.json"
@@ -165,16 +166,7 @@ def panel_queries() -> list[tuple[str, str]]:
 
 
 def empty_panels(base: str) -> list[str]:
-    problems = []
-    for title, query in panel_queries():
-        answer = api(base, "/api/v1/query", query=query)
-        if answer.get("status") != "success":
-            problems.append(f"{title!r}: {query}: {answer.get('errorType')}: {answer.get('error')}")
-            continue
-        values = [float(r["value"][1]) for r in answer["data"]["result"]]
-        if not any(math.isfinite(v) for v in values):
-            problems.append(f"{title!r}: {query}: no series with a finite value ({values})")
-    return problems
+    return panels_without_data(lambda q: api(base, "/api/v1/query", query=q), panel_queries())
 
 
 def test_every_panel_query_returns_data(prom: str) -> None:

@@ -16,6 +16,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "base-images": ("ascend_pd_dev.cli.base_images", "docs/compatibility.md's base images"),
     "cluster": ("ascend_pd_dev.cli.cluster", "local control plane with simulated Ascend nodes"),
     "demo": ("ascend_pd_dev.cli.demo", "the operator on the local control plane, end to end"),
+    "dashboard-picture": (
+        "ascend_pd_dev.cli.dashboard_picture",
+        "docs/dashboard-layout.svg from the Prometheus e2e tier's data",
+    ),
     "tools": ("ascend_pd_dev.cli.tools", "print the path of a tool the tests use, installing it"),
     "values-table": ("ascend_pd_dev.cli.values_table", "the chart README's table of values"),
 }

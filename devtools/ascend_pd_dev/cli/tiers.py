@@ -44,8 +44,12 @@ class Tier:
 TIERS = (
     Tier("reliability", ("tests/reliability", "-m", f"e2e and {NOT_OTHERS}"),
          "e2e-reliability", 20),
-    Tier("e2e", ("tests", "--ignore=tests/reliability", "-m", f"e2e and {NOT_OTHERS}"),
-         "e2e", 20),
+    Tier("e2e", ("tests", "--ignore=tests/reliability", "-m",
+                 f"e2e and not prometheus and {NOT_OTHERS}"), "e2e", 20),
+    # a real Prometheus scraping the running operator: short, so beside the e2e tier
+    # rather than in it (the e2e tier is the longest)
+    Tier("prometheus-e2e", ("tests", "--ignore=tests/reliability", "-m",
+                            f"e2e and prometheus and {NOT_OTHERS}"), "e2e-prometheus", 1),
     # tests/e2e has a test of the sglang tier: it gets a cluster of its own too
     Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 20),
     Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver"), "e2e-unit", 12),

@@ -234,6 +234,24 @@ class DeploymentCollector(DeploymentReports, Collector):
                     if k[0] == namespace and v.deployment == name}  # fmt: skip
             families.add(namespace, name, dep, mine)
         yield from families
+        yield condition_family({k: d.status for k, d in deployments.items()})
+
+
+def condition_family(statuses: dict[tuple[str, str], Json]) -> GaugeMetricFamily:
+    """``ascend_pd_condition``: 1 for each condition of each PDDeployment's last status,
+    labelled with its type, status and reason (the operator's own verdicts, e.g.
+    InstancesHealthy=False reason RestartLoop, which no other series can tell exactly)."""
+    family = GaugeMetricFamily(
+        "ascend_pd_condition",
+        "1 for each condition of the PDDeployment's status, by type, status and reason.",
+        labels=["namespace", "pddeployment", "type", "status", "reason"],
+    )
+    for (namespace, name), status in sorted(statuses.items()):
+        for cond in status.get("conditions") or []:
+            family.add_metric(
+                [namespace, name, str(cond.get("type", "")), str(cond.get("status", "")),
+                 str(cond.get("reason", ""))], 1)  # fmt: skip
+    return family
 
 
 DEPLOYMENTS = DeploymentCollector()

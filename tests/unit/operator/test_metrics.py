@@ -282,6 +282,34 @@ def test_instances_rollout_restarts_and_forgetting() -> None:
     assert not [k for k in scrape(c) if ("pddeployment", "pd") in k[1]]
 
 
+def test_conditions_are_one_series_each_and_follow_the_status() -> None:
+    """``ascend_pd_condition``: one series of value 1 per condition of the last status, so an
+    alert can match the operator's own verdict (InstancesHealthy=False RestartLoop)."""
+    c = DeploymentCollector()
+    looping = {"conditions": [
+        {"type": "InstancesHealthy", "status": "False", "reason": "RestartLoop",
+         "message": "instance pd-decode-1 restarted 5 times within 600 s"},
+        {"type": "Ready", "status": "True", "reason": "Ready"},
+    ]}  # fmt: skip
+    c.deployment_status("ns", "pd", looping)
+    c.deployment_status("other", "pd", {})
+    base = {"namespace": "ns", "pddeployment": "pd"}
+    conditions = {k: v for k, v in scrape(c).items() if k[0] == "ascend_pd_condition"}
+    assert conditions == {
+        ("ascend_pd_condition", labels(**base, type="InstancesHealthy", status="False",
+                                       reason="RestartLoop")): 1,
+        ("ascend_pd_condition", labels(**base, type="Ready", status="True", reason="Ready")): 1,
+    }  # fmt: skip
+    # healthy again: the RestartLoop series is gone at the next scrape, not left at 0
+    c.deployment_status("ns", "pd", {"conditions": [
+        {"type": "InstancesHealthy", "status": "True", "reason": "Healthy"}]})  # fmt: skip
+    assert [k[1] for k in scrape(c) if k[0] == "ascend_pd_condition"] == [
+        labels(**base, type="InstancesHealthy", status="True", reason="Healthy")
+    ]
+    c.deployment_status("ns", "pd", None)
+    assert not [k for k in scrape(c) if k[0] == "ascend_pd_condition"]
+
+
 def test_served_on_its_own_port_and_parsed_by_prometheus_client() -> None:
     server, thread = metrics.serve(0, host="127.0.0.1")
     try:
