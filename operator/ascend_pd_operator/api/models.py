@@ -596,8 +596,9 @@ class Scaling(_Model):
     )
     drain_timeout_seconds: int = Field(
         600, ge=0, le=MAX_DRAIN_TIMEOUT_SECONDS,
-        description="How long a removed instance may finish its in-flight requests before "
-        "it is stopped (its pods' terminationGracePeriodSeconds).",
+        description="How long a removed instance may finish its in-flight requests: the "
+        "grace period its pods are deleted with (SGLang ends on SIGTERM once the requests "
+        "it holds are done).",
     )  # fmt: skip
 
 
@@ -907,6 +908,13 @@ class KVLayoutStatus(_Model):
     fingerprint: str = Field("", description="Layout fingerprint both sides check.")
 
 
+class DrainingInstance(_Model):
+    """An instance leaving by a scale-down: it finishes its requests, then goes."""
+
+    instance: str = Field(..., description="The instance (its StatefulSet's name).")
+    since: str = Field("", description="When it was marked draining (RFC 3339).")
+
+
 class RoleStatus(_Model):
     """Instances of one role."""
 
@@ -924,6 +932,9 @@ class RoleStatus(_Model):
         "role's bounds and spec.scaling.prefillPerDecode.",
     )
     scaler: str = Field("", description="The role's PDRoleScaler (External or Planner).")
+    draining: list[DrainingInstance] = _list(
+        "Instances draining: out of the scaler's count, still serving what they hold."
+    )
 
 
 class RolloutStatus(_Model):

@@ -51,8 +51,10 @@ LABEL_LEGACY_ROUTABLE = f"{PREFIX}/routable"
 LABEL_ROUTER_DISCOVERY = f"{PREFIX}/discovery"
 DISCOVERY_LEADER = "leader"
 #: On an instance being drained by a scale-down (its StatefulSet and pods): it leaves its
-#: PDRoleScaler's selector and ``status.replicas`` at once.
+#: PDRoleScaler's selector and ``status.replicas`` at once (``drain``).
 LABEL_DRAINING = f"{PREFIX}/draining"
+#: On the StatefulSet of a rollout's surge instance (maxSurge): not one of the role's own.
+LABEL_SURGE = f"{PREFIX}/surge"
 #: On prefill pods: the bootstrap port the router tells decode to reach (service discovery).
 #: sglang-router 0.3.0 to 0.3.2 read this one name (``from_cli_args`` sets it; no flag
 #: changes it), so it is theirs, not under our prefix.
@@ -171,6 +173,8 @@ REASON_APPLY_FAILED = "ApplyFailed"
 REASON_PRUNE_FAILED = "PruneFailed"
 #: RatioConstrained: True when the bounds changed a count (and an Event says how).
 REASON_RATIO_BOUNDED = "RatioBounded"
+#: The Normal Event when a drained instance is gone: how long it took, whether forced.
+REASON_INSTANCE_DRAINED = "InstanceDrained"
 REASON_WITHIN_BOUNDS = "WithinBounds"
 
 PHASE_PENDING = "Pending"

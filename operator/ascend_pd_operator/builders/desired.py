@@ -27,6 +27,7 @@ from ascend_pd_operator.api.models import PDDeploymentSpec, SpecError, check_nam
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_KV_LAYOUT,
     LABEL_LEADER,
+    LABEL_SURGE,
     REASON_INCOMPATIBLE,
     REASON_INVALID_LAYOUT,
     ROLES,
@@ -90,22 +91,31 @@ def desired_layout(spec: PDDeploymentSpec, facts: ModelFacts) -> Desired:
     return Desired(layout)
 
 
+@dataclass(frozen=True)
+class Indices:
+    """The instance indices of one role: its own, and a rollout's surge ones."""
+
+    own: tuple[int, ...]
+    surge: tuple[int, ...] = ()
+
+
 def with_children(
     desired: Desired,
     owner: Owner,
     spec: PDDeploymentSpec,
     server_minor: int | None = None,
-    surge: Mapping[str, int] | None = None,
+    indices: Mapping[str, Indices] | None = None,
     serving: str | None = None,
     discovery: str = LABEL_LEADER,
 ) -> Desired:
-    """``desired`` with its children, built once (a failed layout has none). ``surge``:
-    extra instances per role during a rollout; ``serving``: the generation the router
-    routes to (None: this layout's); ``discovery``: the leader label it selects on."""
+    """``desired`` with its children, built once (a failed layout has none). ``indices``:
+    per role the instances it keeps and a rollout's surge ones (None: 0 to replicas - 1);
+    ``serving``: the generation the router routes to (None: this layout's);
+    ``discovery``: the leader label it selects on."""
     if not desired.ok:
         return desired
     assert desired.layout is not None
-    children = build_children(owner, spec, desired.layout, server_minor, surge, serving,
+    children = build_children(owner, spec, desired.layout, server_minor, indices, serving,
                               discovery)  # fmt: skip
     return Desired(desired.layout, children)
 
@@ -152,24 +162,27 @@ def build_children(
     spec: PDDeploymentSpec,
     layout: KVLayout,
     server_minor: int | None = None,
-    surge: Mapping[str, int] | None = None,
+    indices: Mapping[str, Indices] | None = None,
     serving: str | None = None,
     discovery: str = LABEL_LEADER,
 ) -> list[Json]:
     """Every child manifest, in apply order, for a 1.<server_minor> API server (None: not
-    known, a current one). From ``rollout.decide``: ``surge``, extra instances per role
-    during a rollout, numbered after the role's own; ``serving``, the KV-layout generation
-    the router routes to (None: this layout's); ``discovery``, the leader label it selects
-    on."""
+    known, a current one). ``indices``: per role the instances it keeps and a rollout's
+    surge ones (``drain.roster``, ``rollout.decide``; None: 0 to replicas - 1, no surge);
+    ``serving``, the KV-layout generation the router routes to (None: this layout's);
+    ``discovery``, the leader label it selects on."""
     children: list[Json] = [kv_layout_configmap(owner, layout)]
-    extra = surge or {}
-    instances = [
-        (role, i) for role in ROLES for i in range(spec.role(role).replicas + extra.get(role, 0))
-    ]
+    chosen = indices or {role: Indices(tuple(range(spec.role(role).replicas))) for role in ROLES}
+    instances = [(role, i) for role in ROLES for i in chosen[role].own + chosen[role].surge]
+    surge = {(role, i) for role in ROLES for i in chosen[role].surge}
     if spec.scheduling.gang == "volcano":
         children += [podgroup(owner, spec, role, i) for role, i in instances]
     children += [headless_service(owner, role, i) for role, i in instances]
-    children += [statefulset(owner, spec, layout, role, i) for role, i in instances]
+    for role, i in instances:
+        sts = statefulset(owner, spec, layout, role, i)
+        if (role, i) in surge:
+            sts["metadata"]["labels"][LABEL_SURGE] = "true"
+        children.append(sts)
     pdb_version = pdb_api_version(server_minor)
     # The rollout's maxUnavailable per role bounds drains too; at least one, so that a
     # surge-only rollout (maxUnavailable 0) never blocks a node drain for good.

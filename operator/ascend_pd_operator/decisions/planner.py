@@ -31,7 +31,7 @@ generation) and from the step that failed, if one did.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -47,12 +47,14 @@ from ascend_pd_operator.api.vocabulary import (
     COND_VALIDATED,
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
+    LABEL_DRAINING,
     LABEL_FINGERPRINT,
     LABEL_INSTANCE,
     LABEL_ROLE,
     REASON_APPLY_FAILED,
     REASON_ENV_CONTRACT_MISMATCH,
     REASON_INSPECTING,
+    REASON_INSTANCE_DRAINED,
     REASON_INSTANCE_RESTARTED,
     REASON_LAUNCH_REFUSED,
     REASON_NOT_READY,
@@ -68,6 +70,7 @@ from ascend_pd_operator.api.vocabulary import (
 from ascend_pd_operator.api.vocabulary import model_facts_name as facts_cm_name
 from ascend_pd_operator.builders.desired import (
     Desired,
+    Indices,
     Validation,
     child_key,
     desired_layout,
@@ -82,6 +85,12 @@ from ascend_pd_operator.builders.model_source import (
     resolve_facts,
 )
 from ascend_pd_operator.builders.scaler import scaler, scaler_status
+from ascend_pd_operator.decisions.drain import (
+    Roster,
+    roster,
+    surge_indices,
+)
+from ascend_pd_operator.decisions.drain import step as drain_step
 from ascend_pd_operator.decisions.recovery import (
     DEFAULT_POLICY,
     Recovery,
@@ -89,7 +98,13 @@ from ascend_pd_operator.decisions.recovery import (
     parse_time,
     recover,
 )
-from ascend_pd_operator.decisions.rollout import Decision, Instance, decide, instances
+from ascend_pd_operator.decisions.rollout import (
+    Decision,
+    Instance,
+    decide,
+    instances,
+    observed_instances,
+)
 from ascend_pd_operator.decisions.scaling import ScaleDecision, decide_scale, with_effective
 from ascend_pd_operator.decisions.status import (
     Findings,
@@ -197,6 +212,8 @@ class Write:
     manifest: Json | None = None
     #: A delete's grace period (None: the object's own; 0: a force-delete).
     grace_period_seconds: int | None = None
+    #: A delete that leaves the object's dependents (a drained instance's pods).
+    orphan: bool = False
 
     def describe(self) -> str:
         if self.verb == "restart":
@@ -205,6 +222,8 @@ class Write:
                 "label": "labelling", "status": "updating the status of"}[self.verb]  # fmt: skip
         if self.verb == "delete" and self.grace_period_seconds == 0:
             verb = "force-deleting"
+        if self.orphan:
+            return f"releasing {self.kind} {self.name} (deleting it, its pods left)"
         return f"{verb} {self.kind} {self.name}"
 
 
@@ -287,6 +306,8 @@ class Plan:
     rollout: Decision | None = None
     #: The failed instances restarted now, and the recovery records.
     recovery: Recovery | None = None
+    #: Per role the instances it keeps, the one it drains now and the drains under way.
+    rosters: Mapping[str, Roster] | None = None
 
     @property
     def requeue_after(self) -> float | None:
@@ -330,6 +351,7 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
     recovery: Recovery | None = None
     scale: ScaleDecision | None = None
     scaler_writes: tuple[Write, ...] = ()
+    rosters: dict[str, Roster] | None = None
     if spec is not None:
         facts = choose_facts(obs, spec)
         if facts.start_inspector:
@@ -348,7 +370,10 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
             pods = observed_pods(obs)
             scale = decide_scale(spec, scalers_by_role(obs), obs.previous)
             spec = with_effective(spec, scale)
-            by_role = instances(owner, spec, obs.owned("StatefulSet"), pods)
+            seen = observed_instances(owner, spec, obs.owned("StatefulSet"), pods)
+            rosters = {r: roster(r, seen[r], spec.role(r).replicas) for r in ROLES}
+            by_role = instances(owner, spec, obs.owned("StatefulSet"), pods,
+                                {r: rosters[r].own for r in ROLES})  # fmt: skip
             router = next((d for d in obs.owned("Deployment")
                            if d["metadata"]["name"] == router_name(owner)), None)  # fmt: skip
             decision = decide(
@@ -361,7 +386,12 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
                 parse_time(now) or dt.datetime.now(dt.UTC), policy,
                 obs.nodes, spec.recovery.force_delete_after_seconds,
             )  # fmt: skip
-            desired = with_children(desired, owner, spec, obs.server_minor, decision.surge,
+            indices = {
+                r: Indices(rosters[r].own,
+                           surge_indices(seen[r], rosters[r].own, decision.surge.get(r, 0)))
+                for r in ROLES
+            }  # fmt: skip
+            desired = with_children(desired, owner, spec, obs.server_minor, indices,
                                     decision.serving, decision.discovery)  # fmt: skip
             replaced = _selector_changed(obs, desired)
             applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
@@ -372,17 +402,20 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
             )  # fmt: skip
             kept_scalers = {(SCALER_KIND, scaler_name(owner, r.role))
                             for r in scale.roles.values() if r.scaled}  # fmt: skip
-            deletes = _prunes(obs, desired, kept_scalers) + tuple(delete(*k) for k in replaced)
+            drains = _drains(rosters, spec.scaling.drain_timeout_seconds)
+            deletes = _prunes(obs, desired, kept_scalers | _drained_children(rosters))
+            deletes += tuple(delete(*k) for k in replaced) + drains.releases
             scaler_writes = _scaler_status(owner, scale, by_role)
             # A failed group restarts whatever the rollout's budget: it serves nothing.
             restarted = recovery.restarts + tuple(
                 r for r in decision.restarts if r[0] not in {n for n, _ in recovery.restarts}
             )
-            restarts = _restarts(restarted, recovery.force_deletes, pods)
-            routing = tuple(label("Pod", pod, dict.fromkeys(keys, "true"))
-                            for pod, keys in decision.routing)  # fmt: skip
+            restarts = _restarts(restarted, recovery.force_deletes, pods) + drains.deletes
+            routing = drains.marks + tuple(label("Pod", pod, dict.fromkeys(keys, "true"))
+                                           for pod, keys in decision.routing)  # fmt: skip
     draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
-                 restarts, routing, scaler_writes, scale, decision, recovery)  # fmt: skip
+                 restarts, routing, scaler_writes, scale, decision, recovery,
+                 rosters)  # fmt: skip
     return conclude(draft, Outcome())
 
 
@@ -404,6 +437,41 @@ def _selector_changed(obs: Observation, desired: Desired) -> list[tuple[str, str
             if item["metadata"]["name"] == name and live and live != manifest["spec"]["selector"]:
                 out.append((kind, name))
     return out
+
+
+@dataclass(frozen=True)
+class DrainWrites:
+    """The drains' writes, in the steps they belong to: marks (5), releases (3), pod
+    deletions with the drain's grace period (4)."""
+
+    marks: tuple[Write, ...] = ()
+    releases: tuple[Write, ...] = ()
+    deletes: tuple[Write, ...] = ()
+
+
+def _drains(rosters: Mapping[str, Roster], grace: int) -> DrainWrites:
+    marks, releases, deletes = [], [], []
+    for r in rosters.values():
+        todo = [drain_step(i) for i in r.drains]
+        if r.victim is not None:
+            todo.append(drain_step(r.victim, marking=True))
+        for s in todo:
+            marks += [label(kind, name, {LABEL_DRAINING: "true"}) for kind, name in s.mark]
+            if s.release:
+                releases.append(Write("delete", "StatefulSet", s.release, orphan=True))
+            deletes += [Write("delete", "Pod", name, {"metadata": {"uid": uid}}, grace)
+                        for name, uid in s.delete_pods]  # fmt: skip
+    return DrainWrites(tuple(marks), tuple(releases), tuple(deletes))
+
+
+def _drained_children(rosters: Mapping[str, Roster]) -> set[tuple[str, str]]:
+    """A draining instance's objects, which the drain removes in its order, never a prune."""
+    return {
+        (kind, name)
+        for r in rosters.values()
+        for name in r.draining_names
+        for kind in ("StatefulSet", "Service", "PodGroup")
+    }
 
 
 def scalers_by_role(obs: Observation) -> dict[str, Json]:
@@ -471,6 +539,7 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         owner=obs.owner,
         spec=spec,
         scale=draft.scale,
+        rosters=draft.rosters,
         validation_error=draft.validation.error,
         facts=draft.facts,
         desired=draft.desired,
@@ -490,8 +559,32 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         Event("Warning", REASON_INSTANCE_RESTARTED, message) for _, message in recovery.events
     ) + tuple(Event("Warning", REASON_PODS_FORCE_DELETED, message)
               for _, message in recovery.force_events)  # fmt: skip
+    drained = tuple(drained_events(obs.previous, status, draft.now, obs.resource))
     return replace(draft, status=status,
-                   events=tuple(events(obs.previous, status)) + restarted)  # fmt: skip
+                   events=tuple(events(obs.previous, status)) + restarted + drained)  # fmt: skip
+
+
+def drained_events(previous: Json, status: Json, now: str, resource: Json) -> Iterator[Event]:
+    """A Normal Event for each instance the previous status listed as draining and this one
+    no longer does: how long its drain took, and whether the grace period ran out."""
+    spec = resource.get("spec") or {}
+    grace = int(((spec.get("scaling") or {}).get("drainTimeoutSeconds")) or 600)
+    end = parse_time(now)
+    for role in ROLES:
+        still = {d["instance"] for d in (status.get(role) or {}).get("draining") or []}
+        for d in (previous.get(role) or {}).get("draining") or []:
+            if d["instance"] in still:
+                continue
+            start = parse_time(d.get("since", ""))
+            took = (end - start).total_seconds() if start and end else None
+            if took is None:
+                yield Event("Normal", REASON_INSTANCE_DRAINED, f"{d['instance']} drained")
+                continue
+            forced = took > grace
+            how = (f"longer than drainTimeoutSeconds {grace}: the kubelet ended it (forced)"
+                   if forced else "within drainTimeoutSeconds")  # fmt: skip
+            yield Event("Normal", REASON_INSTANCE_DRAINED,
+                        f"{d['instance']} drained in {took:.0f} s, {how}")  # fmt: skip
 
 
 def _failure_reason(failure: Failure | None) -> str:

@@ -34,12 +34,13 @@ own instances are updated and Ready.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ascend_pd_operator.api.models import PDDeploymentSpec
 from ascend_pd_operator.api.vocabulary import (
     DISCOVERY_LEADER,
+    LABEL_DRAINING,
     LABEL_FINGERPRINT,
     LABEL_INSTANCE,
     LABEL_LEADER,
@@ -84,6 +85,8 @@ class Instance:
     nodes: int
     statefulset: Json | None
     pods: tuple[Json, ...] = ()
+    #: Not one of the role's own instances: a rollout's surge (or one left over).
+    surge: bool = False
 
     @property
     def live_pods(self) -> list[Json]:
@@ -148,40 +151,64 @@ class Instance:
         return None
 
 
+def observed_instances(
+    owner: Owner, spec: PDDeploymentSpec, statefulsets: Iterable[Json], pods: Iterable[Json]
+) -> dict[str, list[Instance]]:
+    """Every instance that exists per role (a StatefulSet, or pods left by one), by index."""
+    by_name = {s["metadata"]["name"]: s for s in statefulsets}
+    pods_of: dict[str, list[Json]] = {}
+    indices: dict[str, set[int]] = {role: set() for role in ROLES}
+    for pod in pods:
+        labels = _labels(pod)
+        if labels.get(LABEL_ROLE) in ROLES and labels.get(LABEL_INSTANCE) is not None:
+            role, index = labels[LABEL_ROLE], int(labels[LABEL_INSTANCE])
+            pods_of.setdefault(instance_name(owner, role, index), []).append(pod)
+            indices[role].add(index)
+    for sts in by_name.values():
+        labels = _labels(sts)
+        if labels.get(LABEL_ROLE) in ROLES and labels.get(LABEL_INSTANCE) is not None:
+            indices[labels[LABEL_ROLE]].add(int(labels[LABEL_INSTANCE]))
+    out: dict[str, list[Instance]] = {}
+    for role in ROLES:
+        names = [(i, instance_name(owner, role, i)) for i in sorted(indices[role])]
+        nodes = spec.role(role).nodes_per_instance
+        out[role] = [
+            Instance(role, i, name, nodes, by_name.get(name), tuple(pods_of.get(name, ())))
+            for i, name in names
+        ]
+    return out
+
+
 def instances(
     owner: Owner,
     spec: PDDeploymentSpec,
     statefulsets: Iterable[Json],
     pods: Iterable[Json],
+    own: Mapping[str, Iterable[int]] | None = None,
 ) -> dict[str, list[Instance]]:
-    """Every instance per role, the role's own (``replicas``) and any surge ones that exist."""
-    by_name = {s["metadata"]["name"]: s for s in statefulsets}
-    pods_of: dict[str, list[Json]] = {}
-    for pod in pods:
-        labels = _labels(pod)
-        if labels.get(LABEL_ROLE) in ROLES and labels.get(LABEL_INSTANCE) is not None:
-            name = instance_name(owner, labels[LABEL_ROLE], int(labels[LABEL_INSTANCE]))
-            pods_of.setdefault(name, []).append(pod)
+    """The instances per role the rollout and the status work on: the role's own (``own``,
+    by default indices 0 to replicas - 1; those not created yet too), then the others that
+    exist (a rollout's surge), by index. Draining instances are not among them: they leave
+    whole (``drain``), never updated, restarted or counted."""
+    seen = observed_instances(owner, spec, statefulsets, pods)
     out: dict[str, list[Instance]] = {}
     for role in ROLES:
         r = spec.role(role)
+        mine = set(range(r.replicas) if own is None else own[role])
+        existing = {i.index: i for i in seen[role] if not draining(i)}
         found = []
-        index = 0
-        while index < r.replicas or instance_name(owner, role, index) in by_name:
+        for index in sorted(mine | set(existing)):
             name = instance_name(owner, role, index)
-            found.append(
-                Instance(
-                    role,
-                    index,
-                    name,
-                    r.nodes_per_instance,
-                    by_name.get(name),
-                    tuple(pods_of.get(name, ())),
-                )
-            )
-            index += 1
+            inst = existing.get(index) or Instance(role, index, name, r.nodes_per_instance, None)
+            found.append(replace(inst, surge=index not in mine))
         out[role] = found
     return out
+
+
+def draining(inst: Instance) -> bool:
+    """Marked for a drain: its StatefulSet, or a pod it left, carries the draining label."""
+    objs = ([inst.statefulset] if inst.statefulset else []) + list(inst.pods)
+    return any(_labels(o).get(LABEL_DRAINING) == "true" for o in objs)
 
 
 @dataclass(frozen=True)
@@ -317,8 +344,8 @@ def decide(
     previous_complete = True
     for role in spec.rollout.role_order:
         r = spec.role(role)
-        own = [i for i in by_role[role] if i.index < r.replicas]
-        extra = [i for i in by_role[role] if i.index >= r.replicas]
+        own = [i for i in by_role[role] if not i.surge]
+        extra = [i for i in by_role[role] if i.surge]
         outdated = [i for i in own if not i.updated]
 
         def available(i: Instance) -> bool:

@@ -10,7 +10,7 @@ and the reconciler skips the patch.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,7 @@ from ascend_pd_operator.api.vocabulary import (
 )
 from ascend_pd_operator.builders.desired import Desired
 from ascend_pd_operator.builders.model_source import FactsResolution
+from ascend_pd_operator.decisions.drain import Roster
 from ascend_pd_operator.decisions.recovery import Recovery
 from ascend_pd_operator.decisions.rollout import Decision
 from ascend_pd_operator.decisions.scaling import ScaleDecision
@@ -115,6 +116,8 @@ class Findings:
     events: list[Json] = field(default_factory=list)
     #: Each role's asked and effective count (``spec`` already runs the effective ones).
     scale: ScaleDecision | None = None
+    #: Per role the instances it keeps and its drains (None: 0 to replicas - 1, none).
+    rosters: Mapping[str, Roster] | None = None
     #: The router's pods: why its Deployment is not ready.
     router_pods: list[Json] = field(default_factory=list)
 
@@ -447,6 +450,13 @@ def router_wait(obs: Findings, spec: PDDeploymentSpec) -> str:
     return pods_wait("Deployment", want, obs.router_pods, causes, ROUTER_STARTING)
 
 
+def own_indices(obs: Findings, spec: PDDeploymentSpec, role: str) -> tuple[int, ...]:
+    """The indices of the instances ``role`` keeps."""
+    if obs.rosters is None:
+        return tuple(range(spec.role(role).replicas))
+    return obs.rosters[role].own
+
+
 def role_waits(obs: Findings, spec: PDDeploymentSpec, role: str) -> list[str]:
     """``instance_wait`` of every instance of ``role`` that is not ready, by index."""
     r = spec.role(role)
@@ -456,7 +466,7 @@ def role_waits(obs: Findings, spec: PDDeploymentSpec, role: str) -> list[str]:
         if labels.get(LABEL_ROLE) == role:
             pods.setdefault(str(labels.get(LABEL_INSTANCE)), []).append(pod)
     out = []
-    for index in range(r.replicas):
+    for index in own_indices(obs, spec, role):
         name = instance_name(obs.owner, role, index)
         sts = obs.children.get(("StatefulSet", name))
         if not instance_ready(sts):
@@ -477,12 +487,15 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _role_status(obs: Findings, spec: PDDeploymentSpec, role: str) -> tuple[Json, bool, bool]:
-    """(role status, every instance exists, every instance ready)."""
+def _role_status(
+    obs: Findings, spec: PDDeploymentSpec, role: str, now: str = ""
+) -> tuple[Json, bool, bool]:
+    """(role status, every instance exists, every instance ready); ``now`` starts a drain
+    first seen."""
     r = spec.role(role)
     states = [
         obs.children.get(("StatefulSet", instance_name(obs.owner, role, i)))
-        for i in range(r.replicas)
+        for i in own_indices(obs, spec, role)
     ]
     ready = sum(instance_ready(s) for s in states)
     scaled = obs.scale.roles[role] if obs.scale is not None else None
@@ -494,6 +507,11 @@ def _role_status(obs: Findings, spec: PDDeploymentSpec, role: str) -> tuple[Json
     }
     if scaled is not None and scaled.scaled:
         status["scaler"] = scaler_name(obs.owner, role)
+    if obs.rosters is not None and obs.rosters[role].draining_names:
+        before = {d["instance"]: d.get("since", "")
+                  for d in (obs.previous.get(role) or {}).get("draining") or []}  # fmt: skip
+        status["draining"] = [{"instance": name, "since": before.get(name) or now}
+                              for name in obs.rosters[role].draining_names]  # fmt: skip
     rolled = obs.rollout.roles.get(role) if obs.rollout else None
     if rolled is not None:
         status.update(
@@ -501,7 +519,7 @@ def _role_status(obs: Findings, spec: PDDeploymentSpec, role: str) -> tuple[Json
             availableReplicas=rolled.available,
             surgeReplicas=rolled.surge,
         )
-    return status, all(s is not None for s in states), ready == r.replicas
+    return status, all(s is not None for s in states), ready >= r.replicas
 
 
 def _router_status(obs: Findings, spec: PDDeploymentSpec) -> tuple[Json, bool, str]:
@@ -530,6 +548,8 @@ class _Draft:
     ready: bool = False
     #: the first instance that is not ready and why: the Ready condition's message says it
     first_wait: str = ""
+    #: the time of this status
+    now: str = ""
 
 
 def _check_spec(obs: Findings, draft: _Draft) -> None:
@@ -576,7 +596,7 @@ def _check_spec(obs: Findings, draft: _Draft) -> None:
 
 def _check_role(obs: Findings, spec: PDDeploymentSpec, role: str, draft: _Draft) -> None:
     """<Role>Ready and the role's status: what is ready, or why not."""
-    role_status, role_exists, role_ready = _role_status(obs, spec, role)
+    role_status, role_exists, role_ready = _role_status(obs, spec, role, draft.now)
     draft.status[role] = role_status
     draft.exists = draft.exists and role_exists
     draft.ready = draft.ready and role_ready
@@ -692,7 +712,7 @@ def compute_status(obs: Findings, now: str) -> Json:
     prev = obs.previous or {}
     # Children keep running as they were when the spec is rejected, so readiness is
     # reported against the last spec that was applied (carried in the previous status).
-    draft = _Draft({"observedGeneration": obs.owner.generation})
+    draft = _Draft({"observedGeneration": obs.owner.generation}, now=now)
     for key in ("kvLayout", "prefill", "decode", "router", "endpoint", "recovery"):
         if key in prev:
             draft.status[key] = prev[key]

@@ -222,10 +222,14 @@ class Kube:
         name: str,
         uid: str = "",
         grace_period_seconds: int | None = None,
+        orphan: bool = False,
     ) -> None:
         """Delete ``name`` (only while its uid is ``uid``, if given: 409 otherwise), with
-        ``grace_period_seconds`` if given (0: a force-delete)."""
+        ``grace_period_seconds`` if given (0: a force-delete); ``orphan``: its dependents
+        stay (the garbage collector only removes their owner reference)."""
         body = _delete_options()
+        if orphan:
+            body["propagationPolicy"] = "Orphan"
         if uid:
             body["preconditions"] = {"uid": uid}
         if grace_period_seconds is not None:

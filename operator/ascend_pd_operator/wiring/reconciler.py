@@ -325,8 +325,8 @@ class Reconciler:
                 self.expected_gone.add(uid)
             return {}, 1
         if write.verb == "delete":
-            log.info("deleting %s %s/%s", write.kind, namespace, write.name)
-            self.kube.delete(write.kind, namespace, write.name)
+            log.info("%s in %s", write.describe(), namespace)
+            self.kube.delete(write.kind, namespace, write.name, orphan=write.orphan)
             return {}, 1
         assert write.manifest is not None
         if write.verb == "create":

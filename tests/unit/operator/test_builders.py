@@ -8,11 +8,13 @@ import copy
 import json
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 
 import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator.api.crd import PDROLESCALER, openapi_schema
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.desired import desired_state
@@ -118,6 +120,9 @@ def test_render_cli_renders_every_example(name: str, capsys: pytest.CaptureFixtu
     for doc in docs:
         if doc["kind"] == "PodGroup":
             continue  # a Volcano CRD, not in the Kubernetes schemas
+        if doc["kind"] == "PDRoleScaler":  # ours: its CRD's schema, by a JSON-schema validator
+            jsonschema.validate(doc, openapi_schema(kind=PDROLESCALER))
+            continue
         kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
 
 

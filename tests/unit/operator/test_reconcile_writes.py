@@ -80,7 +80,8 @@ class FakeKube:
         changed = old is None or old.get("spec") != obj.get("spec")
         return self._store(obj, changed)
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str, uid: str = "",
+               grace_period_seconds: int | None = None, orphan: bool = False) -> None:  # fmt: skip
         self.calls.append(("DELETE", kind))
         self.objects.pop((kind, namespace, name), None)
 
@@ -301,7 +302,8 @@ class RefusingKube(FakeKube):
         super().__init__()
         self.error = error
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str, uid: str = "",
+               grace_period_seconds: int | None = None, orphan: bool = False) -> None:  # fmt: skip
         self.calls.append(("DELETE-REFUSED", kind))
         raise self.error
 
