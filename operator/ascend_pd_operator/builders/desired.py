@@ -10,7 +10,7 @@ The operator never computes a layer range itself: it turns the spec into the cor
 sum to the layer count, a pipeline longer than the model) and the core's compatibility
 problems both reach the user through KVLayoutCompatible.
 
-``build_children`` returns the manifests in apply order: the layout ConfigMap before the
+``with_children`` adds the manifests in apply order: the layout ConfigMap before the
 pods that mount it, PodGroups before the pods they gang, Services before the
 StatefulSets whose pods resolve them, the router's ServiceAccount and Role before its pod.
 """
@@ -97,14 +97,32 @@ def with_children(
     surge: Mapping[str, int] | None = None,
     serving: str | None = None,
 ) -> Desired:
-    """``desired`` with its children, built once (a failed layout has none). ``surge``:
-    extra instances per role during a rollout; ``serving``: the generation the router
-    routes to (None: this layout's)."""
+    """``desired`` with every child manifest, built once, in apply order (a failed layout has
+    none), for a 1.<server_minor> API server (None: not known, a current one). From
+    ``rollout.decide``: ``surge``, extra instances per role during a rollout, numbered after
+    the role's own; ``serving``, the KV-layout generation the router routes to (None: this
+    layout's)."""
     if not desired.ok:
         return desired
-    assert desired.layout is not None
-    children = build_children(owner, spec, desired.layout, server_minor, surge, serving)
-    return Desired(desired.layout, children)
+    layout = desired.layout
+    assert layout is not None
+    children: list[Json] = [kv_layout_configmap(owner, layout)]
+    extra = surge or {}
+    instances = [
+        (role, i) for role in ROLES for i in range(spec.role(role).replicas + extra.get(role, 0))
+    ]
+    if spec.scheduling.gang == "volcano":
+        children += [podgroup(owner, spec, role, i) for role, i in instances]
+    children += [headless_service(owner, role, i) for role, i in instances]
+    children += [statefulset(owner, spec, layout, role, i) for role, i in instances]
+    pdb_version = pdb_api_version(server_minor)
+    # The rollout's maxUnavailable per role bounds drains too; at least one, so that a
+    # surge-only rollout (maxUnavailable 0) never blocks a node drain for good.
+    drainable = max(spec.rollout.max_unavailable, MIN_DRAIN_UNAVAILABLE)
+    children += [pod_disruption_budget(owner, role, drainable, pdb_version) for role in ROLES]
+    if spec.router.enabled:
+        children += router_children(owner, spec, serving or layout_fingerprint(layout))
+    return Desired(layout, children)
 
 
 def desired_state(
@@ -142,37 +160,6 @@ def kv_layout_configmap(owner: Owner, layout: KVLayout) -> Json:
         "metadata": metadata(owner, kv_layout_name(owner), COMPONENT_KV_LAYOUT),
         "data": {ec.KV_LAYOUT_KEY: json.dumps(doc, separators=(",", ":"))},
     }
-
-
-def build_children(
-    owner: Owner,
-    spec: PDDeploymentSpec,
-    layout: KVLayout,
-    server_minor: int | None = None,
-    surge: Mapping[str, int] | None = None,
-    serving: str | None = None,
-) -> list[Json]:
-    """Every child manifest, in apply order, for a 1.<server_minor> API server (None: not
-    known, a current one). From ``rollout.decide``: ``surge``, extra instances per role
-    during a rollout, numbered after the role's own; ``serving``, the KV-layout generation
-    the router routes to (None: this layout's)."""
-    children: list[Json] = [kv_layout_configmap(owner, layout)]
-    extra = surge or {}
-    instances = [
-        (role, i) for role in ROLES for i in range(spec.role(role).replicas + extra.get(role, 0))
-    ]
-    if spec.scheduling.gang == "volcano":
-        children += [podgroup(owner, spec, role, i) for role, i in instances]
-    children += [headless_service(owner, role, i) for role, i in instances]
-    children += [statefulset(owner, spec, layout, role, i) for role, i in instances]
-    pdb_version = pdb_api_version(server_minor)
-    # The rollout's maxUnavailable per role bounds drains too; at least one, so that a
-    # surge-only rollout (maxUnavailable 0) never blocks a node drain for good.
-    drainable = max(spec.rollout.max_unavailable, MIN_DRAIN_UNAVAILABLE)
-    children += [pod_disruption_budget(owner, role, drainable, pdb_version) for role in ROLES]
-    if spec.router.enabled:
-        children += router_children(owner, spec, serving or layout_fingerprint(layout))
-    return children
 
 
 def child_key(manifest: Json) -> tuple[str, str, str]:
