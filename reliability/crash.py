@@ -25,6 +25,8 @@ from .specs import pdd
 Json = dict[str, Any]
 #: At most this many PDDeployments at once: 6 NPUs each at most, on a shared dev cluster.
 FLEET_MAX = 3
+#: How long a round may take to converge once the operator is back.
+BOUND_SECONDS = 120.0
 
 
 def _mutate(env: Env, rng: random.Random, fleet: dict[str, Json], namespace: str) -> str:
@@ -87,12 +89,7 @@ def crash_rounds(
 
 
 def run(
-    env: Env,
-    release: Release,
-    namespace: str,
-    kills: int = 20,
-    seed: int = 7,
-    bound_seconds: float = 120.0,
+    env: Env, release: Release, namespace: str, kills: int = 20, seed: int = 7
 ) -> ScenarioResult:
     result = ScenarioResult("crash-convergence")
     rng = random.Random(seed)
@@ -122,7 +119,7 @@ def run(
 
     try:
         operator.start()
-        rounds = crash_rounds(operator, rng, kills, (0.0, 2.5), change, converged, bound_seconds,
+        rounds = crash_rounds(operator, rng, kills, (0.0, 2.5), change, converged, BOUND_SECONDS,
                               while_down)  # fmt: skip
         for round_, ok, seconds in rounds:
             lost, duplicated = _fleet_problems(env, namespace, fleet)

@@ -21,6 +21,9 @@ from .specs import pdd
 
 USER_LABEL = ("team.example.com/owner", "ml-platform")
 USER_ANNOTATION = ("example.com/ticket", "OPS-1234")
+RESYNC_SECONDS = 5.0
+#: How long the namespace may take to return to the desired state after each drift.
+BOUND_SECONDS = 120.0
 
 
 def _drifts(name: str) -> list[tuple[str, list[str]]]:
@@ -73,20 +76,14 @@ def _user_marks(env: Env, namespace: str, name: str) -> list[str]:
     return missing
 
 
-def run(
-    env: Env,
-    release: Release,
-    namespace: str,
-    resync_seconds: float = 5.0,
-    bound_seconds: float = 120.0,
-) -> ScenarioResult:
+def run(env: Env, release: Release, namespace: str) -> ScenarioResult:
     result = ScenarioResult("drift")
     name = "drift"
     doc = pdd(name, namespace, decode=1)
-    operator = release.operator([namespace], "drift-operator", resync_seconds=resync_seconds)
+    operator = release.operator([namespace], "drift-operator", resync_seconds=RESYNC_SECONDS)
     operator.start()
     try:
-        if not started_converged(env, namespace, [doc], result, bound_seconds, 0.5):
+        if not started_converged(env, namespace, [doc], result, BOUND_SECONDS, 0.5):
             return result
         for kind, child in _marked(name):
             env.kubectl("label", "-n", namespace, kind, child, "=".join(USER_LABEL))
@@ -95,11 +92,11 @@ def run(
         for what, args in _drifts(name):
             env.kubectl(*args, "-n", namespace)
             started = time.monotonic()
-            found, seconds = wait_converged(env.kube, namespace, bound_seconds, 0.2)
-            within += int(found.ok and seconds <= resync_seconds)
+            found, seconds = wait_converged(env.kube, namespace, BOUND_SECONDS, 0.2)
+            within += int(found.ok and seconds <= RESYNC_SECONDS)
             result.record(found.ok, time.monotonic() - started, f"{what}: {found}")
         result.details["restored_within_resync"] = f"{within}/{len(_drifts(name))}"
-        result.details["resync_seconds"] = resync_seconds
+        result.details["resync_seconds"] = RESYNC_SECONDS
         # Deleted children come back without the users' marks (they were on the old
         # object): re-mark, then make the operator re-apply every kind of child (edits of
         # its fields, a spec change) and check the marks are still there.
@@ -116,7 +113,7 @@ def run(
         doc["spec"]["decode"]["extraArgs"] = ["--mem-fraction-static=0.8"]
         env.apply([doc])
         started = time.monotonic()
-        found, _ = wait_converged(env.kube, namespace, bound_seconds, 0.3)
+        found, _ = wait_converged(env.kube, namespace, BOUND_SECONDS, 0.3)
         marks = _user_marks(env, namespace, name)
         result.record(found.ok and not marks, time.monotonic() - started,
                       f"after re-apply: {found}; users' marks "

@@ -202,11 +202,7 @@ def _force_deletion(env: Env, namespace: str, name: str) -> Json:
 
 
 def run(
-    env: Env,
-    release: Release,
-    namespace: str,
-    force_after: int = FORCE_DELETE_AFTER_SECONDS,
-    bound_seconds: float = BOUND_SECONDS,
+    env: Env, release: Release, namespace: str, force_after: int = FORCE_DELETE_AFTER_SECONDS
 ) -> ScenarioResult:
     result = ScenarioResult("node-loss")
     operator = release.operator([namespace], "node-loss-operator", resync_seconds=RESYNC_SECONDS)
@@ -217,13 +213,13 @@ def run(
         operator.start()
         for name, after in (("forced", force_after), ("kept", None)):
             env.apply([_doc(name, namespace, after)])
-            if not wait_for(_ready_check(env, namespace, name), bound_seconds, 0.5)[0]:
+            if not wait_for(_ready_check(env, namespace, name), BOUND_SECONDS, 0.5)[0]:
                 raise ScenarioError(f"{name} was not Ready before the node loss")
         lost = {name: _pick_node(env, namespace, name) for name in ("forced", "kept")}
         unreachable |= {node for node, _ in lost.values()}
-        since = {name: _lose(env, namespace, node, pod, bound_seconds)
+        since = {name: _lose(env, namespace, node, pod, BOUND_SECONDS)
                  for name, (node, pod) in lost.items()}  # fmt: skip
-        _both_lost(env, namespace, result, force_after, bound_seconds, lost, since)
+        _both_lost(env, namespace, result, force_after, BOUND_SECONDS, lost, since)
 
         # 2. both nodes come back: the kubelet ends kept's pod; kept is Ready again
         started = time.monotonic()
@@ -231,7 +227,7 @@ def run(
             set_node_ready(env.kubeconfig, node, True)
             unreachable.discard(node)
         kept_uid = lost["kept"][1]["metadata"]["uid"]
-        ok, _ = wait_for(lambda: _back(env, namespace, "kept", "", kept_uid), bound_seconds, 0.5)
+        ok, _ = wait_for(lambda: _back(env, namespace, "kept", "", kept_uid), BOUND_SECONDS, 0.5)
         seconds = time.monotonic() - started
         result.record(bool(ok), seconds, "kept was not Ready again once its node came back")
         result.details["kept_ready_after_node_returned_seconds"] = round(seconds, 1)
@@ -239,14 +235,14 @@ def run(
         # 3. a node of kept's is lost and an admin takes it out of service: its pod goes at once
         z, z_pod = _pick_node(env, namespace, "kept")
         unreachable.add(z)
-        _lose(env, namespace, z, z_pod, bound_seconds)
+        _lose(env, namespace, z, z_pod, BOUND_SECONDS)
         started = time.monotonic()
         taint = {"key": TAINT_OUT_OF_SERVICE, "value": "nodeshutdown", "effect": "NoExecute"}
         tainted.add(z)
         _set_taints(env, z, lambda taints: [*taints, taint])
         z_uid = z_pod["metadata"]["uid"]
-        _, freed = wait_for(lambda: _pod_by_uid(env, namespace, z_uid) is None, bound_seconds)
-        ok, _ = wait_for(lambda: _back(env, namespace, "kept", z, z_uid), bound_seconds, 0.5)
+        _, freed = wait_for(lambda: _pod_by_uid(env, namespace, z_uid) is None, BOUND_SECONDS)
+        ok, _ = wait_for(lambda: _back(env, namespace, "kept", z, z_uid), BOUND_SECONDS, 0.5)
         seconds = time.monotonic() - started
         record, told = _force_deletion(env, namespace, "kept"), _told(env, namespace, "kept")
         named = record.get("node") == z and record.get("reason") == REASON_NODE_OUT_OF_SERVICE
@@ -262,7 +258,7 @@ def run(
         tainted.discard(z)
         set_node_ready(env.kubeconfig, z, True)
         unreachable.discard(z)
-        found, seconds = wait_converged(env.kube, namespace, bound_seconds, 0.5)
+        found, seconds = wait_converged(env.kube, namespace, BOUND_SECONDS, 0.5)
         result.details["converged_after_last_node_returned_seconds"] = round(seconds, 1)
         result.final_audit(found)
         result.details["tracebacks_in_log"] = operator.log_text().count("Traceback")

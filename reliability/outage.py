@@ -241,12 +241,7 @@ def etcd_outage(seconds: float = ETCD_OUTAGE_SECONDS) -> Fault:
 
 
 def run(
-    env: Env,
-    release: Release,
-    namespace: str,
-    outage_seconds: float = OUTAGE_SECONDS,
-    resync_seconds: float = RESYNC_SECONDS,
-    unhealthy_after: float = UNHEALTHY_AFTER_SECONDS,
+    env: Env, release: Release, namespace: str, outage_seconds: float = OUTAGE_SECONDS
 ) -> ScenarioResult:
     """``control-plane-outage``: kube-apiserver stopped for ``outage_seconds``, then slow to
     let the operator in."""
@@ -255,8 +250,7 @@ def run(
         return revoked(env, release, namespace, models.GROUP, models.PLURAL, ("list", "watch"))
 
     fault = apiserver_outage(outage_seconds, refusing)
-    result = survive(env, release, namespace, "control-plane-outage", fault,
-                     resync_seconds, unhealthy_after)  # fmt: skip
+    result = survive(env, release, namespace, "control-plane-outage", fault)
     result.details["outage_seconds"] = outage_seconds
     return result
 

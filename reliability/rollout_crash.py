@@ -24,6 +24,9 @@ from .specs import pdd
 Json = dict[str, Any]
 PREFILL = 3
 MAX_UNAVAILABLE = 1
+SEED = 11
+#: How long the first rollout, and each round's, may take to complete.
+BOUND_SECONDS = 180.0
 
 
 def _complete(env: Env, namespace: str, name: str) -> bool:
@@ -36,16 +39,9 @@ def _complete(env: Env, namespace: str, name: str) -> bool:
     )
 
 
-def run(
-    env: Env,
-    release: Release,
-    namespace: str,
-    kills: int = 3,
-    seed: int = 11,
-    bound_seconds: float = 180.0,
-) -> ScenarioResult:
+def run(env: Env, release: Release, namespace: str, kills: int = 3) -> ScenarioResult:
     result = ScenarioResult("rollout-crash")
-    rng = random.Random(seed)
+    rng = random.Random(SEED)
     doc = pdd("rolling", namespace, prefill=PREFILL, decode=1)
     for role in ("prefill", "decode"):
         doc["spec"][role]["podAnnotations"] = {READY_AFTER: "2"}
@@ -64,10 +60,10 @@ def run(
     try:
         operator.start()
         env.apply([doc])
-        wait_for(complete, bound_seconds, 0.5)
+        wait_for(complete, BOUND_SECONDS, 0.5)
         with Sampler(env.kube.api, namespace, "rolling", {"prefill": 2, "decode": 1}) as s:
             # each kill at a seeded moment inside the rollout
-            rounds = crash_rounds(operator, rng, kills, (0.5, 4.0), change, complete, bound_seconds)
+            rounds = crash_rounds(operator, rng, kills, (0.5, 4.0), change, complete, BOUND_SECONDS)
             for round_, ok, seconds in rounds:
                 result.record(ok, seconds, f"round {round_}")
         worst = min((x.ready["prefill"] for x in s.samples), default=0)
@@ -78,7 +74,7 @@ def run(
             result.problems.append(f"instances with Ready pods of two templates: {mixed}")
         if s.errors:
             result.problems.append(f"sampler errors: {s.errors[:3]}")
-        result.details.update(kills=kills, seed=seed, samples=len(s.samples),
+        result.details.update(kills=kills, seed=SEED, samples=len(s.samples),
                               worst_ready_prefill=worst, mixed=mixed)  # fmt: skip
         result.details["tracebacks_in_log"] = operator.log_text().count("Traceback")
     finally:

@@ -1,5 +1,7 @@
 """The one local HTTP server of the tests: ``serving(answer)`` runs it while a block runs and
-yields its base URL; ``answer(method, path, query)`` returns (status, headers, body).
+yields its base URL; ``answer(method, path, query)`` returns (status, headers, body). It
+listens on a free port unless the caller names one, and lists each request it got in
+``seen`` when the caller passes a list.
 
 A body is sent as JSON, unless it is ``bytes`` (sent as it is) or ``Chunked`` (sent with
 chunked transfer encoding, one chunk a piece, as a watch stream arrives).
@@ -27,12 +29,18 @@ class Chunked:
 
 
 @contextmanager
-def serving(answer: Answer) -> Iterator[str]:
-    """The server's base URL while the block runs."""
+def serving(
+    answer: Answer, port: int = 0, seen: list[dict[str, Any]] | None = None
+) -> Iterator[str]:
+    """The server's base URL while the block runs; ``port`` 0: a free one. ``seen`` gets
+    each request as it arrives: ``method``, ``path`` (as sent), ``headers``, ``body`` (bytes)."""
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            sent = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if seen is not None:
+                seen.append({"method": self.command, "path": self.path,
+                             "headers": dict(self.headers), "body": sent})  # fmt: skip
             url = urlsplit(self.path)
             status, headers, body = answer(self.command, url.path, dict(parse_qsl(url.query)))
             if isinstance(body, Chunked):
@@ -57,7 +65,7 @@ def serving(answer: Answer) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

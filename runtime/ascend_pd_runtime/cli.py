@@ -1,13 +1,13 @@
 """``ascend-pd-runtime``: the serving container's entrypoint.
 
-Subcommands are dispatched lazily (``subcommands.dispatch``).
+Subcommands are dispatched lazily (``subcommands.entry_point``).
 """
 
 from __future__ import annotations
 
 import sys
 
-from .subcommands import dispatch
+from .subcommands import entry_point
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -18,12 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    description = (__doc__ or "").splitlines()[0]
-    return dispatch(
-        "ascend-pd-runtime", description, COMMANDS, sys.argv[1:] if argv is None else argv
-    )
-
+main = entry_point("ascend-pd-runtime", __doc__, COMMANDS)
 
 if __name__ == "__main__":
     sys.exit(main())

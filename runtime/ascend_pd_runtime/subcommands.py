@@ -1,4 +1,5 @@
-"""Lazy subcommand dispatch shared by the ``ascend-pd`` and ``ascend-pd-runtime`` CLIs.
+"""Lazy subcommand dispatch shared by the ``ascend-pd``, ``ascend-pd-runtime`` and
+``ascend-pd-dev`` CLIs.
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; only the chosen one is imported, so a command pays only for
@@ -15,7 +16,7 @@ import importlib.metadata
 import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 #: The distribution both CLIs (``ascend-pd``, ``ascend-pd-runtime``) come from.
 DISTRIBUTION = "ascend-pd"
@@ -57,3 +58,20 @@ def dispatch(
             modules[name].add_arguments(sub_parser)
     args = parser.parse_args(argv)
     return int(modules[args.command].run(args))
+
+
+class Main(Protocol):
+    """A console script's ``main``: ``argv`` None means the process's arguments."""
+
+    def __call__(self, argv: list[str] | None = None) -> int: ...
+
+
+def entry_point(prog: str, doc: str | None, commands: Mapping[str, tuple[str, str]]) -> Main:
+    """A CLI's ``main``: ``commands`` dispatched under ``prog``, described by the first line
+    of ``doc`` (the CLI module's docstring)."""
+    description = (doc or "").splitlines()[0]
+
+    def main(argv: list[str] | None = None) -> int:
+        return dispatch(prog, description, commands, sys.argv[1:] if argv is None else argv)
+
+    return main

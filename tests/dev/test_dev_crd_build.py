@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_dev.controlplane import build, crd_build, crd_server
+from ascend_pd_dev.controlplane import build, cluster, crd_build, crd_server
 
 INDEX = """\
 Package: golang-k8s-apiextensions-apiserver-dev
@@ -111,7 +111,7 @@ def test_the_main_source_ships_with_the_package() -> None:
 
 
 def test_the_server_command_line() -> None:
-    argv = crd_server.server_argv(Path("/b/srv"), Path("/s"), crd_server.Ports(1, 2, 3))
+    argv = crd_server.server_argv(Path("/b/srv"), Path("/s"), cluster.Ports(1, 2, 3))
     assert "--etcd-servers=http://127.0.0.1:1" in argv
     assert "--secure-port=3" in argv
     assert "--bind-address=127.0.0.1" in argv

@@ -20,6 +20,12 @@ def _get(kubectl: Any, *args: str) -> Any:
     return json.loads(kubectl("get", *args, "-o", "json").stdout)
 
 
+def _not_found(kubectl: Any, *args: str) -> bool:
+    """``kubectl get args`` fails saying NotFound (one request a check)."""
+    got = kubectl("get", *args, check=False)
+    return bool(got.returncode != 0 and "NotFound" in got.stderr)
+
+
 def _apply(kubectl: Any, manifest: dict[str, Any], *flags: str) -> Any:
     return kubectl("apply", *flags, "-f", "-", input=yaml.safe_dump(manifest))
 
@@ -262,12 +268,9 @@ def test_garbage_collector_deletes_dependents_of_a_deleted_owner(
     _apply(kubectl, dependent, "-n", namespace)
     kubectl("delete", "configmap", "owner", "-n", namespace)
     wait_until(
-        lambda: kubectl("get", "configmap", "dependent", "-n", namespace,
-                        check=False).returncode != 0
-        and "NotFound" in kubectl("get", "configmap", "dependent", "-n", namespace,
-                                  check=False).stderr,
+        lambda: _not_found(kubectl, "configmap", "dependent", "-n", namespace),
         "the garbage collector to delete the dependent",
-    )  # fmt: skip
+    )
 
 
 CRD = {

@@ -52,14 +52,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import http.server
 import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +70,7 @@ from ascend_pd_dev.testtools.helm import ensure_helm
 from ascend_pd_dev.testtools.kubectl import kubectl_path
 from ascend_pd_dev.testtools.local_run import LocalOperator
 from ascend_pd_dev.testtools.rbac import service_account_kubeconfig
+from tests.json_server import serving
 
 pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
 
@@ -202,62 +201,39 @@ def edit_examples(checkout: Path) -> None:
 # --- the stand-in router -------------------------------------------------------------------
 
 
-class StandInRouter(http.server.ThreadingHTTPServer):
-    """Answers ``POST /v1/completions`` as sglang-router would, recording each request."""
+@contextlib.contextmanager
+def stand_in_router(port: int, model: str) -> Iterator[list[dict[str, Any]]]:
+    """Answers ``POST /v1/completions`` on ``port`` as sglang-router serving ``model`` would;
+    yields the requests it got (``json_server.serving``'s ``seen``)."""
 
-    def __init__(self, port: int) -> None:
-        self.requests: list[dict[str, Any]] = []
-        server = self
+    def answer(method: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        if (method, path) != ("POST", "/v1/completions"):
+            return 404, {}, {"error": f"the stand-in router serves no {method} {path}"}
+        return (
+            200,
+            {},
+            {
+                "id": "cmpl-stand-in",
+                "object": "text_completion",
+                "created": 0,
+                "model": model,
+                "choices": [
+                    {"index": 0, "text": ANSWER, "logprobs": None, "finish_reason": "length"}
+                ],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 16, "total_tokens": 21},
+            },
+        )
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                server.requests.append(
-                    {"path": self.path, "headers": dict(self.headers), "body": body}
-                )
-                if self.path != "/v1/completions":
-                    self.send_error(404)
-                    return
-                asked = json.loads(body)
-                answer = {
-                    "id": "cmpl-stand-in",
-                    "object": "text_completion",
-                    "created": 0,
-                    "model": asked.get("model"),
-                    "choices": [
-                        {"index": 0, "text": ANSWER, "logprobs": None, "finish_reason": "length"}
-                    ],
-                    "usage": {"prompt_tokens": 5, "completion_tokens": 16, "total_tokens": 21},
-                }
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+    requests: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
         try:
-            super().__init__(("127.0.0.1", port), Handler)
+            stack.enter_context(serving(answer, port, requests))
         except OSError as err:
             pytest.fail(
                 f"port {port} (NOTES' port-forward) is busy on this machine ({err}); the "
                 f"stand-in router must listen there for NOTES' curl to run as printed"
             )
-
-
-@contextlib.contextmanager
-def stand_in_router(port: int) -> Iterator[StandInRouter]:
-    server = StandInRouter(port)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+        yield requests
 
 
 # --- the test ----------------------------------------------------------------------------------
@@ -341,7 +317,7 @@ def test_notes_as_printed_up_to_ready_and_a_request(
             watch: subprocess.Popen[str] | None = None
             watch_command = ""
             layout_json = ""
-            server: StandInRouter | None = None
+            router_requests: list[dict[str, Any]] | None = None
             stack = contextlib.ExitStack()
             with stack:
                 for command in commands:
@@ -373,7 +349,9 @@ def test_notes_as_printed_up_to_ready_and_a_request(
                         special("port-forward")
                         match = re.search(r" (\d+):\d+ &$", command)
                         assert match, command
-                        server = stack.enter_context(stand_in_router(int(match.group(1))))
+                        router_requests = stack.enter_context(
+                            stand_in_router(int(match.group(1)), served_model)
+                        )
                         print(f"$ {command}  (not run: the stand-in router listens there)")
                     else:
                         done = run(command, checkout, env)
@@ -388,9 +366,9 @@ def test_notes_as_printed_up_to_ready_and_a_request(
                             layout_json = done.stdout
                         if command.startswith("curl "):
                             special("curl")
-                            assert server is not None, "NOTES curls before port-forwarding"
-                            assert len(server.requests) == 1, server.requests
-                            (request,) = server.requests
+                            assert router_requests is not None, "NOTES curls before port-forwarding"
+                            assert len(router_requests) == 1, router_requests
+                            (request,) = router_requests
                             assert request["path"] == "/v1/completions"
                             assert request["headers"]["Content-Type"] == "application/json"
                             curl_argv = shlex.split(command)

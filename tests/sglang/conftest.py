@@ -24,6 +24,12 @@ def sglang_envs() -> Iterator[harness.Envs]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture(params=harness.VERSIONS)
+def env(request: pytest.FixtureRequest, sglang_envs: harness.Envs) -> harness.SGLangEnv:
+    """Each listed SGLang release's environment (a test per release)."""
+    return sglang_envs.get(request.param)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """What the SGLang tests measured (e.g. argvs parsed per release), in the test log."""
     if harness.SUMMARY:

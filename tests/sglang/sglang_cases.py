@@ -222,23 +222,21 @@ def layout_cases(version: tuple[int, int, int]) -> list[Case]:
 
 def mismatch_cases() -> list[Case]:
     """Decodes whose pointer count no correct layout explains: the guard must refuse."""
-    v3 = load_model_facts(example_config("deepseek-v3"))
-    v32 = load_model_facts(example_config("deepseek-v3.2"))
+    v3, v32 = "deepseek-v3", "deepseek-v3.2"
+    facts = {model: load_model_facts(example_config(model)) for model in (v3, v32)}
     pages = fragmented_pages(7, 40)
     dst_pages = fragmented_pages(8, 40)
 
-    def case(
-        name: str, facts: ModelFacts, model: str, prefill: StageLayout, decode: StageLayout, pp: int
-    ) -> Case:
+    def case(name: str, model: str, prefill: StageLayout, decode: StageLayout, pp: int) -> Case:
         return Case(
             name,
             model,
             prefill,
             decode,
             pp,
-            facts.total_kv_layers,
+            facts[model].total_kv_layers,
             True,
-            _item_lens(facts),
+            _item_lens(facts[model]),
             pages,
             dst_pages,
             tags=frozenset({"mismatch"}),
@@ -248,25 +246,11 @@ def mismatch_cases() -> list[Case]:
     return [
         # decode runs another model with two more layers (one more would look exactly
         # like the model's MTP layer: no pointer count can tell those apart)
-        case("decode-63-layers", v3, "deepseek-v3", last, StageLayout(0, 0, 63, 2), 2),
+        case("decode-63-layers", v3, last, StageLayout(0, 0, 63, 2), 2),
         # decode holds two draft layers; the model has one MTP layer
-        case("decode-2-draft", v3, "deepseek-v3", last, StageLayout(0, 0, 61, 2, 2), 2),
+        case("decode-2-draft", v3, last, StageLayout(0, 0, 61, 2, 2), 2),
         # decode has no index buffer but prefill's model has one
-        case(
-            "decode-2-groups",
-            v32,
-            "deepseek-v3.2",
-            StageLayout(0, 0, 30, 3),
-            StageLayout(0, 0, 61, 2),
-            2,
-        ),
+        case("decode-2-groups", v32, StageLayout(0, 0, 30, 3), StageLayout(0, 0, 61, 2), 2),
         # a PP 1 prefill against a decode missing a layer
-        case(
-            "pp1-decode-60-layers",
-            v3,
-            "deepseek-v3",
-            StageLayout(0, 0, 61, 2),
-            StageLayout(0, 0, 60, 2),
-            1,
-        ),
+        case("pp1-decode-60-layers", v3, StageLayout(0, 0, 61, 2), StageLayout(0, 0, 60, 2), 1),
     ]

@@ -208,22 +208,7 @@ ROUTER_VERSIONS = ("0.3.0", "0.3.1", "0.3.2")
 def ensure_router(version: str) -> Path:
     """``router-<version>``: the sglang-router wheel (its Rust extension is abi3 and loads
     here), installed with ``--no-deps``; its parser needs nothing else."""
-    ensure_venv()
-    with _cache_lock():
-        target = HARNESS / f"router-{version}"
-        found = sorted(WHEELS.glob(f"sglang_router-{version}-*.whl"))
-        if not found:
-            _log(f"downloading sglang-router {version} (pip download --no-deps)")
-            pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-            _run([*pip, "--only-binary=:all:", "-d", str(WHEELS), f"sglang-router=={version}"])
-            found = sorted(WHEELS.glob(f"sglang_router-{version}-*.whl"))
-        if not found:
-            raise RuntimeError(f"no wheel of sglang-router {version} in {WHEELS}")
-        if not _stamp(target, found[-1].name):
-            shutil.rmtree(target, ignore_errors=True)
-            _pip("install", "--no-deps", "--no-compile", "--target", str(target), str(found[-1]))
-            _write_stamp(target, found[-1].name)
-        return target
+    return _no_deps_wheel(f"sglang-router=={version}", HARNESS / f"router-{version}")
 
 
 #: The Ascend transfer engine SGLang's ``AscendTransferEngine`` wraps (x86_64 wheel, no
@@ -235,18 +220,24 @@ MEMFABRIC = "memfabric-hybrid==1.3.0"
 
 def ensure_memfabric() -> Path:
     """``memfabric-<version>``: the memfabric-hybrid wheel installed with ``--no-deps``."""
+    return _no_deps_wheel(MEMFABRIC, HARNESS / f"memfabric-{MEMFABRIC.split('==')[1]}")
+
+
+def _no_deps_wheel(requirement: str, target: Path) -> Path:
+    """``target``, holding the binary wheel of ``requirement`` (``name==version``), downloaded
+    once into ``WHEELS`` and installed with ``--no-deps`` (again when the wheel changed)."""
     ensure_venv()
-    version = MEMFABRIC.split("==")[1]
+    name, version = requirement.split("==")
+    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
     with _cache_lock():
-        target = HARNESS / f"memfabric-{version}"
-        found = sorted(WHEELS.glob(f"memfabric_hybrid-{version}-*.whl"))
+        found = sorted(WHEELS.glob(pattern))
         if not found:
-            _log(f"downloading {MEMFABRIC} (pip download --no-deps)")
+            _log(f"downloading {requirement} (pip download --no-deps)")
             pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-            _run([*pip, "--only-binary=:all:", "-d", str(WHEELS), MEMFABRIC])
-            found = sorted(WHEELS.glob(f"memfabric_hybrid-{version}-*.whl"))
+            _run([*pip, "--only-binary=:all:", "-d", str(WHEELS), requirement])
+            found = sorted(WHEELS.glob(pattern))
         if not found:
-            raise RuntimeError(f"no wheel of {MEMFABRIC} in {WHEELS}")
+            raise RuntimeError(f"no wheel of {requirement} in {WHEELS}")
         if not _stamp(target, found[-1].name):
             shutil.rmtree(target, ignore_errors=True)
             _pip("install", "--no-deps", "--no-compile", "--target", str(target), str(found[-1]))
@@ -388,3 +379,37 @@ def run_python(
         text=True,
         check=False,
     )
+
+
+def run_report(
+    dirs: tuple[Path, ...], script: str, **names: object
+) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Run ``script`` as ``run_python`` does, ``TESTS`` in it replaced by this directory's
+    path (``driver.py``, ``mla_pools.py``) and each of ``names`` by its value's ``repr``;
+    returns the run and the JSON it printed on its last ``REPORT `` line (None: it failed
+    or printed none)."""
+    for name, value in {"TESTS": str(DRIVER.parent), **names}.items():
+        script = script.replace(name, repr(value))
+    out = run_python(dirs, script)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("REPORT ")]
+    if out.returncode != 0 or not lines:
+        return out, None
+    return out, json.loads(lines[-1][len("REPORT ") :])
+
+
+def mla_model(path: Path, layers: int, mtp: int, index: bool) -> str:
+    """``path`` made a model directory whose ``config.json`` is a DeepSeek-V3 of ``layers``
+    layers and ``mtp`` MTP layers with ``mla_pools.pool``'s widths (and an index head if
+    ``index``); returns it."""
+    config: dict[str, object] = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "num_hidden_layers": layers,
+        "num_nextn_predict_layers": mtp,
+        "kv_lora_rank": 4,
+        "qk_rope_head_dim": 2,
+    }
+    if index:
+        config["index_head_dim"] = 2
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)

@@ -41,9 +41,12 @@ def _results(env: harness.SGLangEnv, mode: str) -> dict[str, Any]:
     return _RESULTS[key]["results"]
 
 
-@pytest.fixture(params=VERSIONS)
-def env(request: pytest.FixtureRequest, sglang_envs: harness.Envs) -> harness.SGLangEnv:
-    return sglang_envs.get(request.param)
+def _patched_and_upstream(
+    sglang_envs: harness.Envs, version: str
+) -> tuple[harness.SGLangEnv, dict[str, Any], dict[str, Any]]:
+    """``version``'s environment and the driver's results of every case, patched and not."""
+    env = sglang_envs.get(version)
+    return env, _results(env, "patched"), _results(env, "upstream")
 
 
 def test_install_and_patch_applies_every_patch_of_the_version(env: harness.SGLangEnv) -> None:
@@ -138,8 +141,7 @@ def _upstream_is_correct(case: Case, version: tuple[int, int, int]) -> bool:
 def test_unpatched_upstream_sends_the_same_where_it_is_correct(
     version: str, sglang_envs: harness.Envs
 ) -> None:
-    env = sglang_envs.get(version)
-    patched, upstream = _results(env, "patched"), _results(env, "upstream")
+    env, patched, upstream = _patched_and_upstream(sglang_envs, version)
     compared = 0
     for case in layout_cases(env.version_tuple):
         if not _upstream_is_correct(case, env.version_tuple):
@@ -154,8 +156,7 @@ def test_unpatched_upstream_sends_the_same_where_it_is_correct(
 @pytest.mark.parametrize("version", ["0.5.10", "0.5.11"])
 def test_mla_under_pp_is_new_in_0_5_10_and_0_5_11(version: str, sglang_envs: harness.Envs) -> None:
     """Upstream sends MLA KV under PP to the wrong decode entries; patched follows the core."""
-    env = sglang_envs.get(version)
-    patched, upstream = _results(env, "patched"), _results(env, "upstream")
+    env, patched, upstream = _patched_and_upstream(sglang_envs, version)
     pp_mla = [c for c in layout_cases(env.version_tuple) if "pp" in c.tags and c.mla]
     differing = [
         c.name
@@ -172,8 +173,7 @@ def test_upstream_misplaces_kv_for_a_pp_decode_holding_draft_layers(
     version: str, sglang_envs: harness.Envs
 ) -> None:
     """The one layout where upstream 0.5.12+ is wrong: patched sends the core's plan."""
-    env = sglang_envs.get(version)
-    patched, upstream = _results(env, "patched"), _results(env, "upstream")
+    env, patched, upstream = _patched_and_upstream(sglang_envs, version)
     cases = [c for c in layout_cases(env.version_tuple) if "decode-pp-draft" in c.tags]
     wrong = [c for c in cases if c.decode.draft_layers]
     assert len(cases) == 2 and len(wrong) == 1

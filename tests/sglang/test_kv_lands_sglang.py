@@ -12,7 +12,6 @@ nothing else (other pages, the draft layer) may have changed.
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -23,54 +22,22 @@ import sglang_harness as harness
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(1800)]
 
 SCRIPT = r"""
-import concurrent.futures, ctypes, inspect, json, sys
+import concurrent.futures, ctypes, json, sys
 import torch
 sys.path.insert(0, TESTS)
 import driver
-from sglang.srt.disaggregation.base.conn import KVArgs
-try:  # 0.5.23 derives the DCP width from a published parallel config
-    from sglang.srt.runtime_context import get_parallel
-    get_parallel().override_permanently(attn_dcp_size=1, attn_dcp_rank=0)
-except (ImportError, AttributeError):  # older releases need nothing here
-    pass
-import sglang.srt.disaggregation.ascend.conn as conn
-from sglang.srt.hardware_backend.npu.memory_pool_npu import NPUMLATokenToKVPool
+from mla_pools import KVArgs, buffers, conn, pointers, pool, version_setup
 
-LAYERS, STAGES, PAGE, PAGES = 7, [(0, 3), (3, 7)], 2, 16
+LAYERS, STAGES, PAGES = 7, [(0, 3), (3, 7)], 16
 SRC_PAGES = [3, 4, 5, 9, 1, 12, 13, 7]
 DST_PAGES = [2, 3, 11, 12, 13, 5, 6, 15]
-VERSION = tuple(int(p) for p in VERSION_TEXT.split("."))
-params = inspect.signature(NPUMLATokenToKVPool.__init__).parameters
-
-def pool(start, count, index):
-    kwargs = dict(size=PAGES * PAGE, page_size=PAGE, dtype=torch.float32, kv_lora_rank=4,
-                  qk_rope_head_dim=2, index_head_dim=index, layer_num=count, device="cpu",
-                  enable_memory_saver=False, start_layer=start, end_layer=start + count - 1)
-    return NPUMLATokenToKVPool(**{k: v for k, v in kwargs.items() if k in params})
-
-def buffers(p):
-    out = [p.k_buffer, p.v_buffer]
-    if getattr(p, "index_k_buffer", None) is not None:
-        out.append(p.index_k_buffer)
-    return out
+VERSION = driver.version_tuple(VERSION_TEXT)
 
 def kv_args_for(p, draft=None):
     args = KVArgs()
-    ptrs, lens, items = p.get_contiguous_buf_infos()
-    if draft is not None:
-        d_ptrs, d_lens, d_items = draft.get_contiguous_buf_infos()
-        ptrs, lens, items = ptrs + d_ptrs, lens + d_lens, items + d_items
-    args.kv_data_ptrs, args.kv_data_lens, args.kv_item_lens = ptrs, lens, items
+    args.kv_data_ptrs, args.kv_data_lens, args.kv_item_lens = pointers(p, draft)
     args.prefill_start_layer = p.start_layer
-    args.mla_compression_ratios = None
-    args.state_types = []
-    if VERSION >= (0, 5, 12):
-        from sglang.srt.disaggregation.utils import setup_state_kv_args
-        setup_state_kv_args(args, p, None, LAYERS)
-    else:
-        from ascend_pd_runtime.sglang_patch.hooks import set_kv_layout_args
-        set_kv_layout_args(args, p, LAYERS)
-    return args
+    return version_setup(args, p, None, LAYERS, VERSION)
 
 try:  # the real Ascend engine binding, where the test put it on the path
     from memfabric_hybrid import TransferEngine
@@ -92,10 +59,10 @@ class CopyEngine:
 
 report = {}
 for index in (None, 2):
-    decode, draft = pool(0, LAYERS, index), pool(LAYERS, 1, index)
+    decode, draft = pool(0, LAYERS, index, PAGES), pool(LAYERS, 1, index, PAGES)
     dst_ptrs = kv_args_for(decode, draft).kv_data_ptrs
     for rank, (start, end) in enumerate(STAGES):
-        prefill = pool(start, end - start, index)
+        prefill = pool(start, end - start, index, PAGES)
         for group, buf in enumerate(buffers(prefill)):
             for local in range(end - start):
                 for page in range(PAGES + 1):
@@ -133,22 +100,7 @@ print("REPORT " + json.dumps(report))
 """
 
 
-def _model_config(path: Path, index: bool) -> str:
-    config = {
-        "architectures": ["DeepseekV3ForCausalLM"],
-        "num_hidden_layers": 7,
-        "num_nextn_predict_layers": 1,
-        "kv_lora_rank": 4,
-        "qk_rope_head_dim": 2,
-    }
-    if index:
-        config["index_head_dim"] = 2
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps(config))
-    return str(path)
-
-
-_PAGES_LINES = """LAYERS, STAGES, PAGE, PAGES = 7, [(0, 3), (3, 7)], 2, 16
+_PAGES_LINES = """LAYERS, STAGES, PAGES = 7, [(0, 3), (3, 7)], 16
 SRC_PAGES = [3, 4, 5, 9, 1, 12, 13, 7]
 DST_PAGES = [2, 3, 11, 12, 13, 5, 6, 15]
 """
@@ -174,36 +126,27 @@ def _run(
     pages: tuple[int, list[int], list[int]] | None = None,
 ) -> dict[str, Any]:
     paths = {
-        "None": _model_config(tmp_path / "mla", False),
-        "2": _model_config(tmp_path / "dsa", True),
+        "None": harness.mla_model(tmp_path / "mla", 7, 1, index=False),
+        "2": harness.mla_model(tmp_path / "dsa", 7, 1, index=True),
     }
     script = SCRIPT
     if pages is not None:
         pool, src, dst = pages
         script = script.replace(
             _PAGES_LINES,
-            f"LAYERS, STAGES, PAGE, PAGES = 7, [(0, 3), (3, 7)], 2, {pool}\n"
+            f"LAYERS, STAGES, PAGES = 7, [(0, 3), (3, 7)], {pool}\n"
             f"SRC_PAGES = {src!r}\nDST_PAGES = {dst!r}\n",
         )
         assert script != SCRIPT
-    code = (
-        script.replace("TESTS", repr(str(harness.DRIVER.parent)))
-        .replace("VERSION_TEXT", repr(env.version))
-        .replace("MODEL_PATHS", repr(paths))
-    )
-    out = harness.run_python(dirs, code)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("REPORT ")]
-    if out.returncode != 0 or not lines:
+    out, report = harness.run_report(dirs, script, VERSION_TEXT=env.version, MODEL_PATHS=paths)
+    if report is None:
         return {"error": {"stderr": out.stderr[-3000:]}}
-    report: dict[str, Any] = json.loads(lines[-1][len("REPORT ") :])
-    return report
+    return dict(report)
 
 
-@pytest.mark.parametrize("version", harness.VERSIONS)
 def test_patched_send_puts_every_page_in_the_same_layer_and_group(
-    version: str, sglang_envs: harness.Envs, tmp_path: Path
+    env: harness.SGLangEnv, tmp_path: Path
 ) -> None:
-    env = sglang_envs.get(version)
     report = _run(env, (env.patched, env.pristine), tmp_path)
     assert "error" not in report, report
     assert report["None"] == {"groups": 2, "wrong": [], "wrong_count": 0}

@@ -14,7 +14,6 @@ same layer, group and page, and nothing else may change.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -33,56 +32,25 @@ def test_the_small_models_break_sglangs_quotient() -> None:
 
 
 SCRIPT = r"""
-import concurrent.futures, ctypes, inspect, json, sys
+import concurrent.futures, ctypes, json, sys
 import torch
 sys.path.insert(0, TESTS)
 import driver
-from sglang.srt.disaggregation.base.conn import KVArgs
-try:  # 0.5.23 derives the DCP width from a published parallel config
-    from sglang.srt.runtime_context import get_parallel
-    get_parallel().override_permanently(attn_dcp_size=1, attn_dcp_rank=0)
-except (ImportError, AttributeError):  # older releases need nothing here
-    pass
-import sglang.srt.disaggregation.ascend.conn as conn
-from sglang.srt.hardware_backend.npu.memory_pool_npu import NPUMLATokenToKVPool
+from mla_pools import KVArgs, buffers, conn, pointers, pool, version_setup
 
-PAGE, PAGES = 2, 16
+PAGES = 16
 SRC_PAGES = [3, 4, 5, 9, 1, 12, 13, 7]
 DST_PAGES = [2, 3, 11, 12, 13, 5, 6, 15]
-VERSION = tuple(int(p) for p in VERSION_TEXT.split("."))
-params = inspect.signature(NPUMLATokenToKVPool.__init__).parameters
-
-def pool(start, count, index):
-    kwargs = dict(size=PAGES * PAGE, page_size=PAGE, dtype=torch.float32, kv_lora_rank=4,
-                  qk_rope_head_dim=2, index_head_dim=index, layer_num=count, device="cpu",
-                  enable_memory_saver=False, start_layer=start, end_layer=start + count - 1)
-    return NPUMLATokenToKVPool(**{k: v for k, v in kwargs.items() if k in params})
-
-def buffers(p):
-    out = [p.k_buffer, p.v_buffer]
-    if getattr(p, "index_k_buffer", None) is not None:
-        out.append(p.index_k_buffer)
-    return out
+VERSION = driver.version_tuple(VERSION_TEXT)
 
 def kv_args_for(target, draft, layers):
     # As SGLang's prefill (and decode) set up KVArgs: the draft pool's pointers are
     # appended to the target's, then the version's own set-up code runs.
     args = KVArgs()
-    ptrs, lens, items = target.get_contiguous_buf_infos()
-    d_ptrs, d_lens, d_items = draft.get_contiguous_buf_infos()
-    args.kv_data_ptrs, args.kv_data_lens = ptrs + d_ptrs, lens + d_lens
-    args.kv_item_lens = items + d_items
+    args.kv_data_ptrs, args.kv_data_lens, args.kv_item_lens = pointers(target, draft)
     args.prefill_start_layer = target.start_layer
     args.prefill_end_layer = target.end_layer
-    args.mla_compression_ratios = None
-    args.state_types = []
-    if VERSION >= (0, 5, 12):
-        from sglang.srt.disaggregation.utils import setup_state_kv_args
-        setup_state_kv_args(args, target, draft, layers)
-    else:
-        from ascend_pd_runtime.sglang_patch.hooks import set_kv_layout_args
-        set_kv_layout_args(args, target, layers)
-    return args
+    return version_setup(args, target, draft, layers, VERSION)
 
 class CopyEngine:
     def batch_transfer_sync(self, session_id, src, dst, lengths):
@@ -93,9 +61,9 @@ class CopyEngine:
 report = {}
 for name, (layers, mtp, groups, model_path) in MODELS.items():
     index = 2 if groups == 3 else None
-    decode, decode_draft = pool(0, layers, index), pool(layers, mtp, index)
+    decode, decode_draft = pool(0, layers, index, PAGES), pool(layers, mtp, index, PAGES)
     dst_ptrs = kv_args_for(decode, decode_draft, layers).kv_data_ptrs
-    prefill, prefill_draft = pool(0, layers, index), pool(layers, mtp, index)
+    prefill, prefill_draft = pool(0, layers, index, PAGES), pool(layers, mtp, index, PAGES)
     for offset, p in ((0, prefill), (layers, prefill_draft)):
         for group, buf in enumerate(buffers(p)):
             for local in range(p.layer_num):
@@ -144,40 +112,22 @@ def _name(layers: int, mtp: int, groups: int) -> str:
 
 
 def _model_dir(root: Path, layers: int, mtp: int, groups: int) -> str:
-    config: dict[str, object] = {
-        "architectures": ["DeepseekV3ForCausalLM"],
-        "num_hidden_layers": layers,
-        "num_nextn_predict_layers": mtp,
-        "kv_lora_rank": 4,
-        "qk_rope_head_dim": 2,
-    }
-    if groups == 3:
-        config["index_head_dim"] = 2
     path = root / _name(layers, mtp, groups).replace("×", "x")
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps(config))
-    return str(path)
+    return harness.mla_model(path, layers, mtp, index=groups == 3)
 
 
 def _run(env: harness.SGLangEnv, tmp_path: Path) -> dict[str, dict]:
     models = {_name(*m): [*m, _model_dir(tmp_path, *m)] for m in MODELS}
-    code = (
-        SCRIPT.replace("TESTS", repr(str(harness.DRIVER.parent)))
-        .replace("VERSION_TEXT", repr(env.version))
-        .replace("MODELS.items()", f"{models!r}.items()")
+    out, report = harness.run_report(
+        (env.patched, env.pristine), SCRIPT, VERSION_TEXT=env.version, MODELS=models
     )
-    out = harness.run_python((env.patched, env.pristine), code)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("REPORT ")]
-    assert out.returncode == 0 and lines, out.stderr[-3000:]
-    report: dict[str, dict] = json.loads(lines[-1][len("REPORT ") :])
-    return report
+    assert report is not None, out.stderr[-3000:]
+    return dict(report)
 
 
-@pytest.mark.parametrize("version", harness.VERSIONS)
 def test_pp1_prefill_with_draft_sends_every_layer_of_small_models(
-    version: str, sglang_envs: harness.Envs, tmp_path: Path
+    env: harness.SGLangEnv, tmp_path: Path
 ) -> None:
-    env = sglang_envs.get(version)
     report = _run(env, tmp_path)
     quotient_versions = (0, 5, 12) <= env.version_tuple <= (0, 5, 21)
     for layers, mtp, groups in MODELS:
@@ -187,6 +137,6 @@ def test_pp1_prefill_with_draft_sends_every_layer_of_small_models(
         # The test drives the defect: what this version records is SGLang's own value.
         recorded = pointers // layers if quotient_versions else groups
         assert result["recorded_groups"] == recorded, result
-        assert result["status"] == 0, f"{version} {_name(layers, mtp, groups)}: {result}"
+        assert result["status"] == 0, f"{env.version} {_name(layers, mtp, groups)}: {result}"
         assert result["logged_errors"] == []
         assert result["wrong_count"] == 0, result

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from ascend_pd_runtime.subcommands import dispatch
+from ascend_pd_runtime.subcommands import entry_point
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -25,10 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    description = (__doc__ or "").splitlines()[0]
-    return dispatch("ascend-pd-dev", description, COMMANDS, sys.argv[1:] if argv is None else argv)
-
+main = entry_point("ascend-pd-dev", __doc__, COMMANDS)
 
 if __name__ == "__main__":
     sys.exit(main())

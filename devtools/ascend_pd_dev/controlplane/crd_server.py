@@ -56,22 +56,16 @@ class CrdServerError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Ports:
-    etcd_client: int
-    etcd_peer: int
-    server: int
-
-
-@dataclass(frozen=True)
 class CrdServer:
     """A running CRD server: where it listens and how to talk to it."""
 
     root: Path
-    ports: Ports
+    #: ``apiserver``: the CRD server's own secure port
+    ports: cluster.Ports
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.ports.server}"
+        return f"https://127.0.0.1:{self.ports.apiserver}"
 
     kubeconfig = UnderRoot("kubeconfig")
     pki = UnderRoot("pki")
@@ -113,14 +107,14 @@ class CrdServer:
 # --- pure builders ------------------------------------------------------------------------
 
 
-def server_argv(binary: Path, root: Path, ports: Ports) -> list[str]:
+def server_argv(binary: Path, root: Path, ports: cluster.Ports) -> list[str]:
     pki = root / "pki"
     delegation = root / "delegation.kubeconfig"
     return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
         "--bind-address=127.0.0.1",
-        f"--secure-port={ports.server}",
+        f"--secure-port={ports.apiserver}",
         f"--cert-dir={pki}",
         f"--tls-cert-file={pki / 'serving.crt'}",
         f"--tls-private-key-file={pki / 'serving.key'}",
@@ -247,7 +241,7 @@ def running(root: Path) -> CrdServer | None:
     if any(procs.running(layout.pid_file(c)) is None for c in COMPONENTS):
         return None
     try:
-        ports = Ports(**json.loads(_state_file(root).read_text()))
+        ports = cluster.Ports(**json.loads(_state_file(root).read_text()))
     except (OSError, ValueError, TypeError):
         return None
     return CrdServer(root, ports)
@@ -276,7 +270,7 @@ def start(root: Path, progress: Progress, fresh: bool = True) -> CrdServer:
         taken: set[int] = set()
         for _ in range(3):
             taken.add(cluster.free_port(taken))
-        ports = Ports(*sorted(taken))
+        ports = cluster.Ports(*sorted(taken))
         _state_file(root).write_text(json.dumps(asdict(ports)) + "\n")
         (root / "delegation.kubeconfig").write_text(yaml.safe_dump(delegation_kubeconfig()))
         server = CrdServer(root, ports)
@@ -284,9 +278,8 @@ def start(root: Path, progress: Progress, fresh: bool = True) -> CrdServer:
         kubeconfig.write_text(yaml.safe_dump(client_kubeconfig(server.url, root / "pki")))
         kubeconfig.chmod(0o600)
 
-        etcd_ports = cluster.Ports(ports.etcd_client, ports.etcd_peer, ports.server)
         progress(f"starting etcd on 127.0.0.1:{ports.etcd_client}")
-        procs.start(cluster.etcd_argv(etcd, layout, etcd_ports), layout.pid_file("etcd"),
+        procs.start(cluster.etcd_argv(etcd, layout, ports), layout.pid_file("etcd"),
                     layout.log_file("etcd"), cwd=root)  # fmt: skip
         _wait("etcd health", lambda: cluster.etcd_healthy(ports.etcd_client), "etcd", root, 60)
         progress(f"starting the CRD server on {server.url}")

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ascend_pd_dev.kubelet_sim import check_runs, knobs
-from ascend_pd_dev.kubelet_sim.knobs import Crash, Failure
+from ascend_pd_dev.kubelet_sim.knobs import Crash, Exit, Failure
 from ascend_pd_dev.kubelet_sim.objects import Obj, parse_iso
 
 #: A failed pull shows ErrImagePull this long, then ImagePullBackOff (the kubelet's first
@@ -71,11 +71,11 @@ def _stays_terminated(policy: str, exit_code: object) -> bool:
     return policy == "Never" or (policy == "OnFailure" and exit_code == 0)
 
 
-def _terminated(pod: PodView, code: int, why: str, text: str, started: str) -> Obj:
-    body: Obj = {"exitCode": code, "reason": why, "startedAt": started,
+def _terminated(pod: PodView, ended: Exit, started: str) -> Obj:
+    body: Obj = {"exitCode": ended.code, "reason": ended.reason, "startedAt": started,
                  "finishedAt": pod.timestamp}  # fmt: skip
-    if text:
-        body["message"] = text
+    if ended.message:
+        body["message"] = ended.message
     return {"terminated": body}
 
 
@@ -90,19 +90,17 @@ def _started_at(pod: PodView, prev_state: Obj) -> str:
 def _final_state(pod: PodView, started_at: str) -> Obj:
     """A container of a Succeeded or Failed pod."""
     if pod.phase == "Succeeded":
-        return _terminated(pod, 0, "Completed", "", started_at)
+        return _terminated(pod, Exit(0, "Completed"), started_at)
     failure = pod.failure
-    if failure is not None:
-        return _terminated(pod, failure.exit_code, failure.reason, failure.message, started_at)
-    return _terminated(pod, 1, "Error", "", started_at)
+    return _terminated(pod, Exit() if failure is None else failure.ended, started_at)
 
 
 def _crashed(
     pod: PodView, crash: Crash, name: str, started_at: str, last_state: Obj, restarts: int
 ) -> tuple[Obj, Obj, int, bool]:
-    died = _terminated(pod, crash.exit_code, crash.reason, crash.message, started_at)
+    died = _terminated(pod, crash.ended, started_at)
     died["terminated"]["containerID"] = f"{pod.cid_base}/{name}/{restarts}"
-    if _stays_terminated(pod.policy, crash.exit_code):
+    if _stays_terminated(pod.policy, crash.ended.code):
         return died, last_state, restarts, True
     restarts += 1
     wait = kubelet_backoff(restarts) if crash.restart_after is None else crash.restart_after

@@ -46,13 +46,20 @@ OUTCOMES = ("ready", "unready", "crash", "succeed", "fail")
 
 
 @dataclass(frozen=True)
+class Exit:
+    """How a container ended, as its ``state.terminated`` shows it."""
+
+    code: int = 1
+    reason: str = "Error"
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class Crash:
     """One container crash a test asked for (``CRASH``)."""
 
     id: str
-    exit_code: int = 1
-    reason: str = "Error"
-    message: str = ""
+    ended: Exit = Exit()
     #: None: the pod's first container (``kubectl``'s default container)
     container: str | None = None
     #: None: the kubelet's back-off (restart at once the first time, then 10 s doubling)
@@ -61,11 +68,9 @@ class Crash:
 
 @dataclass(frozen=True)
 class Failure:
-    """The pod's end a test asked for (``FAIL``)."""
+    """The pod's end a test asked for (``FAIL``): how every container ended."""
 
-    exit_code: int = 1
-    reason: str = "Error"
-    message: str = ""
+    ended: Exit = Exit()
     pod_reason: str | None = None
     pod_message: str | None = None
 
@@ -115,11 +120,10 @@ def parse_crash(text: str) -> Crash:
                               or after < 0):  # fmt: skip
         raise ValueError(f"kubelet-sim: annotation {CRASH}: restartAfterSeconds "
                          f"{after!r} is not a number >= 0")  # fmt: skip
+    completed = body.get("exitCode") == 0
     return Crash(
-        id=str(body.get("id") or text), exit_code=body.get("exitCode", 1),
-        reason=body.get("reason") or ("Completed" if body.get("exitCode") == 0 else "Error"),
-        message=body.get("message", ""), container=body.get("container"),
-        restart_after=None if after is None else float(after),
+        id=str(body.get("id") or text), ended=_exit(body, "Completed" if completed else "Error"),
+        container=body.get("container"), restart_after=None if after is None else float(after),
     )  # fmt: skip
 
 
@@ -129,10 +133,14 @@ def parse_failure(text: str) -> Failure:
         return Failure()
     body = _json_object(FAIL, text, FAILURE_FIELDS)
     return Failure(
-        exit_code=body.get("exitCode", 1), reason=body.get("reason") or "Error",
-        message=body.get("message", ""), pod_reason=body.get("podReason"),
+        ended=_exit(body, "Error"), pod_reason=body.get("podReason"),
         pod_message=body.get("podMessage"),
     )  # fmt: skip
+
+
+def _exit(body: Obj, reason: str) -> Exit:
+    """The ``exitCode``, ``reason`` (``reason`` when none) and ``message`` a request asks for."""
+    return Exit(body.get("exitCode", 1), body.get("reason") or reason, body.get("message", ""))
 
 
 def _annotations(obj: Obj) -> dict[str, str]:

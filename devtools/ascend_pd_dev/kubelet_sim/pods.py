@@ -146,7 +146,7 @@ class Kubelets:
         self.crashes[str(pod["metadata"].get("uid"))] = crash.id
         log.info("%s: applied crash %s", _where(pod), crash.id)
         text = (f"kubelet-sim: container crashed as asked ({knobs.CRASH} {crash.id}): "
-                f"exit {crash.exit_code} {crash.message}").rstrip()  # fmt: skip
+                f"exit {crash.ended.code} {crash.ended.message}").rstrip()  # fmt: skip
         reason = "BackOff" if phase == "Running" else "Failed"
         record_event(self.api, pod, "Warning", reason, text, self.now())
         self.record_crash(pod, crash.id)

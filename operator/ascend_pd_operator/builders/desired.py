@@ -10,7 +10,7 @@ The operator never computes a layer range itself: it turns the spec into the cor
 sum to the layer count, a pipeline longer than the model) and the core's compatibility
 problems both reach the user through KVLayoutCompatible.
 
-``build_children`` returns the manifests in apply order: the layout ConfigMap before the
+``with_children`` adds the manifests in apply order: the layout ConfigMap before the
 pods that mount it, PodGroups before the pods they gang, Services before the
 StatefulSets whose pods resolve them, the router's ServiceAccount and Role before its pod.
 """
@@ -108,16 +108,37 @@ def with_children(
     serving: str | None = None,
     discovery: str = LABEL_LEADER,
 ) -> Desired:
-    """``desired`` with its children, built once (a failed layout has none). ``indices``:
-    per role the instances it keeps and a rollout's surge ones (None: 0 to replicas - 1);
-    ``serving``: the generation the router routes to (None: this layout's);
-    ``discovery``: the leader label it selects on."""
+    """``desired`` with every child manifest, built once, in apply order (a failed layout has
+    none), for a 1.<server_minor> API server (None: not known, a current one). ``indices``:
+    per role the instances it keeps and a rollout's surge ones (``drain.roster``,
+    ``rollout.decide``; None: 0 to replicas - 1, no surge); ``serving``, the KV-layout
+    generation the router routes to (None: this layout's); ``discovery``, the leader label
+    it selects on."""
     if not desired.ok:
         return desired
-    assert desired.layout is not None
-    children = build_children(owner, spec, desired.layout, server_minor, indices, serving,
-                              discovery)  # fmt: skip
-    return Desired(desired.layout, children)
+    layout = desired.layout
+    assert layout is not None
+    children: list[Json] = [kv_layout_configmap(owner, layout)]
+    chosen = indices or {role: Indices(tuple(range(spec.role(role).replicas))) for role in ROLES}
+    instances = [(role, i) for role in ROLES for i in chosen[role].own + chosen[role].surge]
+    surge = {(role, i) for role in ROLES for i in chosen[role].surge}
+    if spec.scheduling.gang == "volcano":
+        children += [podgroup(owner, spec, role, i) for role, i in instances]
+    children += [headless_service(owner, role, i) for role, i in instances]
+    for role, i in instances:
+        sts = statefulset(owner, spec, layout, role, i)
+        if (role, i) in surge:
+            sts["metadata"]["labels"][LABEL_SURGE] = "true"
+        children.append(sts)
+    pdb_version = pdb_api_version(server_minor)
+    # The rollout's maxUnavailable per role bounds drains too; at least one, so that a
+    # surge-only rollout (maxUnavailable 0) never blocks a node drain for good.
+    drainable = max(spec.rollout.max_unavailable, MIN_DRAIN_UNAVAILABLE)
+    children += [pod_disruption_budget(owner, role, drainable, pdb_version) for role in ROLES]
+    if spec.router.enabled:
+        children += router_children(owner, spec, serving or layout_fingerprint(layout),
+                                    discovery)  # fmt: skip
+    return Desired(layout, children)
 
 
 def desired_state(
@@ -155,43 +176,6 @@ def kv_layout_configmap(owner: Owner, layout: KVLayout) -> Json:
         "metadata": metadata(owner, kv_layout_name(owner), COMPONENT_KV_LAYOUT),
         "data": {ec.KV_LAYOUT_KEY: json.dumps(doc, separators=(",", ":"))},
     }
-
-
-def build_children(
-    owner: Owner,
-    spec: PDDeploymentSpec,
-    layout: KVLayout,
-    server_minor: int | None = None,
-    indices: Mapping[str, Indices] | None = None,
-    serving: str | None = None,
-    discovery: str = LABEL_LEADER,
-) -> list[Json]:
-    """Every child manifest, in apply order, for a 1.<server_minor> API server (None: not
-    known, a current one). ``indices``: per role the instances it keeps and a rollout's
-    surge ones (``drain.roster``, ``rollout.decide``; None: 0 to replicas - 1, no surge);
-    ``serving``, the KV-layout generation the router routes to (None: this layout's);
-    ``discovery``, the leader label it selects on."""
-    children: list[Json] = [kv_layout_configmap(owner, layout)]
-    chosen = indices or {role: Indices(tuple(range(spec.role(role).replicas))) for role in ROLES}
-    instances = [(role, i) for role in ROLES for i in chosen[role].own + chosen[role].surge]
-    surge = {(role, i) for role in ROLES for i in chosen[role].surge}
-    if spec.scheduling.gang == "volcano":
-        children += [podgroup(owner, spec, role, i) for role, i in instances]
-    children += [headless_service(owner, role, i) for role, i in instances]
-    for role, i in instances:
-        sts = statefulset(owner, spec, layout, role, i)
-        if (role, i) in surge:
-            sts["metadata"]["labels"][LABEL_SURGE] = "true"
-        children.append(sts)
-    pdb_version = pdb_api_version(server_minor)
-    # The rollout's maxUnavailable per role bounds drains too; at least one, so that a
-    # surge-only rollout (maxUnavailable 0) never blocks a node drain for good.
-    drainable = max(spec.rollout.max_unavailable, MIN_DRAIN_UNAVAILABLE)
-    children += [pod_disruption_budget(owner, role, drainable, pdb_version) for role in ROLES]
-    if spec.router.enabled:
-        children += router_children(owner, spec, serving or layout_fingerprint(layout),
-                                    discovery)  # fmt: skip
-    return children
 
 
 def child_key(manifest: Json) -> tuple[str, str, str]:

@@ -9,7 +9,7 @@ A plan says, in the order the executor performs them:
 
 1. the model inspector's writes (start its Job; restart it: delete the Job and the stored
    facts; store the facts it found),
-2. the children to apply (the apply order of ``desired.build_children``), and a scaled
+2. the children to apply (the apply order of ``desired.with_children``), and a scaled
    role's PDRoleScaler to create (created once: its spec.replicas is then its scaler's),
 3. the children to delete (owned, of a pruned kind, no longer desired; the inspector's
    Job and facts ConfigMap are kept across spec changes; and a workload whose label

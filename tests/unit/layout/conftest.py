@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,24 +19,19 @@ def deepseek_shaped(layers: int, mtp: int, groups: int) -> ModelFacts:
     )
 
 
-@pytest.fixture
-def dsv3() -> ModelFacts:
-    return load_model_facts(example_config("deepseek-v3"))
+def example_facts(example: str) -> Callable[[], ModelFacts]:
+    """A fixture: the model facts of ``examples/``' config of ``example``."""
+
+    def facts() -> ModelFacts:
+        return load_model_facts(example_config(example))
+
+    return pytest.fixture(facts)
 
 
-@pytest.fixture
-def dsv32() -> ModelFacts:
-    return load_model_facts(example_config("deepseek-v3.2"))
-
-
-@pytest.fixture
-def v2lite() -> ModelFacts:
-    return load_model_facts(example_config("deepseek-v2-lite"))
-
-
-@pytest.fixture
-def mha() -> ModelFacts:
-    return load_model_facts(example_config("qwen2-7b"))
+dsv3 = example_facts("deepseek-v3")
+dsv32 = example_facts("deepseek-v3.2")
+v2lite = example_facts("deepseek-v2-lite")
+mha = example_facts("qwen2-7b")
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 
 from ascend_pd_operator.api.access import RBAC_RULES, RESOURCES, resource_for
 from ascend_pd_operator.api.vocabulary import Owner
-from ascend_pd_operator.builders.desired import build_children
+from ascend_pd_operator.builders.desired import desired_state
 from ascend_pd_operator.builders.model_source import inspector_job
 from ascend_pd_operator.kubeio.kube import path
 
@@ -28,7 +28,6 @@ def test_unknown_kind_names_the_allow_list() -> None:
 
 def test_every_child_kind_is_allowed_with_the_verbs_apply_and_prune_need(dsv3: dict) -> None:
     from ascend_pd_operator.api.models import parse_spec
-    from ascend_pd_operator.builders.desired import plan_layout
     from ascend_pd_operator.builders.model_source import resolve_facts
 
     resource = dict(dsv3)
@@ -36,14 +35,15 @@ def test_every_child_kind_is_allowed_with_the_verbs_apply_and_prune_need(dsv3: d
     facts = resolve_facts(spec).facts
     assert facts is not None
     owner = Owner("dsv3", "llm", uid="u")
-    kinds = {m["kind"] for m in build_children(owner, spec, plan_layout(spec, facts))}
+    desired = desired_state(owner, spec, facts)
+    assert desired.ok, desired.message
+    kinds = {m["kind"] for m in desired.children}
     kinds.add(inspector_job(owner, spec)["kind"])
+    api_versions = {m["apiVersion"] for m in desired.children} | {"batch/v1"}
     for kind in kinds:
         verbs = set(resource_for(kind).verbs)
         assert {"get", "list", "watch", "patch", "delete"} <= verbs, kind
-        assert resource_for(kind).api_version in {
-            m["apiVersion"] for m in build_children(owner, spec, plan_layout(spec, facts))
-        } | {"batch/v1"}
+        assert resource_for(kind).api_version in api_versions
 
 
 def test_rbac_rules_cover_status() -> None:

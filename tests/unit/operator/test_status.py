@@ -17,6 +17,7 @@ from ascend_pd_operator.builders.model_source import (
     resolve_facts,
 )
 from ascend_pd_operator.decisions.status import Findings, compute_status, status_changed
+from tests.unit.operator.findings import findings_for
 
 Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", uid="u-1", generation=2)
@@ -35,20 +36,6 @@ def sts(name: str, replicas: int, ready: int, generation: int = 1) -> Json:
     }
 
 
-def observe(resource: Json, children: dict[tuple[str, str], Json], previous: Json) -> Findings:
-    spec = parse_spec(resource["spec"])
-    facts = resolve_facts(spec)
-    assert facts.facts is not None
-    return Findings(
-        owner=OWNER,
-        spec=spec,
-        facts=facts,
-        desired=desired_state(OWNER, spec, facts.facts),
-        children=children,
-        previous=previous,
-    )
-
-
 def all_children(ready: bool) -> dict[tuple[str, str], Json]:
     n = 2 if ready else 1
     return {
@@ -64,7 +51,7 @@ def conditions(status: Json) -> dict[str, Json]:
 
 
 def test_ready_status_with_layout(dsv3: Json) -> None:
-    status = compute_status(observe(dsv3, all_children(True), {}), T0)
+    status = compute_status(findings_for(OWNER, dsv3, all_children(True), {}), T0)
     assert status["phase"] == "Ready"
     assert status["observedGeneration"] == 2
     conds = conditions(status)
@@ -87,25 +74,25 @@ def test_ready_status_with_layout(dsv3: Json) -> None:
 
 
 def test_progressing_then_degraded_and_stable_times(dsv3: Json) -> None:
-    first = compute_status(observe(dsv3, all_children(False), {}), T0)
+    first = compute_status(findings_for(OWNER, dsv3, all_children(False), {}), T0)
     assert first["phase"] == "Progressing"
     assert conditions(first)["PrefillReady"]["message"].startswith("1/2 instances ready")
-    again = compute_status(observe(dsv3, all_children(False), first), T1)
+    again = compute_status(findings_for(OWNER, dsv3, all_children(False), first), T1)
     assert not status_changed(first, again)  # nothing changed: no patch
-    ready = compute_status(observe(dsv3, all_children(True), first), T1)
+    ready = compute_status(findings_for(OWNER, dsv3, all_children(True), first), T1)
     assert conditions(ready)["Validated"]["lastTransitionTime"] == T0
     assert conditions(ready)["Ready"]["lastTransitionTime"] == T1
-    degraded = compute_status(observe(dsv3, all_children(False), ready), T1)
+    degraded = compute_status(findings_for(OWNER, dsv3, all_children(False), ready), T1)
     assert degraded["phase"] == "Degraded"
 
 
 def test_pending_without_children(dsv3: Json) -> None:
-    status = compute_status(observe(dsv3, {}, {}), T0)
+    status = compute_status(findings_for(OWNER, dsv3, {}, {}), T0)
     assert status["phase"] == "Pending"
 
 
 def test_invalid_update_keeps_the_last_applied_state(dsv3: Json) -> None:
-    ready = compute_status(observe(dsv3, all_children(True), {}), T0)
+    ready = compute_status(findings_for(OWNER, dsv3, all_children(True), {}), T0)
     broken = copy.deepcopy(dsv3)
     broken["spec"]["prefill"]["devicesPerNode"] = 6
     validation = validate(OWNER, broken["spec"])
@@ -129,7 +116,7 @@ def test_invalid_update_keeps_the_last_applied_state(dsv3: Json) -> None:
 def test_incompatible_layout_sets_kvlayoutcompatible_false(dsv3: Json) -> None:
     resource = copy.deepcopy(dsv3)
     resource["spec"]["model"]["config"]["numNextnPredictLayers"] = 0
-    status = compute_status(observe(resource, {}, {}), T0)
+    status = compute_status(findings_for(OWNER, resource, {}, {}), T0)
     assert status["phase"] == "Invalid"
     cond = conditions(status)["KVLayoutCompatible"]
     assert cond["status"] == "False" and cond["reason"] == "Incompatible"
@@ -139,7 +126,7 @@ def test_incompatible_layout_sets_kvlayoutcompatible_false(dsv3: Json) -> None:
 def test_partition_sum_is_checked_at_reconcile(dsv3: Json) -> None:
     resource = copy.deepcopy(dsv3)
     resource["spec"]["prefill"]["layerPartition"] = [31, 31]
-    status = compute_status(observe(resource, {}, {}), T0)
+    status = compute_status(findings_for(OWNER, resource, {}, {}), T0)
     cond = conditions(status)["KVLayoutCompatible"]
     assert cond["reason"] == "InvalidLayout"
     assert "sums to 62 but the model has 61 layers" in cond["message"]
@@ -332,7 +319,7 @@ def test_launch_refusal_is_the_role_condition_with_pod_and_message(dsv3: Json) -
         ),
         runtime_pod("dsv3-decode-0-0", "decode", {"running": {}}),
     ]
-    obs = observe(dsv3, all_children(ready=False), {})
+    obs = findings_for(OWNER, dsv3, all_children(ready=False), {})
     status = compute_status(dataclasses.replace(obs, pods=pods), T0)
     cond = conditions(status)["PrefillReady"]
     assert (cond["status"], cond["reason"]) == ("False", "LaunchRefused")
@@ -348,7 +335,7 @@ def test_other_exits_and_ready_roles_are_no_refusal(dsv3: Json) -> None:
         # a refusal on a pod of a ready role is history (e.g. from the previous revision)
         runtime_pod("dsv3-decode-0-0", "decode", {"running": {}}, terminated(5, REFUSAL)),
     ]
-    obs = observe(dsv3, all_children(ready=False), {})
+    obs = findings_for(OWNER, dsv3, all_children(ready=False), {})
     status = compute_status(dataclasses.replace(obs, pods=pods), T0)
     assert conditions(status)["PrefillReady"]["reason"] == "InstancesNotReady"
     assert conditions(status)["DecodeReady"]["reason"] == "InstancesReady"
@@ -356,7 +343,7 @@ def test_other_exits_and_ready_roles_are_no_refusal(dsv3: Json) -> None:
 
 def test_a_refusal_without_message_still_says_what_happened(dsv3: Json) -> None:
     pods = [runtime_pod("dsv3-prefill-1-0", "prefill", terminated(ec.EXIT_ARGS_REFUSED))]
-    obs = observe(dsv3, all_children(ready=False), {})
+    obs = findings_for(OWNER, dsv3, all_children(ready=False), {})
     cond = conditions(compute_status(dataclasses.replace(obs, pods=pods), T0))["PrefillReady"]
     assert (
         cond["message"]

@@ -11,18 +11,15 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
-from ascend_pd_operator.builders.desired import desired_state
-from ascend_pd_operator.builders.model_source import resolve_facts
 from ascend_pd_operator.decisions.planner import events as planned_events
 from ascend_pd_operator.decisions.status import (
     LISTED_INSTANCES,
     QUOTE_CHARS,
     ROLE_MESSAGE_CHARS,
-    Findings,
     compute_status,
 )
+from tests.unit.operator.findings import findings_for
 
 Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", uid="u-1", generation=1)
@@ -113,14 +110,7 @@ def status_of(
     previous: Json | None = None,
     router_pods: list[Json] = (),  # type: ignore[assignment]
 ) -> Json:
-    spec = parse_spec(dsv3["spec"])
-    facts = resolve_facts(spec)
-    assert facts.facts is not None
-    findings = Findings(
-        owner=OWNER, spec=spec, facts=facts, desired=desired_state(OWNER, spec, facts.facts),
-        children=children, previous=previous or {}, pods=list(pods), events=list(events),
-        router_pods=list(router_pods),
-    )  # fmt: skip
+    findings = findings_for(OWNER, dsv3, children, previous, pods, events, router_pods)
     return compute_status(findings, T0)
 
 
