@@ -19,9 +19,9 @@ from kubernetes import client
 from ascend_pd_operator.api.vocabulary import (
     LABEL_FINGERPRINT,
     LABEL_INSTANCE,
+    LABEL_LEADER,
     LABEL_REVISION,
     LABEL_ROLE,
-    LABEL_ROUTABLE,
 )
 
 
@@ -37,10 +37,10 @@ class Sample:
     ready: dict[str, int]
     #: instances with Ready pods of two templates
     mixed: list[str]
-    #: (role, generation) -> Ready routable pods: what a router selecting it discovers
+    #: (role, generation) -> Ready leader-labelled pods: what a router selecting them discovers
     discoverable: dict[tuple[str, str], int]
-    #: pods labelled routable that are not instance leaders
-    routable_non_leaders: list[str]
+    #: pods labelled as leaders that are not pod 0 of their instance
+    labelled_non_leaders: list[str]
     status: dict[str, Any] = field(default_factory=dict)
     #: per running router pod: (Ready, the generations its prefill and decode selectors name)
     routers: list[tuple[bool, tuple[str, ...]]] = field(default_factory=list)
@@ -97,7 +97,7 @@ class Sampler:
             if role not in ("prefill", "decode"):
                 continue
             by_instance[(role, labels[LABEL_INSTANCE])].append(pod)
-            if labels.get(LABEL_ROUTABLE) == "true":
+            if labels.get(LABEL_LEADER) == "true":
                 if not pod.metadata.name.endswith("-0"):
                     non_leaders.append(pod.metadata.name)
                 if pod_ready(pod):

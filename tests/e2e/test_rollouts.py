@@ -102,7 +102,7 @@ def test_an_image_change_rolls_whole_instances_within_max_unavailable(
           f"updated prefill instances seen {updated}")  # fmt: skip
     assert worst >= 2, f"prefill Ready instances fell to {worst} (maxUnavailable 1 of 3)"
     assert [s.mixed for s in samples if s.mixed] == []
-    assert all(not s.routable_non_leaders for s in samples)
+    assert all(not s.labelled_non_leaders for s in samples)
     # the status showed the rollout while it ran, then its end
     progressing = [s.status for s in samples
                    if (s.status.get("rollout") or {}).get("phase") == "Progressing"]  # fmt: skip
@@ -141,7 +141,7 @@ def test_a_layout_change_starts_a_new_generation_never_mixed_in_the_router(
     # the router switched only once the new generation had a Ready prefill and decode leader
     first = next(s for s in samples if any(g[0] == new for _, g in s.routers))
     assert first.discoverable.get(("prefill", new)) and first.discoverable.get(("decode", new))
-    assert all(not s.routable_non_leaders for s in samples)
+    assert all(not s.labelled_non_leaders for s in samples)
     switch = samples.index(first) * sampler.period
     print(
         f"generation switch: {len(samples)} samples; the router moved to {new} after "
