@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import re
 import subprocess
+import time
 import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,7 @@ from crd_env import CRD_NAME, REPO, RESOURCES, Kubectl, crd_document
 from ascend_pd_dev.controlplane import crd_server
 from ascend_pd_dev.testtools.helm import ensure_helm
 from ascend_pd_operator.api import models
-from ascend_pd_operator.api.rules import MAX_POD_ANNOTATIONS_BYTES, RULES, rules_for
+from ascend_pd_operator.api.rules import MAX_POD_ANNOTATIONS_BYTES, MAX_REPLICAS, RULES, rules_for
 from reliability.bad_inputs import FIELD, Case, case_document, load_corpus
 from reliability.offline import offline_verdict
 
@@ -41,6 +42,8 @@ EXAMPLES = sorted(
 )
 CHART = REPO / "charts" / "ascend-pd-operator"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+SCALER_CRD = "pdrolescalers.ascendpd.io"
+SCALERS = "/apis/ascendpd.io/v1alpha1/namespaces/default/pdrolescalers"
 
 
 def _message(body: Any) -> str:
@@ -282,8 +285,10 @@ def test_the_chart_hands_this_server_the_cel_variant(server: crd_server.CrdServe
     assert done.returncode == 0, done.stderr
     crds = [d for d in yaml.safe_load_all(done.stdout)
             if d and d.get("kind") == "CustomResourceDefinition"]  # fmt: skip
-    assert len(crds) == 1
+    assert [c["metadata"]["name"] for c in crds] == [CRD_NAME, SCALER_CRD]
     rendered = crds[0]
+    scaler = yaml.safe_load((REPO / "crds" / "ascendpd.io_pdrolescalers.yaml").read_text())
+    assert crds[1]["spec"] == scaler["spec"], "the chart did not pick the scaler's CEL variant"
     shipped = crd_document()
     assert rendered["spec"] == shipped["spec"], "the chart did not pick the CEL variant"
     status, body = server.request(
@@ -291,3 +296,49 @@ def test_the_chart_hands_this_server_the_cel_variant(server: crd_server.CrdServe
     )
     # dry run against the Established one: the name is taken, everything else was checked
     assert status in (201, 409), (status, _message(body))
+
+
+def test_the_scaler_crd_serves_the_scale_subresource(server: crd_server.CrdServer) -> None:
+    """The PDRoleScaler CRD is accepted and Established, and its scale subresource is what an
+    HPA, KEDA and ``kubectl scale`` use: a PUT on /scale sets spec.replicas, and GET /scale
+    reads status.replicas and status.selector; the schema's bound holds there too."""
+    doc = yaml.safe_load((REPO / "crds" / "ascendpd.io_pdrolescalers.yaml").read_text())
+    status, body = server.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                  doc)  # fmt: skip
+    assert status in (201, 409), (status, _message(body))
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{SCALER_CRD}"
+
+    def established() -> bool:
+        got, crd = server.request("GET", path)
+        conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get(
+            "conditions") or []} if got == 200 else {}  # fmt: skip
+        return conditions.get("Established") == "True" and server.request("GET", SCALERS)[0] == 200
+
+    deadline = time.monotonic() + 60
+    while not established():
+        assert time.monotonic() < deadline, "the scaler CRD was not Established in 60 s"
+        time.sleep(0.2)
+    scaler = {"apiVersion": "ascendpd.io/v1alpha1", "kind": "PDRoleScaler",
+              "metadata": {"name": "dsv3-decode", "namespace": "default"},
+              "spec": {"replicas": 1}}  # fmt: skip
+    server.request("DELETE", f"{SCALERS}/dsv3-decode")
+    status, body = server.request("POST", SCALERS, scaler)
+    assert status == 201, _message(body)
+    status, scale = server.request("GET", f"{SCALERS}/dsv3-decode/scale")
+    assert status == 200 and scale["kind"] == "Scale" and scale["spec"]["replicas"] == 1
+    scale["spec"]["replicas"] = 3
+    status, body = server.request("PUT", f"{SCALERS}/dsv3-decode/scale", scale)
+    assert status == 200, _message(body)
+    assert server.request("GET", f"{SCALERS}/dsv3-decode")[1]["spec"]["replicas"] == 3
+    # the operator's status: what /scale reports as current and as the selector
+    status, obj = server.request("GET", f"{SCALERS}/dsv3-decode")
+    selector = "ascendpd.io/leader=true,!ascendpd.io/draining"
+    obj["status"] = {"replicas": 2, "selector": selector}
+    status, body = server.request("PUT", f"{SCALERS}/dsv3-decode/status", obj)
+    assert status == 200, _message(body)
+    scale = server.request("GET", f"{SCALERS}/dsv3-decode/scale")[1]
+    assert scale["status"] == {"replicas": 2, "selector": selector}
+    # more than the schema's maximum is refused through /scale as well
+    scale["spec"]["replicas"] = MAX_REPLICAS + 1
+    status, body = server.request("PUT", f"{SCALERS}/dsv3-decode/scale", scale)
+    assert status == 422, (status, _message(body))

@@ -212,3 +212,18 @@ def test_troubleshooting_shows_every_shape_of_what_an_instance_waits_for() -> No
         assert shape in text, (
             f"docs/troubleshooting.md does not show {shape!r} (the status says {said!r})"
         )
+
+
+def test_no_file_holds_a_merge_conflict_marker() -> None:
+    """A merge that committed its conflict (it happened to CHANGELOG.md once)."""
+    folders = ("operator", "runtime", "devtools", "tests", "reliability", "bench", "docs",
+               "charts", "examples", "crds")  # fmt: skip
+    paths = [*ROOT.glob("*.md"), *(p for f in folders for p in (ROOT / f).rglob("*"))]
+    marked = []
+    for path in paths:
+        if path.suffix not in (".md", ".py", ".yaml", ".yml", ".txt", ".json", ".tpl", ".toml"):
+            continue
+        lines = path.read_text(errors="replace").splitlines()
+        if any(line.startswith(("<<<<<<< ", ">>>>>>> ")) for line in lines):
+            marked.append(str(path.relative_to(ROOT)))
+    assert not marked, f"merge conflict markers in {marked}"
