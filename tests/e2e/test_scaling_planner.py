@@ -129,15 +129,16 @@ def test_the_planner_scales_decode_up_on_its_leaders_load_and_down_after_the_win
     # it holds and says so.
     leaders.set_usage(0.95)
     at_max = wait_until(
-        lambda: (p := planner()).get("replicas") == 3
-        and "at maxReplicas 3" in p.get("reason", "")
-        and _decode_instances(kubectl, namespace) == [f"{NAME}-decode-{i}" for i in range(3)]
-        and p,
+        lambda: (
+            (p := planner()).get("replicas") == 3
+            and "at maxReplicas 3" in p.get("reason", "")
+            and _decode_instances(kubectl, namespace) == [f"{NAME}-decode-{i}" for i in range(3)]
+            and p
+        ),
         "decode scaled up to 3 by the planner",
     )
-    assert at_max["reason"] == (
-        "hold: decode token usage 0.95 > target 0.70, at maxReplicas 3"
-    ), at_max
+    expected = "hold: decode token usage 0.95 > target 0.70, at maxReplicas 3"
+    assert at_max["reason"] == expected, at_max
     assert _decisions(operator).get("up", 0) >= 1
 
     # An empty one: down by one instance per window, to minReplicas 1.
