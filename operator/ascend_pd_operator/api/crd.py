@@ -66,6 +66,8 @@ SCALER_PRINTER_COLUMNS: list[Json] = [
     {"name": "Effective", "type": "integer", "jsonPath": ".status.effectiveReplicas",
      "description": "Instances the operator runs: Desired within the bounds and the ratio."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Planner", "type": "string", "jsonPath": ".status.planner.reason", "priority": 1,
+     "description": "The PD planner's last decision and why (scaling.mode Planner)."},
 ]  # fmt: skip
 
 _DROP = {"title", "additionalProperties", "$defs"}

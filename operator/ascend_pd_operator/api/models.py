@@ -35,14 +35,17 @@ from ascend_pd_operator.api.rules import (
     MAX_DRAIN_TIMEOUT_SECONDS,
     MAX_ENV,
     MAX_ENV_NAME_LENGTH,
+    MAX_LATENCY_MILLISECONDS,
     MAX_MAP_ENTRIES,
     MAX_NAME_PART_LENGTH,
     MAX_PATH_LENGTH,
+    MAX_PLANNER_SECONDS,
     MAX_POD_ANNOTATIONS_BYTES,
     MAX_POD_LIST,
     MAX_QUANTITY_LENGTH,
     MAX_RATIO_LENGTH,
     MAX_REPLICAS,
+    MAX_SHARE_LENGTH,
     MOUNT_PATH_PATTERN,
     OPTIONAL_DNS_SUBDOMAIN_PATTERN,
     OWNED_ANNOTATIONS,
@@ -55,7 +58,10 @@ from ascend_pd_operator.api.rules import (
     QUANTITY_PATTERN,
     RATIO,
     RATIO_PATTERN,
+    SHARE,
+    SHARE_PATTERN,
     SYSCTL_NAME_PATTERN,
+    UNIT_SHARE_PATTERN,
     is_quantity,
     violations,
 )
@@ -581,8 +587,63 @@ class RatioBounds(_Model):
     )  # fmt: skip
 
 
+class PlannerSettings(_Model):
+    """The built-in PD planner's targets and pacing, for the roles in scaling.mode Planner.
+    Targets are per Ready instance, read from each instance leader's SGLang /metrics; the
+    defaults suit most deployments."""
+
+    interval_seconds: int = Field(
+        15, ge=1, le=MAX_PLANNER_SECONDS,
+        description="How often the planner reads the leaders' metrics and decides.",
+    )  # fmt: skip
+    stabilization_window_seconds: int = Field(
+        300, ge=0, le=MAX_PLANNER_SECONDS,
+        description="A role steps down by one instance only after every reading of this "
+        "long asked for fewer (an operator restart starts the window over). Scale-up is "
+        "immediate.",
+    )  # fmt: skip
+    tolerance: str = Field(
+        "0.1", max_length=MAX_SHARE_LENGTH, pattern=SHARE_PATTERN,
+        description=f"No change while every signal is within this share of its target: {SHARE}.",
+    )  # fmt: skip
+    max_step_up: int = Field(
+        2, ge=1, le=MAX_REPLICAS, description="The most instances one decision adds."
+    )
+    prefill_queue_target: str = Field(
+        "4", max_length=MAX_RATIO_LENGTH, pattern=RATIO_PATTERN,
+        description="Prefill: requests waiting per instance (sglang:num_queue_reqs), as "
+        f"{RATIO}; above 0.",
+    )  # fmt: skip
+    decode_token_usage_target: str = Field(
+        "0.7", max_length=MAX_SHARE_LENGTH, pattern=UNIT_SHARE_PATTERN,
+        description="Decode: the share of the KV pool in use (sglang:token_usage), a "
+        "decimal string in (0, 1], at most 3 decimals: room left for running requests to "
+        "grow.",
+    )  # fmt: skip
+    decode_prealloc_queue_target: str = Field(
+        "2", max_length=MAX_RATIO_LENGTH, pattern=RATIO_PATTERN,
+        description="Decode: requests waiting for KV memory per instance "
+        f"(sglang:num_decode_prealloc_queue_reqs), as {RATIO}; above 0.",
+    )  # fmt: skip
+    ttft_target_milliseconds: int | None = Field(
+        None, ge=1, le=MAX_LATENCY_MILLISECONDS,
+        description="Prefill: the time to first token at latencyQuantile, from "
+        "sglang:time_to_first_token_seconds. Unset: not used.",
+    )  # fmt: skip
+    itl_target_milliseconds: int | None = Field(
+        None, ge=1, le=MAX_LATENCY_MILLISECONDS,
+        description="Decode: the inter-token latency at latencyQuantile, from "
+        "sglang:inter_token_latency_seconds. Unset: not used.",
+    )  # fmt: skip
+    latency_quantile: str = Field(
+        "0.9", max_length=MAX_SHARE_LENGTH, pattern=SHARE_PATTERN,
+        description=f"The quantile the latency targets are read at: {SHARE}; above 0.",
+    )  # fmt: skip
+
+
 class Scaling(_Model):
-    """Deployment-wide scaling: the P:D ratio bounds and the drain of removed instances."""
+    """Deployment-wide scaling: the P:D ratio bounds, the drain of removed instances and
+    the built-in planner."""
 
     prefill_per_decode: RatioBounds | None = Field(
         None,
@@ -600,6 +661,11 @@ class Scaling(_Model):
         "grace period its pods are deleted with (SGLang ends on SIGTERM once the requests "
         "it holds are done).",
     )  # fmt: skip
+    planner: PlannerSettings = _sub(
+        PlannerSettings,
+        "The built-in PD planner (roles in scaling.mode Planner): what it aims for and how "
+        "fast it moves.",
+    )
 
 
 class _PodFields(_Model):
@@ -868,7 +934,9 @@ class PDDeploymentSpec(_Model):
     scheduling: Scheduling = _sub(Scheduling, "Scheduling.")
     rollout: Rollout = _sub(Rollout, "Rollouts: instances updated whole and a few at a time.")
     recovery: RecoverySpec = _sub(RecoverySpec, "Group recovery on lost nodes.")
-    scaling: Scaling = _sub(Scaling, "P:D ratio bounds and the drain of removed instances.")
+    scaling: Scaling = _sub(
+        Scaling, "P:D ratio bounds, the drain of removed instances and the PD planner."
+    )
 
     def role(self, role: str) -> RoleSpec:
         return self.prefill if role == "prefill" else self.decode
@@ -1035,6 +1103,21 @@ class PDRoleScalerSpec(_Model):
     )  # fmt: skip
 
 
+class PlannerStatus(_Model):
+    """What the PD planner last read and decided; written when the decision changes."""
+
+    last_decision: Literal["up", "down", "hold"] = Field("hold", description="up, down or hold.")
+    reason: str = Field("", description="Why, with the signal that decided and its target.")
+    replicas: int = Field(0, description="The spec.replicas it decided on.")
+    time: str = Field("", description="When it decided (RFC 3339).")
+    metrics: dict[str, str] = Field(
+        default_factory=dict,
+        description="The values it read, per Ready instance (latencies: the quantile in "
+        "seconds), as decimal text: queue, bootstrap_queue, ttft_seconds (prefill); "
+        "token_usage, prealloc_queue, transfer_queue, itl_seconds (decode).",
+    )
+
+
 class PDRoleScalerStatus(_Model):
     """What the operator runs for the role; the scale subresource reads replicas and
     selector."""
@@ -1051,6 +1134,9 @@ class PDRoleScalerStatus(_Model):
     )  # fmt: skip
     message: str = Field("", description="Why effectiveReplicas differs from spec.replicas.")
     observed_generation: int = Field(0, description="The scaler generation last read.")
+    planner: PlannerStatus | None = Field(
+        None, description="The PD planner's last decision (scaling.mode Planner)."
+    )
 
 
 # --- the resource ---------------------------------------------------------------------

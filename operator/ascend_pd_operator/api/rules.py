@@ -36,10 +36,21 @@ from ascend_pd_runtime.layout import (
 #: 63 - len("-") - 10 (hash) = 52; the longest child is ``<name>-prefill-<index>``.
 MAX_STATEFULSET_NAME = 52
 MAX_REPLICAS = 64
-#: A P:D ratio bound: a decimal string with at most 3 decimals (no floats in the API).
+#: A P:D ratio bound, or one of the planner's targets: a decimal string with at most 3
+#: decimals (no floats in the API).
 RATIO_PATTERN = "^(0|[1-9][0-9]{0,2})([.][0-9]{1,3})?$"
 MAX_RATIO_LENGTH = 7
 RATIO = 'a decimal number written as a string, at most 3 decimals ("0.25", "1", "2.5")'
+#: A share below 1 (the planner's tolerance, its latency quantile): "0" to "0.999".
+SHARE_PATTERN = "^0([.][0-9]{1,3})?$"
+#: A share up to 1 (the planner's KV token usage target): "0" to "1".
+UNIT_SHARE_PATTERN = "^(0([.][0-9]{1,3})?|1([.]0{1,3})?)$"
+MAX_SHARE_LENGTH = 5
+SHARE = 'a decimal number below 1 written as a string, at most 3 decimals ("0.1", "0.95")'
+#: The planner's interval and window: an hour is far past any useful setting.
+MAX_PLANNER_SECONDS = 3600
+#: The planner's latency targets in milliseconds (TTFT, ITL): at most 10 minutes.
+MAX_LATENCY_MILLISECONDS = 600_000
 #: A day: longer than any request; the pods' terminationGracePeriodSeconds follows it.
 MAX_DRAIN_TIMEOUT_SECONDS = 86400
 MAX_NAME_LENGTH = MAX_STATEFULSET_NAME - len("-prefill-") - len(str(MAX_REPLICAS - 1))
@@ -913,6 +924,32 @@ SCALING_RULES: tuple[Rule, ...] = (
     ),
 )
 RULES += SCALING_RULES
+
+
+# --- the built-in planner's settings -----------------------------------------------------
+
+
+def _positive_rule(field: str, attr: str, what: str) -> Rule:
+    """The decimal string ``field`` of the planner's settings is above 0 (its pattern already
+    bounds its form): a zero target would make every load infinitely above it."""
+    return Rule(
+        where="PlannerSettings",
+        cel=f"double(self.{field}) > 0.0",
+        message=f"scaling.planner.{field} must be greater than 0 ({what})",
+        check=lambda p: Fraction(getattr(p, attr)) > 0,
+        detail=lambda p: f"got {getattr(p, attr)!r}",
+    )
+
+
+PLANNER_RULES: tuple[Rule, ...] = (
+    _positive_rule("prefillQueueTarget", "prefill_queue_target", "requests per instance"),
+    _positive_rule("decodeTokenUsageTarget", "decode_token_usage_target", "a share of the KV pool"),
+    _positive_rule(
+        "decodePreallocQueueTarget", "decode_prealloc_queue_target", "requests per instance"
+    ),
+    _positive_rule("latencyQuantile", "latency_quantile", "a quantile such as 0.9"),
+)
+RULES += PLANNER_RULES
 
 
 def rules_for(where: str, field: str = "") -> list[Rule]:

@@ -5,4 +5,6 @@ failed instance whole, with backoff; force-delete on a lost node), ``status`` (c
 phase, layout summary) and ``planner``, which joins them into one plan: what to apply, what
 to delete, the status and the events. No I/O, no clock of their own: time is an input.
 ``lease`` is the one rule about the operator itself: leader election among its replicas.
+``scaling`` holds the roles' counts to their bounds and the P:D ratio; ``autoscale`` is the
+PD planner's rule and ``autoscale_view`` what it observes and writes.
 """

@@ -503,7 +503,10 @@ def _scaler_status(
         generation = int(r.scaler["metadata"].get("generation", 0) or 0)
         status = scaler_status(owner, role, len(live), sum(i.ready for i in live), r.effective,
                                note, generation)  # fmt: skip
-        old, new = r.scaler.get("status") or {}, without_empty(status)
+        # Only the keys this status has are compared and patched: status.planner is the
+        # PD planner's (kubeio.pd_planner) and must never be nulled here.
+        old = {k: v for k, v in (r.scaler.get("status") or {}).items() if k in status}
+        new = without_empty(status)
         if status_changed(old, new):
             # a merge patch: what the new status no longer has is set to null
             patch = merge_patch(old, new)

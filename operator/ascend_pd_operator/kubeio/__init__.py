@@ -8,6 +8,7 @@ list-and-watch loops), ``ledger`` (what each watch knows and reports) and ``live
 (Lease-based election), ``supervisor`` (restarts every unit, judges liveness), ``health``
 (/healthz), ``metrics`` (/metrics; ``deployment_reports`` feeds its per-PDDeployment
 series), ``denials`` (401/403 warm-up vs RBAC faults), ``backoff`` (the one retry
-schedule), ``kept`` (what the cache keeps of an object) and ``memory``. Everything that
+schedule), ``kept`` (what the cache keeps of an object), ``memory``, and ``pd_planner``
+(the PD planner's loop; ``leader_metrics`` scrapes the leaders for it). Everything that
 waits on the network or a thread is here.
 """

@@ -41,14 +41,15 @@ def _kept_condition(cond: Json) -> bool:
 def slim_pod(pod: Json) -> Json:
     """What the controller reads of a pod, and no more: a full pod is ~10 KiB of spec and
     managed fields the operator never looks at. Of its conditions: Ready, and PodScheduled
-    while it is not True (the scheduler's reason, ``status.pod_wait``)."""
+    while it is not True (the scheduler's reason, ``status.pod_wait``); its podIP is where
+    the PD planner scrapes a leader's metrics."""
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     return {
         "metadata": {k: meta[k] for k in POD_METADATA if k in meta},
         "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName", "")},
         "status": {
-            **{k: status[k] for k in ("phase", "reason", "message") if k in status},
+            **{k: status[k] for k in ("phase", "reason", "message", "podIP") if k in status},
             "conditions": [c for c in status.get("conditions") or [] if _kept_condition(c)],
             "containerStatuses": [
                 {k: c[k] for k in CONTAINER_STATUS if k in c}

@@ -257,10 +257,16 @@ class Kube:
         self, kind: str, namespace: str, name: str, labels: dict[str, str | None]
     ) -> Json:
         """Set (or, for None, remove) labels on an object we do not apply (a pod)."""
+        return self.patch(kind, namespace, name, {"metadata": {"labels": labels}})
+
+    def patch(self, kind: str, namespace: str, name: str, body: Json) -> Json:
+        """A JSON merge patch of an object we do not apply (a pod's labels, the PD planner's
+        scaler count); a ``metadata.resourceVersion`` in ``body`` makes it conditional
+        (409 when the object changed since)."""
         return self.request(
             "PATCH",
             path(resource_for(kind), namespace, name),
-            body={"metadata": {"labels": labels}},
+            body=body,
             content_type="application/merge-patch+json",
         )
 

@@ -14,7 +14,8 @@ PDDeployments and their instances that exist now.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -26,7 +27,12 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from ascend_pd_operator.api.vocabulary import ROLES
@@ -256,6 +262,66 @@ def condition_family(statuses: dict[tuple[str, str], Json]) -> GaugeMetricFamily
 
 DEPLOYMENTS = DeploymentCollector()
 REGISTRY.register(DEPLOYMENTS)
+
+
+# --- the PD planner -------------------------------------------------------------------------
+#: The planner's decisions (``autoscale.Action``).
+PLANNER_ACTIONS = ("up", "down", "hold")
+
+
+class PlannerCollector(Collector):
+    """The PD planner's last decision per role, and its decisions counted, built at every
+    scrape from what ``decided`` last reported; a role or PDDeployment the planner no longer
+    scales is ``forget``-ten, so its series vanish with it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: (namespace, pddeployment, role) -> (replicas, decisions per action, values read)
+        self._roles: dict[tuple[str, str, str], tuple[int, dict[str, int], dict[str, float]]] = {}
+
+    def decided(self, namespace: str, name: str, role: str, action: str, replicas: int,
+                read: Mapping[str, float]) -> None:  # fmt: skip
+        key = (namespace, name, role)
+        with self._lock:
+            _, counts, _ = self._roles.get(key) or (0, dict.fromkeys(PLANNER_ACTIONS, 0), {})
+            counts[action] = counts.get(action, 0) + 1
+            self._roles[key] = (replicas, counts, dict(read))
+
+    def forget(self, namespace: str, name: str, role: str | None = None) -> None:
+        """Drop one role's series (None: every role of the PDDeployment)."""
+        with self._lock:
+            for key in [k for k in self._roles if k[:2] == (namespace, name)
+                        and role in (None, k[2])]:  # fmt: skip
+                del self._roles[key]
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["namespace", "pddeployment", "role"]
+        desired = GaugeMetricFamily(
+            "ascend_pd_planner_desired_replicas",
+            "The instance count the PD planner last decided on (the scaler's spec.replicas).",
+            labels=labels)  # fmt: skip
+        decisions = CounterMetricFamily(
+            "ascend_pd_planner_decisions",
+            "The PD planner's decisions, by action (up, down, hold); one per interval.",
+            labels=[*labels, "action"])  # fmt: skip
+        read = GaugeMetricFamily(
+            "ascend_pd_planner_signal",
+            "The values the PD planner last read, per Ready instance (queue, token_usage, "
+            "...; latencies: the quantile in seconds).",
+            labels=[*labels, "signal"])  # fmt: skip
+        with self._lock:
+            roles = sorted((k, (n, dict(c), dict(r))) for k, (n, c, r) in self._roles.items())
+        for key, (replicas, counts, values) in roles:
+            desired.add_metric(list(key), replicas)
+            for action, count in counts.items():
+                decisions.add_metric([*key, action], count)
+            for signal, value in sorted(values.items()):
+                read.add_metric([*key, signal], value)
+        yield from (desired, decisions, read)
+
+
+PLANNER = PlannerCollector()
+REGISTRY.register(PLANNER)
 
 
 def serve(port: int, host: str = "0.0.0.0") -> Any:

@@ -5,7 +5,8 @@ filters by our deployment label) puts ``(namespace, name)`` on the rate-limited 
 (``workqueue.py``); the initial listing at start is the resume, and a resync unit refreshes
 the cache of children from a LIST and enqueues every PDDeployment periodically. A failed
 reconcile is queued again after its key's backoff. The resync, the worker, every child watch
-and a check of kopf's watch tasks run under the supervisor (``supervisor.py``). No kopf
+and a check of kopf's watch tasks run under the supervisor (``supervisor.py``); the
+PDDeployment watch also hands the PD planner (``pd_planner.py``) the specs it plans. No kopf
 change handlers, timers or daemons are registered, so kopf adds no finalizer and deleting a
 PDDeployment never waits for the operator; kopf's persistence still uses our ``ascendpd.io``
 prefixes instead of its own.
@@ -32,6 +33,7 @@ from ascend_pd_operator.kubeio.denials import Denials, access_of
 from ascend_pd_operator.kubeio.kube import Kube, KubeError, is_transient, wait_at_least
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 from ascend_pd_operator.kubeio.memory import release_free_memory
+from ascend_pd_operator.kubeio.pd_planner import PDPlanner
 from ascend_pd_operator.kubeio.supervisor import Supervisor, Unit
 from ascend_pd_operator.kubeio.workqueue import RateLimitedQueue
 from ascend_pd_operator.wiring.reconciler import Reconciler
@@ -142,6 +144,7 @@ def build_registry(
     resync_seconds: float,
     supervisor: Supervisor,
     cache: LiveCache | None = None,
+    planner: PDPlanner | None = None,
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -176,6 +179,13 @@ def build_registry(
         metrics.DEPLOYMENTS.deployment_spec(
             namespace, name, None if type == "DELETED" else dict(body.get("spec") or {})
         )
+        if planner is not None:  # the PD planner keeps the specs with a Planner role
+            if type == "DELETED":
+                planner.gone(namespace, name)
+            else:
+                meta = body["metadata"]
+                planner.seen(namespace, name, str(meta.get("uid", "")),
+                             int(meta.get("generation") or 0), body.get("spec"))  # fmt: skip
         if type != "DELETED":
             queue.add((namespace, name))
 

@@ -1,12 +1,12 @@
 """``ascend-pd run [--namespace NS ...| --all-namespaces]``: run the operator.
 
 kopf watches PDDeployments and their children; ``--workers`` threads reconcile. The
-workers, the resync, leader election and a check of kopf's watches run under one
-supervisor, and ``/healthz`` on ``--health-port`` fails once one of them has made no
-progress for its period plus ``--unhealthy-after-seconds``; Prometheus metrics are
-served at ``/metrics`` on ``--metrics-port`` (``metrics.py``). Credentials come from the
-pod's service account in a cluster, else ``$KUBECONFIG``. With ``--leader-elect``
-only the replica holding the Lease reconciles.
+workers, the resync, leader election, the PD planner (``kubeio.pd_planner``) and a check
+of kopf's watches run under one supervisor, and ``/healthz`` on ``--health-port`` fails
+once one of them has made no progress for its period plus ``--unhealthy-after-seconds``;
+Prometheus metrics are served at ``/metrics`` on ``--metrics-port`` (``metrics.py``).
+Credentials come from the pod's service account in a cluster, else ``$KUBECONFIG``. With
+``--leader-elect`` only the replica holding the Lease reconciles and plans.
 """
 
 from __future__ import annotations
@@ -124,7 +124,9 @@ def run(args: argparse.Namespace) -> int:
         load_config,
         wait_at_least,
     )
+    from ascend_pd_operator.kubeio.leader_metrics import LeaderMetrics
     from ascend_pd_operator.kubeio.live_cache import LiveCache
+    from ascend_pd_operator.kubeio.pd_planner import PERIOD_SECONDS, PDPlanner
     from ascend_pd_operator.kubeio.supervisor import Supervisor
     from ascend_pd_operator.wiring.handlers import (
         WATCHED_CHILDREN,
@@ -168,7 +170,10 @@ def run(args: argparse.Namespace) -> int:
     namespaces = None if args.all_namespaces else list(args.namespace)
     # Pods are watched for the inspector's alone; the other children are watched whole.
     cache = LiveCache(listed_kinds=set(WATCHED_CHILDREN) - {"Pod"})
-    registry = build_registry(queue, kube, namespaces, args.resync_seconds, supervisor, cache)
+    planner = PDPlanner(kube, cache, LeaderMetrics())
+    registry = build_registry(
+        queue, kube, namespaces, args.resync_seconds, supervisor, cache, planner
+    )
     # Not live until kopf has started them (as kopf's own endpoint was not up until then).
     supervisor.expect("resync", "watch")
 
@@ -195,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
             lambda unit: worker(queue, reconciler, stop, unit, ready=leading or (lambda: True)),
             period=1.0,
         )
+    # The PD planner decides only on the leader, like the workers (its writes are fenced too).
+    planner.leading = leading or (lambda: True)
+    supervisor.start("pd-planner", lambda unit: planner.run(unit, stop), period=PERIOD_SECONDS)
     if args.health_port:
         health.serve(supervisor, args.health_port)
     if args.metrics_port:

@@ -620,6 +620,36 @@ VALID += [
 ]  # fmt: skip
 
 
+def _planner(**settings: Any) -> Mutation:
+    return _set("spec.scaling.planner", settings)
+
+
+INVALID += [
+    ("a zero prefill queue target", _planner(prefillQueueTarget="0"), _msg("PlannerSettings", 0)),
+    ("a zero token usage target", _planner(decodeTokenUsageTarget="0.000"),
+     _msg("PlannerSettings", 1)),
+    ("a zero prealloc queue target", _planner(decodePreallocQueueTarget="0.0"),
+     _msg("PlannerSettings", 2)),
+    ("a zero latency quantile", _planner(latencyQuantile="0"), _msg("PlannerSettings", 3)),
+    ("two zero targets at once", _planner(prefillQueueTarget="0", decodePreallocQueueTarget="0"),
+     [_msg("PlannerSettings", 0), _msg("PlannerSettings", 2)]),
+]  # fmt: skip
+
+VALID += [
+    ("the planner's defaults written out",
+     _all(_scaled("decode", 1, 8, "Planner"),
+          _planner(intervalSeconds=15, stabilizationWindowSeconds=300, tolerance="0.1",
+                   maxStepUp=2, prefillQueueTarget="4", decodeTokenUsageTarget="0.7",
+                   decodePreallocQueueTarget="2", latencyQuantile="0.9"))),
+    ("the planner with latency targets and tight pacing",
+     _all(_scaled("prefill", 1, 4, "Planner"), _scaled("decode", 1, 8, "Planner"),
+          _planner(intervalSeconds=1, stabilizationWindowSeconds=0, tolerance="0",
+                   prefillQueueTarget="0.5", decodeTokenUsageTarget="1",
+                   decodePreallocQueueTarget="999.999", ttftTargetMilliseconds=800,
+                   itlTargetMilliseconds=50, latencyQuantile="0.999"))),
+]  # fmt: skip
+
+
 @given(
     plo=st.integers(0, 6), pspan=st.integers(0, 6), dlo=st.integers(0, 6),
     dspan=st.integers(0, 6), lo=st.sampled_from([None, "0", "0.25", "0.4", "0.5", "1", "1.5"]),

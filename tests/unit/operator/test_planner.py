@@ -503,3 +503,29 @@ def test_a_scaled_role_gets_its_scaler_created_once_and_its_status_without_empty
     cr["spec"]["decode"].pop("scaling")
     third = plan(Observation(resource=cr, children={"PDRoleScaler": [scaler]}), NOW)
     assert ("PDRoleScaler", "dsv3-decode") in [(w.kind, w.name) for w in third.deletes]
+
+
+def test_the_reconcile_never_touches_the_pd_planners_status_key(dsv3: Json) -> None:
+    """The scaler's status.planner is the PD planner's: the reconcile's status write compares
+    and patches only its own keys, so it neither nulls the planner's nor writes because of it."""
+    cr = _scaled_decode(dsv3)
+    cr["spec"]["decode"]["scaling"]["mode"] = "Planner"
+    first = plan(Observation(resource=cr), NOW)
+    (create,) = [w for w in first.applies if w.verb == "create"]
+    scaler = owned(copy.deepcopy(create.manifest))
+    scaler["metadata"]["generation"] = 1
+    planner = {"lastDecision": "hold", "reason": "hold: decode-1 starting", "replicas": 2,
+               "time": NOW, "metrics": {}}  # fmt: skip
+    scaler["status"] = {"planner": planner}
+    (write,) = plan(Observation(resource=cr, children={"PDRoleScaler": [scaler]}),
+                    NOW).scaler_status  # fmt: skip
+    assert "planner" not in write.manifest["status"], write.manifest
+    # the reconcile's keys as it would write them, and the planner's beside them: no write
+    scaler["status"] = {**write.manifest["status"], "planner": planner}
+    again = plan(Observation(resource=cr, children={"PDRoleScaler": [scaler]}), NOW)
+    assert again.scaler_status == ()
+    # a stale message of the reconcile's own is still removed (its keys, its nulls)
+    scaler["status"] = {**write.manifest["status"], "message": "old", "planner": planner}
+    (cleared,) = plan(Observation(resource=cr, children={"PDRoleScaler": [scaler]}),
+                      NOW).scaler_status  # fmt: skip
+    assert cleared.manifest["status"] == {"message": None}
