@@ -25,6 +25,7 @@ from . import (
     bad_inputs,
     crash,
     deletion,
+    drain_crash,
     drift,
     faults,
     ha,
@@ -50,6 +51,7 @@ def scenarios(
     return {
         "crash": lambda e, r, ns: crash.run(e, r, ns, kills=kills, seed=seed),
         "rollout-crash": rollout_crash.run,
+        "drain-crash": drain_crash.run,
         "drift": drift.run,
         "bad-inputs": bad_inputs.run,
         "faults": faults.run,

@@ -708,3 +708,23 @@ def test_claims_are_not_looked_at_unless_the_pod_or_namespace_asks() -> None:
     simulator.step()
     assert api.pod("free")["spec"]["nodeName"] == "sim-ascend-0"
     assert "nodeName" not in api.pod("asked")["spec"]
+
+
+def test_a_pod_being_deleted_runs_on_for_its_terminate_after_within_its_grace_period() -> None:
+    from ascend_pd_dev.kubelet_sim.knobs import TERMINATE_AFTER
+    from ascend_pd_dev.kubelet_sim.objects import parse_iso
+    from ascend_pd_dev.kubelet_sim.pods import terminated
+
+    # deleted at 12:00:00 with a grace period of 90 s: deletionTimestamp is 12:01:30
+    deleted = parse_iso("2026-01-01T12:00:00Z") or 0.0
+    pod = {"metadata": {"deletionTimestamp": "2026-01-01T12:01:30Z",
+                        "deletionGracePeriodSeconds": 90,
+                        "annotations": {TERMINATE_AFTER: "3"}}}  # fmt: skip
+    assert not terminated(pod, deleted + 2.9)
+    assert terminated(pod, deleted + 3)
+    # never past the grace period: the kubelet kills it then
+    pod["metadata"]["annotations"][TERMINATE_AFTER] = "600"
+    assert not terminated(pod, deleted + 89) and terminated(pod, deleted + 90)
+    # without the annotation: gone at once
+    del pod["metadata"]["annotations"][TERMINATE_AFTER]
+    assert terminated(pod, deleted)

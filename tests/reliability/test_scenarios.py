@@ -16,6 +16,7 @@ from reliability import (
     bad_inputs,
     crash,
     deletion,
+    drain_crash,
     drift,
     faults,
     ha,
@@ -47,6 +48,15 @@ def test_crash_convergence(reliability_env: Env, chart: Release, scenario_namesp
     result = crash.run(reliability_env, chart, scenario_namespace, kills=20, seed=7)
     assert_clean(result)
     assert result.details["kills"] == 20
+    assert result.details["tracebacks_in_log"] == 0
+
+
+def test_drains_resume_across_operator_crashes_and_cut_nothing(
+    reliability_env: Env, chart: Release, scenario_namespace: str
+) -> None:
+    result = drain_crash.run(reliability_env, chart, scenario_namespace, kills=2)
+    assert_clean(result)
+    assert result.details["drains"] >= 2 and result.details["deleted_marked_pods"] >= 2
     assert result.details["tracebacks_in_log"] == 0
 
 

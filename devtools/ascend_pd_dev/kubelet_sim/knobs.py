@@ -23,6 +23,9 @@ OUTCOME = PREFIX + "outcome"
 RUN_LAUNCH_CHECK = PREFIX + "run-launch-check"
 #: pod: seconds from a container's start to its readiness (overrides ``--ready-after``)
 READY_AFTER = PREFIX + "ready-after-seconds"
+#: pod: seconds a pod being deleted keeps running (its containers finishing their work on
+#: SIGTERM) before it is gone, at most its grace period (default 0: gone at once)
+TERMINATE_AFTER = PREFIX + "terminate-after-seconds"
 #: pod, set by a test: one container crash, a JSON object with an ``id``
 CRASH = PREFIX + "crash"
 #: pod, written by kubelet-sim: the ``id`` of the last crash request it applied
@@ -172,7 +175,16 @@ def checks_claims(pod: Obj, namespace_annotations: Mapping[str, str]) -> bool:
 def ready_after_of(pod: Obj, default: float) -> float:
     """Seconds from a container's start to its readiness: the pod's annotation, else
     ``default``. ValueError if the annotation is not a number >= 0."""
-    text = _annotations(pod).get(READY_AFTER)
+    return _seconds(pod, READY_AFTER, default)
+
+
+def terminate_after_of(pod: Obj) -> float:
+    """Seconds a pod being deleted keeps running (``TERMINATE_AFTER``; 0: none)."""
+    return _seconds(pod, TERMINATE_AFTER, 0.0)
+
+
+def _seconds(pod: Obj, annotation: str, default: float) -> float:
+    text = _annotations(pod).get(annotation)
     if text is None:
         return default
     try:
@@ -180,7 +192,7 @@ def ready_after_of(pod: Obj, default: float) -> float:
     except ValueError:
         value = -1.0
     if not value >= 0:  # also NaN
-        raise ValueError(f"kubelet-sim: annotation {READY_AFTER}={text!r} is not a "
+        raise ValueError(f"kubelet-sim: annotation {annotation}={text!r} is not a "
                          "number of seconds >= 0")  # fmt: skip
     return value
 

@@ -18,7 +18,7 @@ from typing import Any
 from ascend_pd_dev.kubelet_sim import check_runs, knobs, launch_check
 from ascend_pd_dev.kubelet_sim.events import record_event
 from ascend_pd_dev.kubelet_sim.knobs import Crash
-from ascend_pd_dev.kubelet_sim.objects import Obj, is_terminal, log, unless_gone
+from ascend_pd_dev.kubelet_sim.objects import Obj, is_terminal, log, parse_iso, unless_gone
 from ascend_pd_dev.kubelet_sim.pod_status import desired_status, mark_not_ready, status_signature
 
 #: pod IPs come from here; node IPs from 127.0.1.0/24
@@ -103,7 +103,8 @@ class Kubelets:
         """Report ``pod``'s status; with ``cluster``, run its launcher check (it asked);
         ``namespace_annotations``: its namespace's (knobs a namespace may carry)."""
         if pod["metadata"].get("deletionTimestamp"):
-            self.delete(pod)
+            if terminated(pod, parse_iso(self.now()) or 0.0):
+                self.delete(pod)
             return
         if is_terminal(pod):
             return
@@ -197,3 +198,18 @@ class Kubelets:
         events, self._checks.events = self._checks.events, []
         for pod, kind, reason, message in events:
             record_event(self.api, pod, kind, reason, message, self.now())
+
+
+def terminated(pod: Obj, now: float) -> bool:
+    """Whether a pod being deleted is done at ``now``: at once, or ``TERMINATE_AFTER`` seconds
+    after its deletion but never past its grace period (then the kubelet kills it)."""
+    meta = pod["metadata"]
+    try:
+        after = knobs.terminate_after_of(pod)
+    except ValueError:
+        after = 0.0
+    ends = parse_iso(meta.get("deletionTimestamp"))
+    if not after or ends is None:
+        return True
+    grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+    return now >= ends - grace + min(after, grace)
