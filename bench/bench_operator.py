@@ -172,6 +172,10 @@ class Recorder:
         self.cond = threading.Condition()
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
+        #: One per watch, set once the API server has answered its first watch request:
+        #: from then on it sends every change (a clock started earlier would count the
+        #: time to connect as the operator's).
+        self.connected: list[threading.Event] = []
 
     def start(self) -> Recorder:
         from kubernetes import client
@@ -204,24 +208,34 @@ class Recorder:
             )
 
         self._thread(models.KIND, pdds)
+        deadline = time.monotonic() + 120
+        for event in self.connected:
+            if not event.wait(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError("the recorder's watches did not connect within 120 s")
         return self
 
     def _thread(self, kind: str, list_fn: Callable[..., Any]) -> None:
-        thread = threading.Thread(target=self._watch, args=(kind, list_fn), daemon=True)
+        connected = threading.Event()
+        self.connected.append(connected)
+        thread = threading.Thread(target=self._watch, args=(kind, list_fn, connected), daemon=True)
         thread.start()
         self.threads.append(thread)
 
-    def _watch(self, kind: str, list_fn: Callable[..., Any]) -> None:
-        from kubernetes import watch
+    def _watch(self, kind: str, list_fn: Callable[..., Any], connected: threading.Event) -> None:
+        from kubernetes.watch.watch import iter_resp_lines
 
         while not self.stop.is_set():
             try:
-                stream: Callable[..., Any] = watch.Watch().stream  # type: ignore[no-untyped-call]
-                for event in stream(list_fn, timeout_seconds=20):
-                    # list_fn has no docstring to name a model class: objects stay dicts
+                # The watch request by hand: its answer's headers say the server watches
+                # for us, before any event (the client's Watch.stream says nothing then).
+                response = list_fn(watch=True, timeout_seconds=20, _preload_content=False)
+                connected.set()
+                for line in iter_resp_lines(response):
+                    event = json.loads(line)
                     if event["type"] != "ERROR":
                         self._record(kind, event["object"], time.monotonic())
                     if self.stop.is_set():
+                        response.close()
                         return
             except Exception as exc:  # a dropped watch: start again (times are first-seen)
                 if not self.stop.is_set():

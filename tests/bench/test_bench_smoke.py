@@ -64,7 +64,14 @@ def test_layout_bench_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "results.md").read_text().count("\n| transfer plan") == 8
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    assert f"at commit {head}" in (tmp_path / "out" / "results.md").read_text()
+    header = (tmp_path / "out" / "results.md").read_text()
+    assert f"at commit {head}" in header
+    # the machine's share: its cores and how loaded they were, a/b/c for 1/5/15 minutes
+    assert re.search(rf"on {os.cpu_count()} CPUs, load average \(1/5/15 min\) "
+                     r"[\d.]+/[\d.]+/[\d.]+ at the start and [\d.]+/[\d.]+/[\d.]+ at the end",
+                     header), header[:400]  # fmt: skip
+    # shares of the wire are absolute times: shown without a verdict
+    assert [r["unit"] for r in rows if r["goal"]] == ["x", "x"]
 
 
 @pytest.mark.sglang
