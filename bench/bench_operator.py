@@ -418,23 +418,27 @@ class Bench:
         self.delete_namespace(ns)
         return seconds
 
-    def scale(self, count: int) -> tuple[float, float, int]:
+    def scale(self, count: int) -> tuple[float, float, int, int]:
+        """Seconds until all children exist and until all Ready, children, and the
+        operator's requests through the proxy until all children existed."""
         ns = self.ns_scale[count]
         rec = Recorder(self.api_client, ns).start()
         crs = [pddeployment(f"scale-{i:03d}", ns) for i in range(count)]
         wanted: set[tuple[str, str]] = set().union(*(expected_children(cr) for cr in crs))
         names = {cr["metadata"]["name"] for cr in crs}
         try:
+            before = self.proxy_stats()["requests"]
             t0 = time.monotonic()
             with ThreadPoolExecutor(10) as pool:
                 list(pool.map(self.apply, crs))
             rec.wait(lambda: rec.all_children(wanted) is not None, "all children", 600)
+            requests = self.proxy_stats()["requests"] - before - 1  # less the stats GET
             rec.wait(lambda: names <= set(rec.ready), f"{count} Ready", 1200)
             children = (rec.all_children(wanted) or 0) - t0
             ready = max(rec.ready[n] for n in names) - t0
         finally:
             rec.stop.set()
-        return children, ready, len(wanted)
+        return children, ready, len(wanted), requests
 
     def idle(self) -> tuple[dict[str, int], int]:
         # Let the last status patches and the first resync after Ready pass.
@@ -468,6 +472,8 @@ class Scale:
     #: A bare client's same applies (``bare_client``), side by side on the same plane.
     bare: float
     rss: float
+    #: The operator's API requests (through the proxy) until all children existed.
+    requests: int = 0
 
     @property
     def vs_bare(self) -> float:
@@ -529,9 +535,9 @@ def measure(sizes: Sizes, layout: dev_cluster.Layout, workdir: Path) -> Figures:
             _progress(f"{count} CRs: the bare client's applies")
             bare = bench.bare(count)
             _progress(f"{count} CRs at once (bare client: {bare:.2f} s)")
-            children, ready, total = bench.scale(count)
+            children, ready, total, requests = bench.scale(count)
             time.sleep(sizes.resync_seconds)  # one resync with everything Ready
-            scales.append(Scale(count, children, ready, bare, bench.rss_mib()))
+            scales.append(Scale(count, children, ready, bare, bench.rss_mib(), requests))
             _progress(f"{count} CRs: children {children:.2f} s (bare {bare:.2f} s), Ready "
                       f"{ready:.2f} s, RSS {rss_0:.1f} -> {scales[-1].rss:.1f} MiB")  # fmt: skip
             if count == sizes.reference:
@@ -586,6 +592,9 @@ def rows_from(runs: list[Figures], sizes: Sizes) -> list[Row]:
                        f"(medians {op_s:.2f} s / {bare_s:.2f} s; ratio per run)",
                        [a.vs_bare for a in at], "x", 2,
                        f"<= {GOAL_VS_BARE:g}", lambda v: v <= GOAL_VS_BARE),
+            median_row(f"{count} CRs: operator API requests per CR until all children exist "
+                       f"(the bare client: {per_cr})", [a.requests / count for a in at],
+                       "requests", 1),
             median_row(f"{count} CRs applied at once: until all Ready (kubelet-sim, "
                        f"{3 * count} pods)", [a.ready for a in at], "s", 2),
         ]  # fmt: skip

@@ -2,10 +2,10 @@
 
 It runs on the e2e suite's cluster instead of the bench's own 40-node control plane:
 two CRs one after the other; then one and two CRs at once, each after a bare client's
-same applies; a two-second idle window with a one-second resync. The figures mean nothing at these sizes; what is checked is that every step
-runs (a refactor of the operator's local runner once broke the benchmark at its last
-line, after ten minutes of measuring), that every row follows the row contract, and that
-the operator logged no traceback.
+same applies; a two-second idle window with a one-second resync. The figures mean nothing
+at these sizes; what is checked is that every step runs (a refactor of the operator's
+local runner once broke the benchmark at its last line, after ten minutes of measuring),
+that every row follows the row contract, and that the operator logged no traceback.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def figures(
         one_ready=[0.5, 0.6, 0.7, 2.0],
         scales=[
             Scale(10, children=1.2, ready=5.0, bare=1.0, rss=70.0),
-            Scale(100, children=op_100, ready=40.0, bare=8.0, rss=rss_100),
+            Scale(100, children=op_100, ready=40.0, bare=8.0, rss=rss_100, requests=1530),
             Scale(300, children=op_300, ready=120.0, bare=25.0, rss=rss_100 + 20.0),
         ],
         children_per_cr=12,
@@ -48,6 +48,9 @@ def test_each_ratio_is_taken_within_a_run_then_the_median_of_the_runs():
     )
     assert "medians 10.00 s / 8.00 s" in ratio["name"]
     assert by_start(rows, "operator / bare client, 10 CRs")["value"] == 1.2
+    requests = by_start(rows, "100 CRs: operator API requests per CR until all children exist")
+    assert (requests["value"], requests["goal"]) == (15.3, "")
+    assert "(the bare client: 12)" in requests["name"]
     # per CR: 30/300 over 10/100 (median run) = 1.0
     growth = by_start(rows, "per-CR time at 300 CRs / at 100 CRs, operator")
     assert (growth["value"], growth["unit"], growth["met"]) == (1.0, "x", True)
