@@ -88,8 +88,14 @@ def measured_commit() -> str:
     return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def load_average() -> str:
+    """The machine's 1/5/15-minute load average: how shared the cores were."""
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    load_at_start = load_average()
     rows: list[dict[str, Any]] = []
     failed: list[str] = []
     for name in args.modules or MODULES:
@@ -115,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown_table(rows)
     results_md.write_text(
         "# Latest `make bench`\n\nWritten by `make bench` itself (never by hand), at commit "
-        f"{measured_commit()}, on {os.cpu_count()} CPUs. One run on the machine that ran it; "
-        f"compare ratios, not absolute times.\n\n{table}\n"
+        f"{measured_commit()}, on {os.cpu_count()} CPUs, load average (1/5/15 min) "
+        f"{load_at_start} at the start and {load_average()} at the end. One run on the "
+        "machine that ran it; compare ratios (unit x, measured side by side in the same run), "
+        f"not absolute times.\n\n{table}\n"
     )
     print(table)
     print(f"\nwritten to {results} and {results_md}", file=sys.stderr)

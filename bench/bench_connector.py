@@ -57,12 +57,13 @@ class Sizes:
 FULL = Sizes(tokens=128 * 1024, runs=7)
 #: The test suite's smoke run: every code path, no meaningful figure.
 SMOKE = Sizes(tokens=8 * PAGE_SIZE, runs=3)
-#: Issue goals: the layout core's plan (guard, mapping, descriptors) against upstream...
+#: Goals are ratios measured side by side in one process (issue 25): the layout core's
+#: plan (guard, mapping, descriptors) against upstream...
 GOAL_SPEEDUP = 20.0
-GOAL_PLAN_SHARE = 0.01
-#: ...and the whole patched send_kvcache, engine conversion included, on a fully
-#: fragmented request.
-GOAL_SEND_SHARE = 0.02
+#: ...and the whole patched send_kvcache against the binding's own conversion of the same
+#: descriptors (the floor: no caller of this engine API gets under it). Shares of the wire
+#: time are shown without a verdict: an absolute time measures the machine.
+GOAL_VS_CONVERSION = 1.5
 #: Realistic allocation: each side's pages come in runs of 1..MAX_RUN pages.
 MAX_RUN = 16
 MODELS = ("deepseek-v3", "deepseek-v3.2")
@@ -120,7 +121,8 @@ with concurrent.futures.ThreadPoolExecutor(1) as executor:
     for case in spec["cases"]:
         src = np.asarray(case["src_pages"], dtype=np.int32)
         dst = np.asarray(case["dst_pages"], dtype=np.int32)
-        result = {"seconds": [], "plan_seconds": [], "lists_seconds": [], "convert_seconds": []}
+        result = {"seconds": [], "plan_seconds": [], "lists_seconds": [], "convert_seconds": [],
+                  "fresh_lists_seconds": []}
         counter = driver.build_manager(conn, case, (0, 5, 23), patched)
         counter.engine = CountingEngine()
         assert counter.send_kvcache(SESSION, src, case["dst_ptrs"], dst, executor) == 0
@@ -145,7 +147,13 @@ with concurrent.futures.ThreadPoolExecutor(1) as executor:
                     result["lists_seconds"].append(seconds)
                     seconds, _ = timed(lambda: convert(binding, *lists))
                     result["convert_seconds"].append(seconds)
-                    del plan, lists
+                    del lists
+                    gc.collect()
+                    # The floor of any caller handing the engine fresh lists: build them,
+                    # have the binding convert them, free them (on return), nothing else.
+                    seconds, _ = timed(lambda: convert(binding, *plan.engine_lists()))
+                    result["fresh_lists_seconds"].append(seconds)
+                    del plan
                 gc.collect()
         finally:
             os.dup2(saved_stdout, 1)
@@ -301,6 +309,45 @@ def _ms(values: list[float]) -> str:
     return f"{med * 1e3:.2f} ms (min {lo * 1e3:.2f}, max {hi * 1e3:.2f})"
 
 
+def per_run_ratio(numerators: list[float], denominators: list[float]) -> list[float]:
+    """Each run's own ratio: both parts were timed one right after the other."""
+    return [a / b for a, b in zip(numerators, denominators, strict=True)]
+
+
+def conversion_rows(label: str, pa: dict[str, Any], runs: int) -> list[dict[str, Any]]:
+    """The whole patched call, and fresh lists alone, against the binding's conversion."""
+    whole = per_run_ratio(pa["seconds"], pa["convert_seconds"])
+    fresh = per_run_ratio(pa["fresh_lists_seconds"], pa["convert_seconds"])
+    med, lo, hi = _stats(whole)
+    fmed, flo, fhi = _stats(fresh)
+    inputs = (
+        f"(medians {_stats(pa['seconds'])[0] * 1e3:.2f} ms / "
+        f"{_stats(pa['convert_seconds'])[0] * 1e3:.2f} ms; ratio per run, median of {runs}, "
+        f"min {lo:.2f}, max {hi:.2f})"
+    )
+    return [
+        {
+            "name": f"whole patched send_kvcache / the binding's own conversion of the same "
+            f"descriptors, {label} {inputs}",
+            "value": round(med, 2),
+            "unit": "x",
+            "goal": f"<= {GOAL_VS_CONVERSION:g}",
+            "met": med <= GOAL_VS_CONVERSION,
+        },
+        {
+            "name": f"fresh engine lists alone (built by engine_lists, converted by the binding, "
+            f"freed) / the binding's own conversion, {label}: what any caller handing this "
+            f"API new lists pays (medians {_stats(pa['fresh_lists_seconds'])[0] * 1e3:.2f} ms "
+            f"/ {_stats(pa['convert_seconds'])[0] * 1e3:.2f} ms; ratio per run, median of "
+            f"{runs}, min {flo:.2f}, max {fhi:.2f})",
+            "value": round(fmed, 2),
+            "unit": "x",
+            "goal": "",
+            "met": None,
+        },
+    ]
+
+
 def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
     measured, cases, wire = _measure(sizes)
     pages = len(cases[0]["src_pages"])
@@ -381,10 +428,11 @@ def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
                     "name": f"plan share of KV wire time at 50 GB/s, {label}",
                     "value": round(plan_share * 100, 3),
                     "unit": "%",
-                    "goal": f"< {GOAL_PLAN_SHARE * 100:g} %",
-                    "met": plan_share < GOAL_PLAN_SHARE,
+                    "goal": "",
+                    "met": None,
                 }
             )
+        rows += conversion_rows(label, pa, runs)
         rows.append(
             {
                 "name": f"whole patched send_kvcache vs upstream, {label} (medians)",
@@ -401,24 +449,14 @@ def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
                 f"whole patched send_kvcache share of KV wire time at {gbps} GB/s, {label} "
                 f"({wire_bytes / 1e9:.2f} GB, {wire_s * 1e3:.0f} ms on the wire)"
             )
-            goal = gbps == 50 and is_fragmented
-            if goal and share > GOAL_SEND_SHARE:
+            if gbps == 50:
                 text += (
-                    f"; limit: the engine's own pybind11 conversion of 3 × {descriptors} ints "
-                    f"alone takes {convert_s * 1e3:.2f} ms = {convert_s / wire_s * 100:.2f} % "
-                    f"({convert_s / (3 * descriptors) * 1e9:.1f} ns per int, lists being its "
-                    "fastest input), so no representation of one descriptor per page and "
-                    "entry meets 2 %"
+                    f"; the binding's own conversion of 3 × {descriptors} ints alone: "
+                    f"{convert_s / wire_s * 100:.2f} % "
+                    f"({convert_s / (3 * descriptors) * 1e9:.1f} ns per int)"
                 )
             rows.append(
-                {
-                    "name": text,
-                    "value": round(share * 100, 2),
-                    "unit": "%",
-                    # the goal is the fully fragmented request at 50 GB/s; the rest is shown
-                    "goal": f"<= {GOAL_SEND_SHARE * 100:g} %" if goal else "",
-                    "met": share <= GOAL_SEND_SHARE if goal else None,
-                }
+                {"name": text, "value": round(share * 100, 2), "unit": "%", "goal": "", "met": None}
             )
     for label, rep in measured["patched"]["representations"].items():
         build_s, convert_s = _stats(rep["build_seconds"])[0], _stats(rep["convert_seconds"])[0]

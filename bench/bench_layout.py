@@ -3,7 +3,9 @@
 A 128K-token request, page size 128, fully fragmented pages (every block is one page),
 61 layers × 2 groups (DeepSeek-V3) and × 3 groups (DeepSeek-V3.2). Both builders run in
 the same process, interleaved, best of several repeats, so the ratio survives a noisy
-machine. The plan time is also set against the request's KV wire time.
+machine. The plan time is also set against the request's KV wire time, as a row without a
+verdict: an absolute time on a shared machine measures the machine (issue 25); the goal
+is the speedup, a ratio measured side by side.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from ascend_pd_runtime.transfer_plan import build_transfer_descriptors, per_bloc
 
 PAGE_SIZE = 128
 GOAL_SPEEDUP = 20.0
-GOAL_WIRE_SHARE = 0.01
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,8 @@ def run(sizes: Sizes = FULL) -> list[dict[str, Any]]:
                 f"({r['wire_bytes'] / 1e9:.2f} GB)",
                 "value": round(r["share_50"] * 100, 3),
                 "unit": "%",
-                "goal": f"< {GOAL_WIRE_SHARE * 100:g} %",
-                "met": r["share_50"] < GOAL_WIRE_SHARE,
+                "goal": "",
+                "met": None,
             },
             {
                 "name": f"transfer plan share of KV wire time at 25 GB/s, {label}",

@@ -9,11 +9,17 @@ cluster). It is brought up if needed and stopped again if this run started it.
 - one CR: from the apply request (the API call ``kubectl apply --server-side`` makes) to
   every child existing, and to phase Ready through kubelet-sim; ``runs`` runs, one after
   the other;
-- ``scale`` CRs applied at once (10 concurrent apply requests): until all children
-  exist, until all are Ready;
+- for each N of ``scales`` (10, 100, 300), in a namespace of its own: first a bare client
+  (``bare_client``: the same 12 N server-side applies through the same proxy, with the
+  operator's concurrency, nothing else) until all those objects exist, its namespace then
+  deleted; then N CRs applied at once (10 concurrent apply requests) until all their
+  children exist and until all are Ready, and the operator's RSS. The ratio operator /
+  bare client is each run's own, side by side on one control plane; the per-CR time at the
+  largest N against the reference N says whether the cost grows linearly; the RSS slope
+  per Ready CR is a least-squares line through 0 and every N. Each N's namespace is deleted
+  (and gone) before the next N starts;
 - idle: write calls through the proxy during ``idle_seconds`` (``ASCEND_PD_BENCH_IDLE_SECONDS``,
-  300) with the ``scale`` CRs Ready and a resync every ``resync_seconds``;
-- RSS of the operator process at 0 and at ``scale`` CRs.
+  120) with the ``reference`` CRs Ready and a resync every ``resync_seconds``;
 
 ``FULL`` holds the sizes ``make bench`` uses; ``SMOKE`` the test suite's tiny ones.
 
@@ -49,35 +55,51 @@ from ascend_pd_operator.api import models
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 from ascend_pd_operator.kubeio.kube import Kube
 from ascend_pd_operator.wiring.render_cli import render
+from ascend_pd_operator.wiring.run_cli import DEFAULT_WORKERS
+from bench import bare_client
 from bench.rows import Row, median_row, percentile, row
 
-BENCH_NODES = 40  # x 8 NPUs: room for runs + scale deployments of 2 NPUs each
+BENCH_NODES = 40
+#: 40 x 16 NPUs: room for the largest scale's deployments of 2 NPUs each (one scale's
+#: namespace at a time).
+BENCH_NPUS_PER_NODE = 16
 GOAL_ONE_P95_S = 1.0
-GOAL_SCALE_S = 10.0
+#: The operator against a bare client doing the same applies, at every scale.
+GOAL_VS_BARE = 1.5
+#: Per-CR time at the largest scale against the reference scale: linear growth.
+GOAL_PER_CR_GROWTH = 1.2
 GOAL_RSS_MIB = 100.0
+GOAL_RSS_SLOPE_MIB = 0.3
 WATCHED = ("ConfigMap", "Service", "StatefulSet", "Deployment")
 
 
 @dataclass(frozen=True)
 class Sizes:
     runs: int
-    scale: int
+    #: Deployments applied at once, one scale after the other; the last two are the
+    #: growth ratio's numerator and reference (``reference``).
+    scales: tuple[int, ...]
     resync_seconds: int
     idle_seconds: float
     #: Whole measurements, each on a control plane and an operator started afresh; every
     #: figure is their median, with min and max.
     repeats: int
 
+    @property
+    def reference(self) -> int:
+        """The scale of the RSS goal, the idle window and the growth ratio's denominator."""
+        return self.scales[-2] if len(self.scales) > 1 else self.scales[0]
+
 
 FULL = Sizes(
     runs=20,
-    scale=100,
+    scales=(10, 100, 300),
     resync_seconds=10,
     idle_seconds=float(os.environ.get("ASCEND_PD_BENCH_IDLE_SECONDS", "120")),
     repeats=3,
 )
 #: The test suite's smoke run (on the e2e cluster): every code path, no meaningful figure.
-SMOKE = Sizes(runs=2, scale=2, resync_seconds=1, idle_seconds=2.0, repeats=1)
+SMOKE = Sizes(runs=2, scales=(1, 2), resync_seconds=1, idle_seconds=2.0, repeats=1)
 
 MODEL_CONFIG = {
     "architectures": ["DeepseekV2ForCausalLM"],
@@ -125,13 +147,18 @@ def pddeployment(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def expected_children(cr: dict[str, Any]) -> set[tuple[str, str]]:
-    """(kind, name) of every child, from the operator's own offline builders."""
+def rendered(cr: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every child's manifest, from the operator's own offline builders."""
     ns = cr["metadata"]["namespace"]
     code, manifests, message = render(cr, None, ns, [config_map(ns)])
     if code != 0:
         raise RuntimeError(f"bench CR does not render: {message}")
-    return {(m["kind"], m["metadata"]["name"]) for m in manifests}
+    return list(manifests)
+
+
+def expected_children(cr: dict[str, Any]) -> set[tuple[str, str]]:
+    """(kind, name) of every child, from the operator's own offline builders."""
+    return {(m["kind"], m["metadata"]["name"]) for m in rendered(cr)}
 
 
 class Recorder:
@@ -145,6 +172,10 @@ class Recorder:
         self.cond = threading.Condition()
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
+        #: One per watch, set once the API server has answered its first watch request:
+        #: from then on it sends every change (a clock started earlier would count the
+        #: time to connect as the operator's).
+        self.connected: list[threading.Event] = []
 
     def start(self) -> Recorder:
         from kubernetes import client
@@ -177,24 +208,34 @@ class Recorder:
             )
 
         self._thread(models.KIND, pdds)
+        deadline = time.monotonic() + 120
+        for event in self.connected:
+            if not event.wait(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError("the recorder's watches did not connect within 120 s")
         return self
 
     def _thread(self, kind: str, list_fn: Callable[..., Any]) -> None:
-        thread = threading.Thread(target=self._watch, args=(kind, list_fn), daemon=True)
+        connected = threading.Event()
+        self.connected.append(connected)
+        thread = threading.Thread(target=self._watch, args=(kind, list_fn, connected), daemon=True)
         thread.start()
         self.threads.append(thread)
 
-    def _watch(self, kind: str, list_fn: Callable[..., Any]) -> None:
-        from kubernetes import watch
+    def _watch(self, kind: str, list_fn: Callable[..., Any], connected: threading.Event) -> None:
+        from kubernetes.watch.watch import iter_resp_lines
 
         while not self.stop.is_set():
             try:
-                stream: Callable[..., Any] = watch.Watch().stream  # type: ignore[no-untyped-call]
-                for event in stream(list_fn, timeout_seconds=20):
-                    # list_fn has no docstring to name a model class: objects stay dicts
+                # The watch request by hand: its answer's headers say the server watches
+                # for us, before any event (the client's Watch.stream says nothing then).
+                response = list_fn(watch=True, timeout_seconds=20, _preload_content=False)
+                connected.set()
+                for line in iter_resp_lines(response):
+                    event = json.loads(line)
                     if event["type"] != "ERROR":
                         self._record(kind, event["object"], time.monotonic())
                     if self.stop.is_set():
+                        response.close()
                         return
             except Exception as exc:  # a dropped watch: start again (times are first-seen)
                 if not self.stop.is_set():
@@ -235,7 +276,10 @@ class Bench:
         self.kube = Kube(self.api_client)
         suffix = uuid.uuid4().hex[:5]
         self.ns_one = f"bench-one-{suffix}"
-        self.ns_scale = f"bench-scale-{suffix}"
+        self.ns_scale = {n: f"bench-scale-{n}-{suffix}" for n in sizes.scales}
+        self.ns_bare = {n: f"bench-bare-{n}-{suffix}" for n in sizes.scales}
+        doc = yaml.safe_load(layout.kubeconfig.read_text())
+        self.token = str(doc["users"][0]["user"]["token"])
         self.proxy: subprocess.Popen[bytes] | None = None
         self.operator: OperatorProcess | None = None
 
@@ -260,7 +304,7 @@ class Bench:
 
     def start(self) -> None:
         install_crd(self.layout.kubeconfig, with_cel=False, field_manager="bench")
-        for ns in (self.ns_one, self.ns_scale):
+        for ns in (self.ns_one, *self.ns_scale.values()):
             self.kubectl("create", "namespace", ns)
             self.apply(config_map(ns))
         state = dev_cluster.load_state(self.layout)
@@ -280,8 +324,9 @@ class Bench:
         kubeconfig = self.workdir / "operator.kubeconfig"
         kubeconfig.write_text(yaml.safe_dump(doc))
         kubeconfig.chmod(0o600)
-        args = ["--namespace", self.ns_one, "--namespace", self.ns_scale,
-                "--resync-seconds", str(self.sizes.resync_seconds)]  # fmt: skip
+        args = ["--namespace", self.ns_one, "--resync-seconds", str(self.sizes.resync_seconds)]
+        for ns in self.ns_scale.values():
+            args += ["--namespace", ns]
         self.operator = OperatorProcess(args, kubeconfig, self.workdir / "operator.log")
         _until(self.operator.healthy, "the operator's liveness endpoint", 120)
 
@@ -311,7 +356,7 @@ class Bench:
             self.operator.stop()
         if self.proxy is not None:
             stop_child_group(self.proxy)
-        for ns in (self.ns_one, self.ns_scale):
+        for ns in (self.ns_one, *self.ns_scale.values(), *self.ns_bare.values()):
             subprocess.run(
                 [str(kubectl_path()), "--kubeconfig", str(self.layout.kubeconfig), "delete",
                  "namespace", ns, "--wait=false", "--ignore-not-found"],
@@ -345,22 +390,55 @@ class Bench:
         rec.wait(lambda: name in rec.ready, f"{name} Ready", 120)
         return (rec.all_children(wanted) or 0) - t0, rec.ready[name] - t0
 
-    def scale(self) -> tuple[float, float, int]:
-        rec = Recorder(self.api_client, self.ns_scale).start()
-        crs = [pddeployment(f"scale-{i:03d}", self.ns_scale) for i in range(self.sizes.scale)]
+    def delete_namespace(self, ns: str) -> None:
+        """Delete ``ns`` and wait until it is gone, so its objects load no later figure."""
+        self.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=600s")
+
+    def bare(self, count: int) -> float:
+        """The same applies the operator makes for ``count`` deployments, from a bare client
+        with the operator's concurrency, through the same proxy: until all exist."""
+        ns = self.ns_bare[count]
+        self.kubectl("create", "namespace", ns)
+        crs = [pddeployment(f"scale-{i:03d}", ns) for i in range(count)]
+        # Offline rendering names policy/v1; the operator applies each kind at the version
+        # this server serves (policy/v1beta1 on 1.20), and so does the bare client.
+        groups = [
+            [{**m, "apiVersion": self.kube.resource(m["kind"]).api_version} for m in rendered(cr)]
+            for cr in crs
+        ]
+        wanted = {(m["kind"], m["metadata"]["name"]) for g in groups for m in g}
+        rec = Recorder(self.api_client, ns).start()
+        try:
+            t0 = time.monotonic()
+            bare_client.apply_all(self.proxy_url, self.token, groups, DEFAULT_WORKERS)
+            rec.wait(lambda: rec.all_children(wanted) is not None, "all bare children", 600)
+            seconds = (rec.all_children(wanted) or 0) - t0
+        finally:
+            rec.stop.set()
+        self.delete_namespace(ns)
+        return seconds
+
+    def scale(self, count: int) -> tuple[float, float, int, int]:
+        """Seconds until all children exist and until all Ready, children, and the
+        operator's requests through the proxy until all children existed."""
+        ns = self.ns_scale[count]
+        rec = Recorder(self.api_client, ns).start()
+        crs = [pddeployment(f"scale-{i:03d}", ns) for i in range(count)]
         wanted: set[tuple[str, str]] = set().union(*(expected_children(cr) for cr in crs))
         names = {cr["metadata"]["name"] for cr in crs}
         try:
+            before = self.proxy_stats()["requests"]
             t0 = time.monotonic()
             with ThreadPoolExecutor(10) as pool:
                 list(pool.map(self.apply, crs))
-            rec.wait(lambda: rec.all_children(wanted) is not None, "all children", 300)
-            rec.wait(lambda: names <= set(rec.ready), f"{self.sizes.scale} Ready", 600)
+            rec.wait(lambda: rec.all_children(wanted) is not None, "all children", 600)
+            requests = self.proxy_stats()["requests"] - before - 1  # less the stats GET
+            rec.wait(lambda: names <= set(rec.ready), f"{count} Ready", 1200)
             children = (rec.all_children(wanted) or 0) - t0
             ready = max(rec.ready[n] for n in names) - t0
         finally:
             rec.stop.set()
-        return children, ready, len(wanted)
+        return children, ready, len(wanted), requests
 
     def idle(self) -> tuple[dict[str, int], int]:
         # Let the last status patches and the first resync after Ready pass.
@@ -384,80 +462,176 @@ def _until(check: Callable[[], bool], what: str, timeout: float) -> None:
 
 
 @dataclass(frozen=True)
+class Scale:
+    """One scale's figures: N deployments applied at once."""
+
+    count: int
+    #: The operator, from the first apply request until all 12 N children exist (watch).
+    children: float
+    ready: float
+    #: A bare client's same applies (``bare_client``), side by side on the same plane.
+    bare: float
+    rss: float
+    #: The operator's API requests (through the proxy) until all children existed.
+    requests: int = 0
+
+    @property
+    def vs_bare(self) -> float:
+        return self.children / self.bare
+
+
+@dataclass(frozen=True)
 class Figures:
     """One whole measurement (a fresh operator; a fresh control plane unless given one)."""
 
     one_children: list[float]
     one_ready: list[float]
-    scale_children: float
-    scale_ready: float
-    children: int
+    scales: list[Scale]
+    children_per_cr: int
     writes: dict[str, int]
     requests: int
     rss_0: float
-    rss_scale: float
+
+    def at(self, count: int) -> Scale:
+        (found,) = [s for s in self.scales if s.count == count]
+        return found
+
+    def rss_slope(self) -> float:
+        """MiB per Ready CR: the least-squares line through (0, RSS at rest) and every scale."""
+        return slope(
+            [0, *(s.count for s in self.scales)], [self.rss_0, *(s.rss for s in self.scales)]
+        )
+
+    def growth(self, big: int, reference: int, bare: bool = False) -> float:
+        """Per-CR time at ``big`` CRs over the per-CR time at ``reference`` CRs."""
+        a, b = self.at(big), self.at(reference)
+        time_a, time_b = (a.bare, b.bare) if bare else (a.children, b.children)
+        return (time_a / big) / (time_b / reference)
+
+
+def slope(xs: list[int], ys: list[float]) -> float:
+    """The least-squares slope of ``ys`` over ``xs``."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
 
 
 def measure(sizes: Sizes, layout: dev_cluster.Layout, workdir: Path) -> Figures:
     """One measurement on ``layout``'s control plane; logs go to ``workdir``."""
     workdir.mkdir(parents=True, exist_ok=True)
     bench = Bench(layout, workdir, sizes)
+    scales: list[Scale] = []
+    writes: dict[str, int] = {}
+    requests = 0
     try:
         bench.start()
         time.sleep(3)  # the operator's start-up allocations settle before RSS at rest
         rss_0 = bench.rss_mib()
         _progress(f"one CR, {sizes.runs} runs")
         one_children, one_ready = bench.one_cr()
-        bench.kubectl("delete", "namespace", bench.ns_one, "--wait=false")
-        _progress(f"{sizes.scale} CRs at once")
-        scale_children, scale_ready, count = bench.scale()
-        time.sleep(sizes.resync_seconds)  # one resync with everything Ready
-        rss_scale = bench.rss_mib()
-        writes, requests = bench.idle()
+        bench.delete_namespace(bench.ns_one)
+        for index, count in enumerate(sizes.scales):
+            _progress(f"{count} CRs: the bare client's applies")
+            bare = bench.bare(count)
+            _progress(f"{count} CRs at once (bare client: {bare:.2f} s)")
+            children, ready, total, requests = bench.scale(count)
+            time.sleep(sizes.resync_seconds)  # one resync with everything Ready
+            scales.append(Scale(count, children, ready, bare, bench.rss_mib(), requests))
+            _progress(f"{count} CRs: children {children:.2f} s (bare {bare:.2f} s), Ready "
+                      f"{ready:.2f} s, RSS {rss_0:.1f} -> {scales[-1].rss:.1f} MiB")  # fmt: skip
+            if count == sizes.reference:
+                writes, requests = bench.idle()
+            if index + 1 < len(sizes.scales):
+                bench.delete_namespace(bench.ns_scale[count])
         log_text = bench.operator_log()
         if "Traceback" in log_text:
             _progress(f"the operator logged a traceback:\n{log_text[-3000:]}")
     finally:
         bench.stop()
-    _progress(f"children {scale_children:.2f} s, Ready {scale_ready:.2f} s, RSS "
-              f"{rss_0:.1f} -> {rss_scale:.1f} MiB, idle writes {writes or 'none'}")  # fmt: skip
-    return Figures(one_children, one_ready, scale_children, scale_ready, count, writes,
-                   requests, rss_0, rss_scale)  # fmt: skip
+    _progress(f"idle writes {writes or 'none'}")
+    return Figures(one_children, one_ready, scales, total // sizes.scales[-1], writes,
+                   requests, rss_0)  # fmt: skip
 
 
 def rows_from(runs: list[Figures], sizes: Sizes) -> list[Row]:
-    """The table: each figure's median over ``runs`` with min and max; the idle writes
-    are judged by the worst run (every run must be quiet)."""
-    n, scale, resync = sizes.runs, sizes.scale, sizes.resync_seconds
-    children = runs[0].children
+    """The table: each figure's median over ``runs`` with min and max; a ratio is each run's
+    own (side by side in one run), then their median; the idle writes are judged by the
+    worst run (every run must be quiet)."""
+    n, ref, resync = sizes.runs, sizes.reference, sizes.resync_seconds
+    big = sizes.scales[-1]
+    per_cr = runs[0].children_per_cr
     writes = [sum(r.writes.values()) for r in runs]
     verbs = sorted({v for r in runs for v in r.writes})
     detail = ", ".join(f"{v} {sum(r.writes.get(v, 0) for r in runs)}" for v in verbs) or "none"
     worst = max(writes)
-    return [
+    med = statistics.median
+    rows = [
         median_row(f"one CR, apply request to every child created, median of {n}",
-                   [statistics.median(r.one_children) for r in runs], "s", 3),
+                   [med(r.one_children) for r in runs], "s", 3),
         median_row(f"one CR, apply request to every child created, p95 of {n}",
                    [percentile(r.one_children, 0.95) for r in runs], "s", 3,
                    f"< {GOAL_ONE_P95_S:g} s", lambda v: v < GOAL_ONE_P95_S),
         median_row(f"one CR, apply request to Ready (kubelet-sim), median of {n}",
-                   [statistics.median(r.one_ready) for r in runs], "s", 3),
+                   [med(r.one_ready) for r in runs], "s", 3),
         median_row(f"one CR, apply request to Ready (kubelet-sim), p95 of {n}",
                    [percentile(r.one_ready, 0.95) for r in runs], "s", 3),
-        median_row(f"{scale} CRs applied at once: until all {children} children exist",
-                   [r.scale_children for r in runs], "s", 2,
-                   f"< {GOAL_SCALE_S:g} s", lambda v: v < GOAL_SCALE_S),
-        median_row(f"{scale} CRs applied at once: until all Ready (kubelet-sim, "
-                   f"{3 * scale} pods)", [r.scale_ready for r in runs], "s", 2),
-        row(f"operator API writes in {sizes.idle_seconds:g} s idle, {scale} Ready CRs, resync "
+    ]  # fmt: skip
+    for count in sizes.scales:
+        at = [r.at(count) for r in runs]
+        children = per_cr * count
+        op_s, bare_s = med([a.children for a in at]), med([a.bare for a in at])
+        rows += [
+            median_row(f"{count} CRs applied at once: operator until all {children} children "
+                       "exist", [a.children for a in at], "s", 2),
+            median_row(f"{count} CRs: bare client, the same {children} server-side applies "
+                       f"({DEFAULT_WORKERS} threads as the operator's {DEFAULT_WORKERS} workers, "
+                       "one keep-alive connection each, same proxy), until all exist",
+                       [a.bare for a in at], "s", 2),
+            median_row(f"operator / bare client, {count} CRs, until all children exist "
+                       f"(medians {op_s:.2f} s / {bare_s:.2f} s; ratio per run)",
+                       [a.vs_bare for a in at], "x", 2,
+                       f"<= {GOAL_VS_BARE:g}", lambda v: v <= GOAL_VS_BARE),
+            median_row(f"{count} CRs: operator API requests per CR until all children exist "
+                       f"(the bare client: {per_cr})", [a.requests / count for a in at],
+                       "requests", 1),
+            median_row(f"{count} CRs applied at once: until all Ready (kubelet-sim, "
+                       f"{3 * count} pods)", [a.ready for a in at], "s", 2),
+        ]  # fmt: skip
+    if big != ref:
+        per = [(r.at(big).children / big, r.at(ref).children / ref) for r in runs]
+        bare_per = [(r.at(big).bare / big, r.at(ref).bare / ref) for r in runs]
+        rows += [
+            median_row(f"per-CR time at {big} CRs / at {ref} CRs, operator until all children "
+                       f"exist (medians {med(a for a, _ in per) * 1e3:.0f} ms / "
+                       f"{med(b for _, b in per) * 1e3:.0f} ms per CR; ratio per run)",
+                       [r.growth(big, ref) for r in runs], "x", 2,
+                       f"<= {GOAL_PER_CR_GROWTH:g}", lambda v: v <= GOAL_PER_CR_GROWTH),
+            median_row(f"per-CR time at {big} CRs / at {ref} CRs, bare client (medians "
+                       f"{med(a for a, _ in bare_per) * 1e3:.0f} ms / "
+                       f"{med(b for _, b in bare_per) * 1e3:.0f} ms per CR; ratio per run)",
+                       [r.growth(big, ref, bare=True) for r in runs], "x", 2),
+        ]  # fmt: skip
+    points = "/".join(str(c) for c in (0, *sizes.scales))
+    rows += [
+        row(f"operator API writes in {sizes.idle_seconds:g} s idle, {ref} Ready CRs, resync "
             f"every {resync} s, worst of {len(runs)} runs (fault proxy; all runs: {detail})",
             worst, "writes", "0", worst == 0),
         median_row("operator API requests in the same idle window (reads: resyncs happen)",
                    [r.requests for r in runs], "requests", 0),
         median_row("operator RSS at 0 CRs", [r.rss_0 for r in runs], "MiB", 1),
-        median_row(f"operator RSS at {scale} Ready CRs", [r.rss_scale for r in runs], "MiB", 1,
-                   f"< {GOAL_RSS_MIB:g} MiB", lambda v: v < GOAL_RSS_MIB),
     ]  # fmt: skip
+    for count in sizes.scales:
+        goal = count == ref
+        rows.append(median_row(f"operator RSS at {count} Ready CRs",
+                               [r.at(count).rss for r in runs], "MiB", 1,
+                               f"< {GOAL_RSS_MIB:g} MiB" if goal else "",
+                               (lambda v: v < GOAL_RSS_MIB) if goal else None))  # fmt: skip
+    rows.append(median_row(f"operator RSS slope per Ready CR, least squares over {points} CRs "
+                           "(each run's own line)", [r.rss_slope() for r in runs], "MiB/CR", 3,
+                           f"<= {GOAL_RSS_SLOPE_MIB:g} MiB/CR",
+                           lambda v: v <= GOAL_RSS_SLOPE_MIB))  # fmt: skip
+    return rows
 
 
 def run(
@@ -473,7 +647,9 @@ def run(
         if own:
             _progress(f"run {index + 1}/{sizes.repeats}: the bench control plane from empty "
                       f"({BENCH_NODES} simulated nodes)")  # fmt: skip
-            dev_cluster.fresh(plane, nodes=BENCH_NODES, ascend_per_node=8, progress=_progress)
+            dev_cluster.fresh(
+                plane, nodes=BENCH_NODES, ascend_per_node=BENCH_NPUS_PER_NODE, progress=_progress
+            )
         base = workdir or plane.root / "bench-run"
         try:
             runs.append(measure(sizes, plane, base / f"run-{index}" if sizes.repeats > 1 else base))

@@ -23,7 +23,9 @@ from pathlib import Path
 from ascend_pd_dev.controlplane.paths import UnderRoot
 
 #: the in-cluster name of the API server's Service ClusterIP (first IP of the service range)
-SERVICE_CIDR = "10.0.0.0/24"
+#: 4094 ClusterIPs: the operator benchmark's 300 deployments each have a router Service
+#: (a /24 ran out: "failed to allocate a serviceIP: range is full").
+SERVICE_CIDR = "10.0.0.0/20"
 SERVICE_IP = "10.0.0.1"
 
 #: user -> groups; the order is the order of tokens.csv

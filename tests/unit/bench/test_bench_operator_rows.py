@@ -1,23 +1,30 @@
-"""The operator benchmark's table from hand-made runs: medians with min and max, verdicts
-only where there is a goal, and the idle writes judged by the worst run."""
+"""The operator benchmark's table from hand-made runs: medians with min and max, ratios
+taken within each run, verdicts only where there is a goal, the idle writes judged by the
+worst run, and the RSS slope a least-squares line."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench.__main__ import check_rows
-from bench.bench_operator import FULL, Figures, rows_from
+from bench.bench_operator import FULL, Figures, Scale, rows_from, slope
 
 
-def figures(scale_children: float, rss: float, writes: dict[str, int] | None = None) -> Figures:
+def figures(
+    op_100: float, rss_100: float, writes: dict[str, int] | None = None, op_300: float = 30.0
+) -> Figures:
     return Figures(
         one_children=[0.1, 0.2, 0.3, 0.9],
         one_ready=[0.5, 0.6, 0.7, 2.0],
-        scale_children=scale_children,
-        scale_ready=40.0,
-        children=1200,
+        scales=[
+            Scale(10, children=1.2, ready=5.0, bare=1.0, rss=70.0),
+            Scale(100, children=op_100, ready=40.0, bare=8.0, rss=rss_100, requests=1530),
+            Scale(300, children=op_300, ready=120.0, bare=25.0, rss=rss_100 + 20.0),
+        ],
+        children_per_cr=12,
         writes=writes or {},
         requests=1000,
         rss_0=60.0,
-        rss_scale=rss,
     )
 
 
@@ -26,26 +33,70 @@ def by_start(rows: list[dict], start: str) -> dict:
     return found
 
 
-def test_each_figure_is_the_median_of_the_runs_with_min_and_max():
-    rows = rows_from([figures(12.0, 95.0), figures(8.0, 99.0), figures(9.5, 120.0)], FULL)
+def test_each_ratio_is_taken_within_a_run_then_the_median_of_the_runs():
+    rows = rows_from([figures(12.0, 95.0), figures(8.0, 99.0), figures(10.0, 120.0)], FULL)
     check_rows(rows)
-    scale = by_start(rows, "100 CRs applied at once: until all 1200 children exist")
-    assert (scale["value"], scale["min"], scale["max"], scale["met"]) == (9.5, 8.0, 12.0, True)
-    assert scale["name"].endswith("median of 3 (min 8.00, max 12.00)")
+    op = by_start(rows, "100 CRs applied at once: operator until all 1200 children exist")
+    assert (op["value"], op["min"], op["max"], op["goal"], op["met"]) == (10.0, 8.0, 12.0, "", None)
+    ratio = by_start(rows, "operator / bare client, 100 CRs, until all children exist")
+    # 12/8, 8/8, 10/8 per run: the median run's own ratio
+    assert (ratio["value"], ratio["unit"], ratio["goal"], ratio["met"]) == (
+        1.25,
+        "x",
+        "<= 1.5",
+        True,
+    )
+    assert "medians 10.00 s / 8.00 s" in ratio["name"]
+    assert by_start(rows, "operator / bare client, 10 CRs")["value"] == 1.2
+    requests = by_start(rows, "100 CRs: operator API requests per CR until all children exist")
+    assert (requests["value"], requests["goal"]) == (15.3, "")
+    assert "(the bare client: 12)" in requests["name"]
+    # per CR: 30/300 over 10/100 (median run) = 1.0
+    growth = by_start(rows, "per-CR time at 300 CRs / at 100 CRs, operator")
+    assert (growth["value"], growth["unit"], growth["met"]) == (1.0, "x", True)
+    bare_growth = by_start(rows, "per-CR time at 300 CRs / at 100 CRs, bare client")
+    assert (bare_growth["value"], bare_growth["goal"], bare_growth["met"]) == (1.04, "", None)
     rss = by_start(rows, "operator RSS at 100 Ready CRs")
     assert (rss["value"], rss["goal"], rss["met"]) == (99.0, "< 100 MiB", True)
+    assert by_start(rows, "operator RSS at 300 Ready CRs")["goal"] == ""
     p95 = by_start(rows, "one CR, apply request to every child created, p95 of 20")
     assert (p95["value"], p95["met"]) == (0.9, True)  # nearest rank of 4 samples
     for r in rows:
         assert (r["met"] is None) == (not r["goal"]), r
+        if r["goal"] and r["name"].split()[0] in ("operator", "per-CR"):
+            assert r["unit"] in ("x", "MiB/CR", "MiB", "writes"), r
 
 
-def test_a_missed_median_says_no_and_one_noisy_run_writes_fail_the_idle_row():
+def test_missed_ratios_say_no_and_one_noisy_run_writes_fail_the_idle_row():
     rows = rows_from(
-        [figures(11.0, 101.0), figures(10.5, 130.0), figures(9.0, 90.0, {"PATCH": 2})], FULL
+        [
+            figures(14.0, 101.0, op_300=60.0),
+            figures(12.5, 130.0, op_300=60.0),
+            figures(9.0, 90.0, {"PATCH": 2}, op_300=60.0),
+        ],
+        FULL,
     )
-    assert by_start(rows, "100 CRs applied at once: until all 1200")["met"] is False
+    assert by_start(rows, "operator / bare client, 100 CRs")["met"] is False  # 12.5 / 8
+    assert by_start(rows, "per-CR time at 300 CRs / at 100 CRs, operator")["met"] is False
     assert by_start(rows, "operator RSS at 100 Ready CRs")["met"] is False
     idle = by_start(rows, "operator API writes")
     assert (idle["value"], idle["met"]) == (2, False)
     assert "all runs: PATCH 2" in idle["name"]
+
+
+def test_the_rss_slope_is_the_least_squares_line_through_rest_and_every_scale():
+    # 60 at rest, 70/95/115 at 10/100/300: by hand: Sxy 9850 over Sxx 58075 = 0.1696 MiB per CR
+    assert slope([0, 10, 100, 300], [60.0, 70.0, 95.0, 115.0]) == pytest.approx(0.16961, abs=1e-5)
+    run = figures(10.0, 95.0)
+    assert run.rss_slope() == pytest.approx(0.16961, abs=1e-5)
+    rows = rows_from([run], FULL)
+    fitted = by_start(rows, "operator RSS slope per Ready CR, least squares over 0/10/100/300")
+    assert (fitted["value"], fitted["unit"], fitted["goal"], fitted["met"]) == (
+        0.17,
+        "MiB/CR",
+        "<= 0.3 MiB/CR",
+        True,
+    )
+    steep = figures(10.0, 95.0)
+    steep.scales[2] = Scale(300, children=30.0, ready=120.0, bare=25.0, rss=200.0)
+    assert rows_from([steep], FULL)[-1]["met"] is False
