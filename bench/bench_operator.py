@@ -29,6 +29,7 @@ Children and readiness are timed from watch events, never by polling.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import statistics
 import subprocess
@@ -39,7 +40,8 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,8 @@ GOAL_VS_BARE = 1.5
 #: Per-CR time at the largest scale against the reference scale: linear growth.
 GOAL_PER_CR_GROWTH = 1.2
 GOAL_RSS_MIB = 100.0
+#: A scaler's spec.replicas raised by one until the new instance's StatefulSet exists.
+GOAL_SCALER_P95_S = 2.0
 GOAL_RSS_SLOPE_MIB = 0.3
 WATCHED = ("ConfigMap", "Service", "StatefulSet", "Deployment")
 
@@ -126,9 +130,11 @@ def config_map(namespace: str) -> dict[str, Any]:
     }
 
 
-def pddeployment(name: str, namespace: str) -> dict[str, Any]:
-    """A small deployment: one prefill and one decode instance of one NPU, a router."""
-    role = {"replicas": 1, "parallelism": {"tensor": 1}, "devicesPerNode": 1}
+def pddeployment(name: str, namespace: str, max_replicas: int = 4) -> dict[str, Any]:
+    """A small deployment: one prefill and one decode instance of one NPU, a router; both
+    roles scaled (External: a PDRoleScaler each, from 1 to ``max_replicas``)."""
+    scaling = {"mode": "External", "minReplicas": 1, "maxReplicas": max_replicas}
+    role = {"replicas": 1, "parallelism": {"tensor": 1}, "devicesPerNode": 1, "scaling": scaling}
     return {
         "apiVersion": models.API_VERSION,
         "kind": models.KIND,
@@ -208,6 +214,13 @@ class Recorder:
             )
 
         self._thread(models.KIND, pdds)
+
+        def scalers(**kw: Any) -> Any:
+            return custom.list_namespaced_custom_object(
+                models.GROUP, models.VERSION, self.namespace, models.SCALER_PLURAL, **kw
+            )
+
+        self._thread(models.SCALER_KIND, scalers)
         deadline = time.monotonic() + 120
         for event in self.connected:
             if not event.wait(max(0.0, deadline - time.monotonic())):
@@ -380,6 +393,27 @@ class Bench:
             rec.stop.set()
         return to_children, to_ready
 
+    def scaler_steps(self) -> list[float]:
+        """A scaled deployment's decode scaler raised by one, ``runs`` times: seconds from
+        the request that sets its spec.replicas until the new instance's StatefulSet exists."""
+        rec = Recorder(self.api_client, self.ns_one).start()
+        cr = pddeployment("scaled", self.ns_one, max_replicas=self.sizes.runs + 1)
+        seconds: list[float] = []
+        try:
+            self._converge(rec, cr, expected_children(cr))
+            url = (f"/apis/{models.GROUP}/{models.VERSION}/namespaces/{self.ns_one}/"
+                   f"{models.SCALER_PLURAL}/scaled-decode")  # fmt: skip
+            for step in range(1, self.sizes.runs + 1):
+                new = ("StatefulSet", f"scaled-decode-{step}")
+                t0 = time.monotonic()
+                self.kube.request("PATCH", url, body={"spec": {"replicas": step + 1}},
+                                  content_type="application/merge-patch+json")  # fmt: skip
+                rec.wait(partial(operator.contains, rec.children, new), new[1], 60)
+                seconds.append(rec.children[new] - t0)
+        finally:
+            rec.stop.set()
+        return seconds
+
     def _converge(
         self, rec: Recorder, cr: dict[str, Any], wanted: set[tuple[str, str]]
     ) -> tuple[float, float]:
@@ -491,6 +525,8 @@ class Figures:
     writes: dict[str, int]
     requests: int
     rss_0: float
+    #: a scaler raised by one until the new instance's StatefulSet exists, per step
+    scaler_steps: list[float] = field(default_factory=list)
 
     def at(self, count: int) -> Scale:
         (found,) = [s for s in self.scales if s.count == count]
@@ -530,6 +566,8 @@ def measure(sizes: Sizes, layout: dev_cluster.Layout, workdir: Path) -> Figures:
         rss_0 = bench.rss_mib()
         _progress(f"one CR, {sizes.runs} runs")
         one_children, one_ready = bench.one_cr()
+        _progress(f"a scaler raised by one, {sizes.runs} times")
+        scaler_steps = bench.scaler_steps()
         bench.delete_namespace(bench.ns_one)
         for index, count in enumerate(sizes.scales):
             _progress(f"{count} CRs: the bare client's applies")
@@ -551,7 +589,7 @@ def measure(sizes: Sizes, layout: dev_cluster.Layout, workdir: Path) -> Figures:
         bench.stop()
     _progress(f"idle writes {writes or 'none'}")
     return Figures(one_children, one_ready, scales, total // sizes.scales[-1], writes,
-                   requests, rss_0)  # fmt: skip
+                   requests, rss_0, scaler_steps)  # fmt: skip
 
 
 def rows_from(runs: list[Figures], sizes: Sizes) -> list[Row]:
@@ -576,6 +614,9 @@ def rows_from(runs: list[Figures], sizes: Sizes) -> list[Row]:
                    [med(r.one_ready) for r in runs], "s", 3),
         median_row(f"one CR, apply request to Ready (kubelet-sim), p95 of {n}",
                    [percentile(r.one_ready, 0.95) for r in runs], "s", 3),
+        median_row(f"a scaler's spec.replicas + 1 to the new instance's StatefulSet, p95 of {n}",
+                   [percentile(r.scaler_steps, 0.95) for r in runs], "s", 3,
+                   f"< {GOAL_SCALER_P95_S:g} s", lambda v: v < GOAL_SCALER_P95_S),
     ]  # fmt: skip
     for count in sizes.scales:
         at = [r.at(count) for r in runs]
@@ -623,7 +664,7 @@ def rows_from(runs: list[Figures], sizes: Sizes) -> list[Row]:
     ]  # fmt: skip
     for count in sizes.scales:
         goal = count == ref
-        rows.append(median_row(f"operator RSS at {count} Ready CRs",
+        rows.append(median_row(f"operator RSS at {count} Ready CRs (both roles scaled)",
                                [r.at(count).rss for r in runs], "MiB", 1,
                                f"< {GOAL_RSS_MIB:g} MiB" if goal else "",
                                (lambda v: v < GOAL_RSS_MIB) if goal else None))  # fmt: skip
