@@ -31,16 +31,18 @@ def test_operator_bench_smoke(cluster: Any, tmp_path: Path) -> None:
     check_rows(rows)
     names = [r["name"] for r in rows]
     assert all(isinstance(r["value"], int | float) for r in rows), rows
-    # 12 children each: layout ConfigMap, 2 headless Services, 2 StatefulSets, 2 budgets,
-    # the router's ServiceAccount, Role, RoleBinding, Service and Deployment
-    assert any(n.startswith("2 CRs applied at once: operator until all 24 children exist: "
+    # 14 children each: layout ConfigMap, 2 headless Services, 2 StatefulSets, 2 budgets,
+    # the router's ServiceAccount, Role, RoleBinding, Service and Deployment, and both
+    # roles' PDRoleScalers
+    assert any(n.startswith("2 CRs applied at once: operator until all 28 children exist: "
                             "median of 1") for n in names), names  # fmt: skip
-    assert any(n.startswith("2 CRs: bare client, the same 24 server-side applies")
+    assert any(n.startswith("2 CRs: bare client, the same 28 server-side applies")
                for n in names), names  # fmt: skip
     goals = [(r["name"].split(" (")[0].split(": median of")[0].split(", worst of")[0], r["unit"])
              for r in rows if r["goal"]]  # fmt: skip
     assert goals == [
         ("one CR, apply request to every child created, p95 of 2", "s"),
+        ("a scaler's spec.replicas + 1 to the new instance's StatefulSet, p95 of 2", "s"),
         ("operator / bare client, 1 CRs, until all children exist", "x"),
         ("operator / bare client, 2 CRs, until all children exist", "x"),
         ("per-CR time at 2 CRs / at 1 CRs, operator until all children exist", "x"),
