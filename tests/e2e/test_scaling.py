@@ -10,12 +10,12 @@ the HPA controller's writes to the scale subresource; never the operator's build
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import pytest
-from kubernetes import client
 from pdd_e2e import apply, example, get, pdd_doc
+
+from reliability.drain_crash import DrainSampler
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -71,40 +71,6 @@ def _prefill_and_router(kubectl: Any, namespace: str) -> dict[str, str]:
     }
 
 
-class PodSampler(threading.Thread):
-    """Reads the decode pods straight from the API server every ~100 ms: for each pod, was
-    it ever seen being deleted without the draining label (cut before it was marked)?"""
-
-    def __init__(self, api_client: Any, namespace: str) -> None:
-        super().__init__(daemon=True)
-        self.core = client.CoreV1Api(api_client)
-        self.namespace = namespace
-        self.stopping = threading.Event()
-        self.deleted_unmarked: set[str] = set()
-        self.deleted_marked: set[str] = set()
-        self.samples = 0
-
-    def run(self) -> None:
-        while not self.stopping.wait(0.1):
-            pods = self.core.list_namespaced_pod(
-                self.namespace, label_selector="ascendpd.io/role=decode"
-            ).items
-            self.samples += 1
-            for pod in pods:
-                if pod.metadata.deletion_timestamp is None:
-                    continue
-                marked = (pod.metadata.labels or {}).get("ascendpd.io/draining") == "true"
-                (self.deleted_marked if marked else self.deleted_unmarked).add(pod.metadata.name)
-
-    def __enter__(self) -> PodSampler:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.join(10)
-
-
 def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
     kubectl: Any, namespace: str, operator: Any, wait_until: Any, api_client: Any
 ) -> None:
@@ -127,7 +93,7 @@ def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
     _, leaders, instances = wait_until(_settled_at(kubectl, namespace, 3), "3 decode")
     assert instances == [f"{NAME}-decode-{i}" for i in range(3)]
     # Down to 1: two drains, one after the other; every pod deleted was marked first.
-    with PodSampler(api_client, namespace) as sampler:
+    with DrainSampler(api_client, namespace) as sampler:
         kubectl("scale", SCALER, "-n", namespace, "--replicas=1")
         _, leaders, instances = wait_until(_settled_at(kubectl, namespace, 1), "1 decode")
 
@@ -138,7 +104,7 @@ def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
 
         drained_events = wait_until(drained, "two InstanceDrained Events")
     assert instances == [f"{NAME}-decode-0"]
-    assert sampler.samples > 0 and not sampler.deleted_unmarked, sampler.deleted_unmarked
+    assert sampler.samples > 0 and not sampler.unmarked, sampler.unmarked
     assert sorted(e["message"].split()[0] for e in drained_events) == [
         f"{NAME}-decode-1", f"{NAME}-decode-2"]  # fmt: skip
     assert _prefill_and_router(kubectl, namespace) == untouched
