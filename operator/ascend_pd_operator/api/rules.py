@@ -891,10 +891,16 @@ def _feasible_cel() -> str:
 
 
 def _describe_scaling(s: Any) -> str:
-    (plo, phi), (dlo, dhi) = role_range(s.prefill), role_range(s.decode)
+    def role(name: str) -> str:
+        r = s.role(name)
+        if r.scaling.mode == "Static":
+            return f"{name}.replicas {r.replicas} (Static)"
+        lo, hi = r.scaling.min_replicas, r.scaling.max_replicas
+        return f"{name}.scaling.minReplicas {lo}, {name}.scaling.maxReplicas {hi}"
+
     b = s.scaling.prefill_per_decode
-    ratio = "none" if b is None else f"[{b.min or 'none'}, {b.max or 'none'}]"
-    return f"prefill in [{plo}, {phi}], decode in [{dlo}, {dhi}], prefillPerDecode {ratio}"
+    ratio = "none" if b is None else f"min {b.min or 'none'}, max {b.max or 'none'}"
+    return f"{role('prefill')}; {role('decode')}; scaling.prefillPerDecode {ratio}"
 
 
 SCALING_RULES: tuple[Rule, ...] = (
