@@ -29,7 +29,8 @@ def test_example_becomes_ready_with_its_layout(
         "dsv2-lite Ready",
     )
     assert st["kvLayout"]["totalKvLayers"] == 27 and st["kvLayout"]["kvBufGroups"] == 2
-    assert st["decode"] == {"replicas": 2, "readyReplicas": 2, "nodesPerInstance": 1,
+    assert st["decode"] == {"replicas": 2, "effectiveReplicas": 2, "readyReplicas": 2,
+                            "nodesPerInstance": 1,
                             "updatedReplicas": 2, "availableReplicas": 2,
                             "surgeReplicas": 0}  # fmt: skip
     assert st["rollout"]["phase"] == "Complete"
@@ -492,7 +493,8 @@ def test_an_operator_restarted_mid_rollout_converges_to_the_same_state(
             "Ready at the latest generation",
             timeout=180,
         )
-        assert st["prefill"] == {"replicas": 1, "readyReplicas": 1, "nodesPerInstance": 2,
+        assert st["prefill"] == {"replicas": 1, "effectiveReplicas": 1, "readyReplicas": 1,
+                                 "nodesPerInstance": 2,
                                  "updatedReplicas": 1, "availableReplicas": 1,
                                  "surgeReplicas": 0}  # fmt: skip
         names = sorted(versions(kubectl, namespace))

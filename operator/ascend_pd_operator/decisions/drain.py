@@ -80,10 +80,12 @@ def roster(role: str, seen: Iterable[Instance], effective: int) -> Roster:
     (``rollout.observed_instances``)."""
     seen = list(seen)
     drains = tuple(i for i in seen if draining(i))
+    # the role's own: a StatefulSet that stays, or pods whose StatefulSet someone deleted
+    # (it is applied again under the same index, never a new one)
     kept = [
         i for i in seen
-        if not draining(i) and not _is_surge(i) and i.statefulset is not None
-        and not _gone_or_going(i.statefulset)
+        if not draining(i) and not _is_surge(i)
+        and (i.pods if i.statefulset is None else not _gone_or_going(i.statefulset))
     ]  # fmt: skip
     own = [i.index for i in kept]
     victim = None

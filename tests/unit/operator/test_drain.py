@@ -183,3 +183,13 @@ def test_no_drain_without_a_scale_down(replicas: int) -> None:
     p = _step(cr, statefulsets, pods, T0)
     assert not [w for w in p.routing if "ascendpd.io/draining" in w.manifest["metadata"]["labels"]]  # type: ignore[index]
     assert not [w for w in p.deletes if w.kind == "StatefulSet"]
+
+
+def test_an_instance_whose_statefulset_was_deleted_keeps_its_index() -> None:
+    """A user deleted decode-0's StatefulSet; its pods are still being removed: the role
+    applies decode-0 again (drift is restored in place), it does not add decode-1."""
+    statefulsets = [_sts("decode", 1)]
+    pods = _pods("decode", 0) + _pods("decode", 1)
+    seen = observed_instances(OWNER, _spec(), statefulsets, pods)["decode"]
+    kept = roster("decode", seen, 2)
+    assert kept.own == (0, 1) and kept.victim is None
