@@ -80,12 +80,12 @@ def roster(role: str, seen: Iterable[Instance], effective: int) -> Roster:
     (``rollout.observed_instances``)."""
     seen = list(seen)
     drains = tuple(i for i in seen if draining(i))
-    # the role's own: a StatefulSet that stays, or pods whose StatefulSet someone deleted
-    # (it is applied again under the same index, never a new one)
+    # the role's own: a StatefulSet that stays, or running pods whose StatefulSet someone
+    # deleted (it is applied again under the same index, never a new one)
     kept = [
         i for i in seen
         if not draining(i) and not _is_surge(i)
-        and (i.pods if i.statefulset is None else not _gone_or_going(i.statefulset))
+        and (i.live_pods if i.statefulset is None else not _gone_or_going(i.statefulset))
     ]  # fmt: skip
     own = [i.index for i in kept]
     victim = None
@@ -95,7 +95,9 @@ def roster(role: str, seen: Iterable[Instance], effective: int) -> Roster:
         victim = min(candidates, key=lambda i: (i.ready, -i.index), default=None)
         if victim is not None:
             own.remove(victim.index)
-    taken = {i.index for i in seen}
+    # an index is free again once only terminating pods of an instance no drain holds are
+    # left: a StatefulSet of that name adopts nothing and waits for them, as after any drift
+    taken = {i.index for i in seen if i.statefulset or i.live_pods or draining(i)}
     free = (n for n in range(len(taken) + effective + 1) if n not in taken)
     while len(own) < effective:
         own.append(next(free))
@@ -107,7 +109,9 @@ def surge_indices(seen: Iterable[Instance], own: Iterable[int], count: int) -> t
     role's own and every other existing instance."""
     seen = list(seen)
     existing = [i.index for i in seen if _is_surge(i) and not draining(i)]
-    taken = {i.index for i in seen} | set(own)
+    # an index is free again once only terminating pods of an instance no drain holds are
+    # left: a StatefulSet of that name adopts nothing and waits for them, as after any drift
+    taken = {i.index for i in seen if i.statefulset or i.live_pods or draining(i)} | set(own)
     out = existing[:count]
     n = max(taken, default=-1) + 1
     while len(out) < count:

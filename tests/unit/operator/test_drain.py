@@ -193,3 +193,12 @@ def test_an_instance_whose_statefulset_was_deleted_keeps_its_index() -> None:
     seen = observed_instances(OWNER, _spec(), statefulsets, pods)["decode"]
     kept = roster("decode", seen, 2)
     assert kept.own == (0, 1) and kept.victim is None
+
+
+def test_an_index_whose_pods_are_only_terminating_is_free_again() -> None:
+    statefulsets = [_sts("decode", 1)]
+    pods = _pods("decode", 0) + _pods("decode", 1)
+    for pod in pods[:2]:
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+    seen = observed_instances(OWNER, _spec(), statefulsets, pods)["decode"]
+    assert roster("decode", seen, 2).own == (0, 1)
