@@ -488,9 +488,11 @@ def test_an_operator_restarted_mid_rollout_converges_to_the_same_state(
                 (s := status(kubectl, namespace, "dsv3")).get("phase") == "Ready"
                 and s.get("observedGeneration")
                 == (get(kubectl, namespace, "pdd", "dsv3") or {})["metadata"]["generation"]
+                # the instance scaled away drains first (Ready meanwhile: the rest serve)
+                and not s.get("prefill", {}).get("draining")
                 and s
             ),
-            "Ready at the latest generation",
+            "Ready at the latest generation, the scaled-away instance drained",
             timeout=180,
         )
         assert st["prefill"] == {"replicas": 1, "effectiveReplicas": 1, "readyReplicas": 1,
