@@ -921,10 +921,10 @@ SCALING_RULES: tuple[Rule, ...] = (
     Rule(
         where="PDDeploymentSpec",
         cel=_feasible_cel(),
-        message="no pair of instance counts satisfies the roles' ranges (a Static role: its "
-        "replicas; External or Planner: [scaling.minReplicas, scaling.maxReplicas]) and "
-        "scaling.prefillPerDecode: both roles at zero, or both running with prefill/decode "
-        "within the bounds",
+        message="no pair of instance counts satisfies the roles' ranges (prefill.replicas "
+        "of a Static role, else prefill.scaling.minReplicas to maxReplicas; decode likewise) "
+        "and spec.scaling.prefillPerDecode: both roles at zero, or both running with "
+        "prefill/decode within the bounds",
         check=_scaling_feasible,
         detail=_describe_scaling,
     ),
