@@ -57,7 +57,7 @@ def intent(resource: dict[str, Any], fingerprint: str) -> dict[str, Any]:
         return {
             "ascendpd.io/deployment": name,
             "ascendpd.io/role": role,
-            "ascendpd.io/routable": "true",
+            "ascendpd.io/leader": "true",
             "ascendpd.io/kv-fingerprint": fingerprint,
         }
 
