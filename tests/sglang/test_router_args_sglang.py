@@ -102,7 +102,7 @@ def test_router_args_parse_to_their_intent(version: str, tmp_path: Path) -> None
     request.write_text(json.dumps({"cases": cases}))
     done = subprocess.run(
         ["nice", str(harness.PYTHON), str(DRIVER), str(request), str(out)],
-        env={**harness.os.environ, "PYTHONPATH": harness.pythonpath(site)},
+        env=harness.venv_env(site),
         capture_output=True,
         text=True,
         check=False,
