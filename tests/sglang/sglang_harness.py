@@ -362,6 +362,23 @@ def run_python(
     )
 
 
+def run_cases(script: Path, dirs: tuple[Path, ...], cases: list[Any], request: Path) -> Any:
+    """Run ``script CASES.json RESULTS.json`` (``argv_driver.py``, ``router_driver.py``) in
+    the harness venv (``venv_env(*dirs)``), ``cases`` written to ``request``; the JSON it
+    wrote."""
+    out = request.with_suffix(".results.json")
+    request.write_text(json.dumps({"cases": cases}))
+    done = subprocess.run(
+        ["nice", str(PYTHON), str(script), str(request), str(out)],
+        env=venv_env(*dirs),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
 def run_report(
     dirs: tuple[Path, ...], script: str, **names: object
 ) -> tuple[subprocess.CompletedProcess[str], Any]:

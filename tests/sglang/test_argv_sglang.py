@@ -12,8 +12,6 @@ release cannot run are refused by the operator with the rule's message.
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -86,18 +84,8 @@ def parse_all(
 
 def _parse_alone(version: str, cases: list[ArgvCase], tmp: Path) -> Any:
     site = harness.ensure_version(version)
-    request = tmp / f"argv-{version}.json"
-    request.write_text(json.dumps({"cases": [c.request() for c in cases]}))
-    out = tmp / f"parsed-{version}.json"
-    done = subprocess.run(
-        ["nice", str(harness.PYTHON), str(DRIVER), str(request), str(out)],
-        env=harness.venv_env(site),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(out.read_text())
+    requests = [c.request() for c in cases]
+    return harness.run_cases(DRIVER, (site,), requests, tmp / f"argv-{version}.json")
 
 
 @pytest.fixture(scope="module")
