@@ -1,7 +1,8 @@
 """Runs inside the SGLang harness venv: SGLang's own parser on the launcher's argvs.
 
-Usage: ``python argv_driver.py CASES.json RESULTS.json``. Every case is an argv of
-``sglang.launch_server`` and the ``ServerArgs`` fields to report. Each is parsed twice:
+``run_all(cases)`` (a job of ``release_checks``, or ``python argv_driver.py CASES.json
+RESULTS.json``). Every case is an argv of ``sglang.launch_server`` and the ``ServerArgs``
+fields to report. Each is parsed twice:
 
 * ``check``: the launcher's pre-exec check (``ascend_pd_runtime.sglang_args``), i.e.
   ``ServerArgs.add_cli_args`` on an argparse parser and ``parse_args``;
@@ -72,22 +73,32 @@ def options() -> dict[str, Any]:
     return found
 
 
-def main() -> int:
+def run_all(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """The release, each case's parse by id, and the parser's options. SGLang's logging is
+    off meanwhile (a refused argv logs its error) and back on afterwards, for whatever
+    runs next in the interpreter."""
     logging.disable(logging.CRITICAL)
+    try:
+        results: dict[str, Any] = {}
+        for case in cases:
+            parsed = check(case["argv"], case["report"])
+            entry: dict[str, Any] = {"check": parsed}
+            if parsed["ok"]:
+                entry["server_args"] = server_args(case["argv"], case["report"])
+            results[case["id"]] = entry
+        return {
+            "version": importlib.metadata.version("sglang"),
+            "results": results,
+            "options": options(),
+        }
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def main() -> int:
     with open(sys.argv[1]) as handle:
         cases = json.load(handle)["cases"]
-    results: dict[str, Any] = {}
-    for case in cases:
-        parsed = check(case["argv"], case["report"])
-        entry: dict[str, Any] = {"check": parsed}
-        if parsed["ok"]:
-            entry["server_args"] = server_args(case["argv"], case["report"])
-        results[case["id"]] = entry
-    out = {
-        "version": importlib.metadata.version("sglang"),
-        "results": results,
-        "options": options(),
-    }
+    out = run_all(cases)
     with open(sys.argv[2], "w") as handle:
         json.dump(out, handle)
     return 0

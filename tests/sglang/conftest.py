@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sglang_harness as harness
+from release_checks import ReleaseChecks
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +23,12 @@ def sglang_envs() -> Iterator[harness.Envs]:
         yield harness.Envs(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def release_checks(sglang_envs: harness.Envs) -> ReleaseChecks:
+    """Every registered check of a release, run in one interpreter per release and mode."""
+    return ReleaseChecks(sglang_envs)
 
 
 @pytest.fixture(params=harness.VERSIONS)

@@ -1,18 +1,16 @@
 """Runs inside the SGLang harness venv: drive the real ``AscendKVManager.send_kvcache``.
 
-Usage: ``python driver.py CASES.json RESULTS.json``. For every case it builds the
-manager the way SGLang's prefill does (``KVArgs`` fields as the version sets
-them), swaps the transfer engine for one that records every descriptor, calls
-``send_kvcache`` and writes what was recorded, or the error it raised.
+``run_all(cases)`` (a job of ``release_checks``): for every case it builds the manager
+the way SGLang's prefill does (``KVArgs`` fields as the version sets them), swaps the
+transfer engine for one that records every descriptor, calls ``send_kvcache`` and
+returns what was recorded, or the error it raised.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import importlib.metadata
-import json
 import logging
-import sys
 import threading
 from types import SimpleNamespace
 
@@ -155,24 +153,16 @@ def run_case(conn, case: dict, version: tuple[int, ...], patched: bool) -> dict:
     }
 
 
-def main() -> None:
-    cases_path, results_path = sys.argv[1], sys.argv[2]
-    with open(cases_path) as handle:
-        spec = json.load(handle)
+def run_all(cases: list[dict]) -> dict:
+    """The release, whether its connector is patched, and each case's result by name."""
     import sglang.srt.disaggregation.ascend.conn as conn
 
     text = importlib.metadata.version("sglang")
     version = version_tuple(text)
     with open(conn.__file__) as handle:
         patched = "ascend-pd patch: vectorized-send" in handle.read()
-    results = {
+    return {
         "version": text,
         "patched": patched,
-        "results": {c["name"]: run_case(conn, c, version, patched) for c in spec["cases"]},
+        "results": {c["name"]: run_case(conn, c, version, patched) for c in cases},
     }
-    with open(results_path, "w") as handle:
-        json.dump(results, handle)
-
-
-if __name__ == "__main__":
-    main()

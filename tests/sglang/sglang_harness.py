@@ -35,7 +35,7 @@ HARNESS = CACHE / "sglang-harness"
 VENV = HARNESS / "venv"
 PYTHON = VENV / "bin" / "python"
 STUBS = Path(__file__).resolve().parent / "stubs"
-DRIVER = Path(__file__).resolve().parent / "driver.py"
+TESTS = Path(__file__).resolve().parent
 
 #: Lines a test wants in the session's terminal summary (conftest prints them).
 SUMMARY: list[str] = []
@@ -281,6 +281,19 @@ def pythonpath(*dirs: Path, stubs: Path = STUBS) -> str:
     return os.pathsep.join(str(d) for d in (*dirs, RUNTIME_SRC, stubs))
 
 
+def venv_env(*dirs: Path, stubs: Path = STUBS) -> dict[str, str]:
+    """The environment of a harness interpreter with ``dirs``, this checkout's runtime and
+    ``stubs`` on the path. Never the caller's ``ASCEND_PD_MODEL_CONFIG`` (a case names its
+    model; a developer's setting must not change what it tests). Bytecode is written:
+    the releases are installed with ``--no-compile``, and a shell that sets
+    PYTHONDONTWRITEBYTECODE would make every run compile SGLang and transformers again
+    (about as long as the import itself)."""
+    env = dict(os.environ, PYTHONPATH=pythonpath(*dirs, stubs=stubs))
+    env.pop("ASCEND_PD_MODEL_CONFIG", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def run_install_and_patch(
     copy: Path, pristine: Path, version: str, *extra_env: tuple[str, str]
 ) -> subprocess.CompletedProcess[str]:
@@ -305,35 +318,6 @@ def workdir() -> Path:
     path = HARNESS / "run" / f"{os.getpid()}"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def run_driver(
-    dirs: tuple[Path, ...],
-    cases: list[dict[str, object]],
-    tmp: Path,
-    extra_env: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """Run ``driver.py`` in the harness venv with ``dirs`` first on the path.
-
-    ``ASCEND_PD_MODEL_CONFIG`` is never inherited from the caller: the cases name their
-    model (``model_path``) and a developer's setting must not change what they test.
-    """
-    cases_path, results_path = tmp / "cases.json", tmp / "results.json"
-    cases_path.write_text(json.dumps({"cases": cases}))
-    env = dict(os.environ, PYTHONPATH=pythonpath(*dirs), PYTHONDONTWRITEBYTECODE="")
-    env.pop("ASCEND_PD_MODEL_CONFIG", None)
-    env.update(extra_env or {})
-    out = subprocess.run(
-        ["nice", str(PYTHON), str(DRIVER), str(cases_path), str(results_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"driver failed ({out.returncode}):\n{out.stderr[-5000:]}")
-    result: dict[str, Any] = json.loads(results_path.read_text())
-    return result
 
 
 @dataclass
@@ -367,18 +351,32 @@ class Envs:
 def run_python(
     dirs: tuple[Path, ...], code: str, stubs: Path = STUBS, nice: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in the harness venv with ``dirs``, this checkout's runtime and ``stubs``
-    on the path (never the caller's ``ASCEND_PD_MODEL_CONFIG``); ``nice`` unless a
-    benchmark asks for the ordinary priority."""
-    env = dict(os.environ, PYTHONPATH=pythonpath(*dirs, stubs=stubs))
-    env.pop("ASCEND_PD_MODEL_CONFIG", None)
+    """Run ``code`` in the harness venv (``venv_env``); ``nice`` unless a benchmark asks
+    for the ordinary priority."""
     return subprocess.run(
         [*(["nice"] if nice else []), str(PYTHON), "-c", code],
-        env=env,
+        env=venv_env(*dirs, stubs=stubs),
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def run_cases(script: Path, dirs: tuple[Path, ...], cases: list[Any], request: Path) -> Any:
+    """Run ``script CASES.json RESULTS.json`` (``argv_driver.py``, ``router_driver.py``) in
+    the harness venv (``venv_env(*dirs)``), ``cases`` written to ``request``; the JSON it
+    wrote."""
+    out = request.with_suffix(".results.json")
+    request.write_text(json.dumps({"cases": cases}))
+    done = subprocess.run(
+        ["nice", str(PYTHON), str(script), str(request), str(out)],
+        env=venv_env(*dirs),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(out.read_text())
 
 
 def run_report(
@@ -388,7 +386,7 @@ def run_report(
     path (``driver.py``, ``mla_pools.py``) and each of ``names`` by its value's ``repr``;
     returns the run and the JSON it printed on its last ``REPORT `` line (None: it failed
     or printed none)."""
-    for name, value in {"TESTS": str(DRIVER.parent), **names}.items():
+    for name, value in {"TESTS": str(TESTS), **names}.items():
         script = script.replace(name, repr(value))
     out = run_python(dirs, script)
     lines = [line for line in out.stdout.splitlines() if line.startswith("REPORT ")]

@@ -12,14 +12,13 @@ release cannot run are refused by the operator with the rule's message.
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sglang_harness as harness
 from argv_cases import ArgvCase, Refusal, cases_for
+from release_checks import Job, ReleaseChecks, release_check
 
 from ascend_pd_runtime.layout import (
     SGLANG_PP_PREFILL_DRAFT,
@@ -31,6 +30,7 @@ pytestmark = [pytest.mark.sglang, pytest.mark.timeout(900)]
 
 VERSIONS = supported_sglang_versions()
 DRIVER = Path(__file__).resolve().parent / "argv_driver.py"
+_PLANNED: dict[str, tuple[list[ArgvCase], list[Refusal]]] = {}
 _RESULTS: dict[str, tuple[list[ArgvCase], list[Refusal], dict[str, Any]]] = {}
 
 #: The only way prepare_server_args may fail here: a pre-0.5.2x ServerArgs.__post_init__
@@ -38,27 +38,54 @@ _RESULTS: dict[str, tuple[list[ArgvCase], list[Refusal], dict[str, Any]]] = {}
 NO_NPU = "module 'torch' has no attribute 'npu'"
 #: The rule that refuses, before 0.5.20, what those releases cannot run.
 PP_PREFILL_DRAFT_RULE = "refuses speculative decoding on a prefill with pipeline size > 1"
+#: a release_checks job: ``argv_driver.run_all`` on ``CASES``
+ARGV = """
+import json, sys
+sys.path.insert(0, TESTS)
+import argv_driver
+print("REPORT " + json.dumps(argv_driver.run_all(CASES)))
+"""
 
 
-def parse_all(version: str, tmp: Path) -> tuple[list[ArgvCase], list[Refusal], dict[str, Any]]:
-    """Plan every pod for ``version`` and parse every argv with that release (cached)."""
+def planned(version: str, tmp: Path) -> tuple[list[ArgvCase], list[Refusal]]:
+    """Every pod's argv for ``version`` and the specs refused (planned once; the model
+    directories under ``tmp`` of the first call)."""
+    if version not in _PLANNED:
+        _PLANNED[version] = cases_for(version, tmp)
+    return _PLANNED[version]
+
+
+# last in the release's pristine interpreter: it turns logging off while it parses, and
+# what prepare_server_args leaves behind is no later job's business
+@release_check("upstream", order=90)
+def _argv_job(env: harness.SGLangEnv) -> list[Job]:
+    cases, _ = planned(env.version, env.workdir / "argv")
+    return [Job("argv", ARGV, {"CASES": [c.request() for c in cases]})]
+
+
+def parse_all(
+    version: str, tmp: Path, checks: ReleaseChecks
+) -> tuple[list[ArgvCase], list[Refusal], dict[str, Any]]:
+    """Plan every pod for ``version`` and parse every argv with that release (cached): in
+    the release's pristine batch where the session has one (``harness.VERSIONS``), in an
+    interpreter of its own otherwise."""
     if version not in _RESULTS:
-        site = harness.ensure_version(version)
-        cases, refused = cases_for(version, tmp)
-        request = tmp / f"argv-{version}.json"
-        request.write_text(json.dumps({"cases": [c.request() for c in cases]}))
-        out = tmp / f"parsed-{version}.json"
-        env_path = harness.pythonpath(site, harness.REPO / "runtime")
-        done = subprocess.run(
-            ["nice", str(harness.PYTHON), str(DRIVER), str(request), str(out)],
-            env={**harness.os.environ, "PYTHONPATH": env_path},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-4000:]
-        _RESULTS[version] = (cases, refused, json.loads(out.read_text()))
+        if version in harness.VERSIONS:
+            job = checks.result(version, "upstream", "argv")
+            assert job.report is not None, (job.error or job.stdout)[-4000:]
+            parsed = job.report
+            cases, refused = planned(version, tmp)
+        else:
+            cases, refused = planned(version, tmp)
+            parsed = _parse_alone(version, cases, tmp)
+        _RESULTS[version] = (cases, refused, parsed)
     return _RESULTS[version]
+
+
+def _parse_alone(version: str, cases: list[ArgvCase], tmp: Path) -> Any:
+    site = harness.ensure_version(version)
+    requests = [c.request() for c in cases]
+    return harness.run_cases(DRIVER, (site,), requests, tmp / f"argv-{version}.json")
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +94,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_every_pod_command_parses_to_its_intent(version: str, workdir: Path) -> None:
-    cases, refused, parsed = parse_all(version, workdir)
+def test_every_pod_command_parses_to_its_intent(
+    version: str, workdir: Path, release_checks: ReleaseChecks
+) -> None:
+    cases, refused, parsed = parse_all(version, workdir, release_checks)
     assert parsed["version"] == version
     assert cases, "no argv planned"
     problems: list[str] = []
@@ -106,14 +135,14 @@ def _diff(got: dict[str, Any], want: dict[str, Any]) -> str:
     return ", ".join(f"{k}={got.get(k)!r} (want {want.get(k)!r})" for k in keys)
 
 
-def test_flag_differences_between_releases(workdir: Path) -> None:
+def test_flag_differences_between_releases(workdir: Path, release_checks: ReleaseChecks) -> None:
     """Which options each release drops or adds (and choice lists of the flags we write
     that change): the record behind extraArgs that one release accepts and the next
     refuses. Every flag the launcher writes exists in every release."""
-    options = {v: parse_all(v, workdir)[2]["options"] for v in VERSIONS}
+    options = {v: parse_all(v, workdir, release_checks)[2]["options"] for v in VERSIONS}
     written = {
         a.split("=", 1)[0]
-        for case in parse_all(VERSIONS[-1], workdir)[0]
+        for case in parse_all(VERSIONS[-1], workdir, release_checks)[0]
         for a in case.argv
         if a.startswith("--")
     }

@@ -16,37 +16,56 @@ from typing import Any
 
 import pytest
 import sglang_harness as harness
+from release_checks import Job, ReleaseChecks, release_check
 from sglang_cases import Case, layout_cases, mismatch_cases
 
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(1800)]
 
 VERSIONS = harness.VERSIONS
 FROM_0_5_12 = [v for v in VERSIONS if tuple(map(int, v.split("."))) >= (0, 5, 12)]
-_RESULTS: dict[tuple[str, str], dict[str, Any]] = {}
+#: a release_checks job: ``driver.run_all`` on ``CASES``
+CONNECTOR = """
+import json, sys
+sys.path.insert(0, TESTS)
+import driver
+print("REPORT " + json.dumps(driver.run_all(CASES)))
+"""
 
 
 def _cases(env: harness.SGLangEnv) -> list[Case]:
     return layout_cases(env.version_tuple) + mismatch_cases()
 
 
-def _results(env: harness.SGLangEnv, mode: str) -> dict[str, Any]:
-    key = (env.version, mode)
-    if key not in _RESULTS:
-        dirs = (env.patched, env.pristine) if mode == "patched" else (env.pristine,)
-        tmp = env.workdir / mode
-        tmp.mkdir(exist_ok=True)
-        _RESULTS[key] = harness.run_driver(dirs, [c.to_json() for c in _cases(env)], tmp)
-        assert _RESULTS[key]["version"] == env.version
-        assert _RESULTS[key]["patched"] is (mode == "patched")
-    return _RESULTS[key]["results"]
+def _connector_job(env: harness.SGLangEnv) -> Job:
+    return Job("connector", CONNECTOR, {"CASES": [c.to_json() for c in _cases(env)]})
+
+
+# first in the process: SGLang as the connector meets it at start-up
+@release_check("patched", order=10)
+def _patched_jobs(env: harness.SGLangEnv) -> list[Job]:
+    return [_connector_job(env), Job("request-path", CONNECTOR, {"CASES": _bad_requests(env)})]
+
+
+@release_check("upstream", order=10)
+def _upstream_jobs(env: harness.SGLangEnv) -> list[Job]:
+    return [_connector_job(env)]
+
+
+def _results(checks: ReleaseChecks, version: str, mode: str, job: str = "connector") -> Any:
+    """The driver's result of every case of ``job`` in ``version``, patched or upstream."""
+    result = checks.result(version, mode, job)
+    assert result.report is not None, result.error or result.stdout[-3000:]
+    assert result.report["version"] == version
+    assert result.report["patched"] is (mode == "patched")
+    return result.report["results"]
 
 
 def _patched_and_upstream(
-    sglang_envs: harness.Envs, version: str
+    checks: ReleaseChecks, version: str
 ) -> tuple[harness.SGLangEnv, dict[str, Any], dict[str, Any]]:
     """``version``'s environment and the driver's results of every case, patched and not."""
-    env = sglang_envs.get(version)
-    return env, _results(env, "patched"), _results(env, "upstream")
+    env = checks.envs.get(version)
+    return env, _results(checks, version, "patched"), _results(checks, version, "upstream")
 
 
 def test_install_and_patch_applies_every_patch_of_the_version(env: harness.SGLangEnv) -> None:
@@ -82,8 +101,10 @@ def test_wrong_sglang_version_fails_the_build(env: harness.SGLangEnv) -> None:
     assert f"SGLANG_VERSION is 0.5.99 but the base image has SGLang {env.version}" in out.stderr
 
 
-def test_patched_send_kvcache_sends_the_layout_core_plan(env: harness.SGLangEnv) -> None:
-    results = _results(env, "patched")
+def test_patched_send_kvcache_sends_the_layout_core_plan(
+    env: harness.SGLangEnv, release_checks: ReleaseChecks
+) -> None:
+    results = _results(release_checks, env.version, "patched")
     checked = 0
     for case in layout_cases(env.version_tuple):
         result = results[case.name]
@@ -102,8 +123,10 @@ def test_patched_send_kvcache_sends_the_layout_core_plan(env: harness.SGLangEnv)
     assert checked >= 30
 
 
-def test_guard_refuses_a_decode_with_the_wrong_pointer_count(env: harness.SGLangEnv) -> None:
-    results = _results(env, "patched")
+def test_guard_refuses_a_decode_with_the_wrong_pointer_count(
+    env: harness.SGLangEnv, release_checks: ReleaseChecks
+) -> None:
+    results = _results(release_checks, env.version, "patched")
     for case in mismatch_cases():
         result = results[case.name]
         assert result.get("status") == -1, f"{case.name}: {_brief(result)}"
@@ -139,9 +162,9 @@ def _upstream_is_correct(case: Case, version: tuple[int, int, int]) -> bool:
 
 @pytest.mark.parametrize("version", FROM_0_5_12)
 def test_unpatched_upstream_sends_the_same_where_it_is_correct(
-    version: str, sglang_envs: harness.Envs
+    version: str, release_checks: ReleaseChecks
 ) -> None:
-    env, patched, upstream = _patched_and_upstream(sglang_envs, version)
+    env, patched, upstream = _patched_and_upstream(release_checks, version)
     compared = 0
     for case in layout_cases(env.version_tuple):
         if not _upstream_is_correct(case, env.version_tuple):
@@ -154,9 +177,11 @@ def test_unpatched_upstream_sends_the_same_where_it_is_correct(
 
 
 @pytest.mark.parametrize("version", ["0.5.10", "0.5.11"])
-def test_mla_under_pp_is_new_in_0_5_10_and_0_5_11(version: str, sglang_envs: harness.Envs) -> None:
+def test_mla_under_pp_is_new_in_0_5_10_and_0_5_11(
+    version: str, release_checks: ReleaseChecks
+) -> None:
     """Upstream sends MLA KV under PP to the wrong decode entries; patched follows the core."""
-    env, patched, upstream = _patched_and_upstream(sglang_envs, version)
+    env, patched, upstream = _patched_and_upstream(release_checks, version)
     pp_mla = [c for c in layout_cases(env.version_tuple) if "pp" in c.tags and c.mla]
     differing = [
         c.name
@@ -170,10 +195,10 @@ def test_mla_under_pp_is_new_in_0_5_10_and_0_5_11(version: str, sglang_envs: har
 
 @pytest.mark.parametrize("version", FROM_0_5_12)
 def test_upstream_misplaces_kv_for_a_pp_decode_holding_draft_layers(
-    version: str, sglang_envs: harness.Envs
+    version: str, release_checks: ReleaseChecks
 ) -> None:
     """The one layout where upstream 0.5.12+ is wrong: patched sends the core's plan."""
-    env, patched, upstream = _patched_and_upstream(sglang_envs, version)
+    env, patched, upstream = _patched_and_upstream(release_checks, version)
     cases = [c for c in layout_cases(env.version_tuple) if "decode-pp-draft" in c.tags]
     wrong = [c for c in cases if c.decode.draft_layers]
     assert len(cases) == 2 and len(wrong) == 1
@@ -183,27 +208,36 @@ def test_upstream_misplaces_kv_for_a_pp_decode_holding_draft_layers(
         assert (upstream[case.name].get("descriptors") == case.expected()) is (case not in wrong)
 
 
-def test_request_path_refuses_instead_of_raising(env: harness.SGLangEnv, tmp_path: Path) -> None:
+def _bad_config(env: harness.SGLangEnv) -> Path:
+    return env.workdir / "bad-model" / "config.json"
+
+
+def _bad_requests(env: harness.SGLangEnv) -> list[dict[str, Any]]:
+    """``v3-pp1/rank0`` with a hub model id, an unreadable config.json, one item length
+    short."""
+    (base,) = [c for c in layout_cases(env.version_tuple) if c.name == "v3-pp1/rank0"]
+    bad_config = _bad_config(env)
+    bad_config.parent.mkdir(exist_ok=True)
+    bad_config.write_text('{"num_hidden_layers": 61,')
+    hub = dict(base.to_json(), name="hub-model-id", model_path="deepseek-ai/DeepSeek-V3")
+    unreadable = dict(base.to_json(), name="unreadable-config", model_path=str(bad_config.parent))
+    short = base.to_json()
+    short.update(name="short-item-lens", item_lens=short["item_lens"][:-1])
+    return [hub, unreadable, short]
+
+
+def test_request_path_refuses_instead_of_raising(
+    env: harness.SGLangEnv, release_checks: ReleaseChecks
+) -> None:
     """An exception out of ``send_kvcache`` ends SGLang's transfer thread and the prefill is
     reported dead: a missing or unreadable model config, or KVArgs the guard cannot read,
     must fail the one request with a logged reason instead."""
-    (base,) = [c for c in layout_cases(env.version_tuple) if c.name == "v3-pp1/rank0"]
-    bad_config = tmp_path / "bad-model"
-    bad_config.mkdir()
-    (bad_config / "config.json").write_text('{"num_hidden_layers": 61,')
-    hub = dict(base.to_json(), name="hub-model-id", model_path="deepseek-ai/DeepSeek-V3")
-    unreadable = dict(base.to_json(), name="unreadable-config", model_path=str(bad_config))
-    short = base.to_json()
-    short.update(name="short-item-lens", item_lens=short["item_lens"][:-1])
-    work = tmp_path / "driver"
-    work.mkdir()
-    results = harness.run_driver((env.patched, env.pristine), [hub, unreadable, short], work)[
-        "results"
-    ]
+    results = _results(release_checks, env.version, "patched", "request-path")
+    assert sorted(results) == sorted(c["name"] for c in _bad_requests(env))
     expected = {
         "hub-model-id": "model path 'deepseek-ai/DeepSeek-V3' is not a local path; set "
         "ASCEND_PD_MODEL_CONFIG to the config.json or the model directory",
-        "unreadable-config": f"{bad_config / 'config.json'}: not valid JSON",
+        "unreadable-config": f"{_bad_config(env)}: not valid JSON",
         "short-item-lens": "122 KV pointers but 121 item lengths",
     }
     for name, needle in expected.items():

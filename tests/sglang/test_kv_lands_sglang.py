@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import sglang_harness as harness
+from release_checks import Job, ReleaseChecks, release_check
 
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(1800)]
 
@@ -119,46 +120,56 @@ def run_allocation(rng: random.Random, pages: int, pool: int, max_run: int = 16)
     ]
 
 
-def _run(
-    env: harness.SGLangEnv,
-    dirs: tuple[Path, ...],
-    tmp_path: Path,
-    pages: tuple[int, list[int], list[int]] | None = None,
-) -> dict[str, Any]:
-    paths = {
-        "None": harness.mla_model(tmp_path / "mla", 7, 1, index=False),
-        "2": harness.mla_model(tmp_path / "dsa", 7, 1, index=True),
+#: the releases whose upstream send_kvcache misplaces MLA KV under PP
+UPSTREAM_MISPLACES = ("0.5.10", "0.5.11")
+
+
+def _model_paths(root: Path) -> dict[str, str]:
+    """The two models' directories under ``root``: MLA (DeepSeek-V3) and with an index
+    head (V3.2), keyed as ``SCRIPT``'s loop names them."""
+    root.mkdir(parents=True, exist_ok=True)
+    return {
+        "None": harness.mla_model(root / "mla", 7, 1, index=False),
+        "2": harness.mla_model(root / "dsa", 7, 1, index=True),
     }
-    script = SCRIPT
-    if pages is not None:
-        pool, src, dst = pages
-        script = script.replace(
-            _PAGES_LINES,
-            f"LAYERS, STAGES, PAGES = 7, [(0, 3), (3, 7)], {pool}\n"
-            f"SRC_PAGES = {src!r}\nDST_PAGES = {dst!r}\n",
-        )
-        assert script != SCRIPT
-    out, report = harness.run_report(dirs, script, VERSION_TEXT=env.version, MODEL_PATHS=paths)
-    if report is None:
-        return {"error": {"stderr": out.stderr[-3000:]}}
-    return dict(report)
+
+
+def _job(env: harness.SGLangEnv, mode: str) -> Job:
+    paths = _model_paths(env.workdir / f"kv-lands-{mode}")
+    return Job("kv-lands", SCRIPT, {"VERSION_TEXT": env.version, "MODEL_PATHS": paths})
+
+
+@release_check("patched")
+def _patched_jobs(env: harness.SGLangEnv) -> list[Job]:
+    return [_job(env, "patched")]
+
+
+@release_check("upstream")
+def _upstream_jobs(env: harness.SGLangEnv) -> list[Job]:
+    return [_job(env, "upstream")] if env.version in UPSTREAM_MISPLACES else []
+
+
+def _report(checks: ReleaseChecks, version: str, mode: str) -> dict[str, Any]:
+    result = checks.result(version, mode, "kv-lands")
+    if result.report is None:
+        return {"error": {"stderr": (result.error or result.stdout)[-3000:]}}
+    return dict(result.report)
 
 
 def test_patched_send_puts_every_page_in_the_same_layer_and_group(
-    env: harness.SGLangEnv, tmp_path: Path
+    env: harness.SGLangEnv, release_checks: ReleaseChecks
 ) -> None:
-    report = _run(env, (env.patched, env.pristine), tmp_path)
+    report = _report(release_checks, env.version, "patched")
     assert "error" not in report, report
     assert report["None"] == {"groups": 2, "wrong": [], "wrong_count": 0}
     assert report["2"] == {"groups": 3, "wrong": [], "wrong_count": 0}
 
 
-@pytest.mark.parametrize("version", ["0.5.10", "0.5.11"])
+@pytest.mark.parametrize("version", UPSTREAM_MISPLACES)
 def test_upstream_0_5_10_and_0_5_11_misplace_mla_kv_under_pp(
-    version: str, sglang_envs: harness.Envs, tmp_path: Path
+    version: str, release_checks: ReleaseChecks
 ) -> None:
-    env = sglang_envs.get(version)
-    report = _run(env, (env.pristine,), tmp_path)
+    report = _report(release_checks, version, "upstream")
     misplaced = "error" in report or any(r["wrong_count"] for r in report.values())
     assert misplaced, report
 
@@ -178,8 +189,20 @@ def test_patched_send_coalesces_realistic_runs_and_every_byte_lands_via_the_real
         1 for i in range(1, request) if (src[i], dst[i]) != (src[i - 1] + 1, dst[i - 1] + 1)
     )
     assert runs_on_both < request / 2  # the allocation really coalesces
-    report = _run(env, (env.patched, env.pristine, memfabric), tmp_path, (pool, src, dst))
-    assert "error" not in report, report
+    # its own interpreter: the memfabric binding on the path, the pages in the script
+    script = SCRIPT.replace(
+        _PAGES_LINES,
+        f"LAYERS, STAGES, PAGES = 7, [(0, 3), (3, 7)], {pool}\n"
+        f"SRC_PAGES = {src!r}\nDST_PAGES = {dst!r}\n",
+    )
+    assert script != SCRIPT
+    out, report = harness.run_report(
+        (env.patched, env.pristine, memfabric),
+        script,
+        VERSION_TEXT=env.version,
+        MODEL_PATHS=_model_paths(tmp_path),
+    )
+    assert report is not None, out.stderr[-3000:]
     assert report["None"] == {"groups": 2, "wrong": [], "wrong_count": 0}
     assert report["2"] == {"groups": 3, "wrong": [], "wrong_count": 0}
     # per model: each PP stage sends its layers' entries once per run (2 and 3 groups)

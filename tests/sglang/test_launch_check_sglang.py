@@ -55,14 +55,13 @@ def pod_env(version: str, tmp: Path, extra_args: list[str]) -> dict[str, str]:
 
 def launch_check(version: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     site = harness.ensure_version(version)
-    path = harness.pythonpath(site, harness.REPO / "runtime")
     # The cluster's names resolve nowhere here: the leader and the store on localhost.
     env = {
         **env,
         env_contract.DIST_INIT_ADDR: "localhost:5757",
         env_contract.STORE_URL: "tcp://localhost:24666",
     }
-    env = {**harness.os.environ, **env, "PYTHONPATH": path}
+    env = {**harness.venv_env(site), **env}
     return subprocess.run(
         [str(harness.PYTHON), "-m", "ascend_pd_runtime.cli", "launch", "--check",
          "--resolve-timeout", "5"],

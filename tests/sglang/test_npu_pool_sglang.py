@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import sglang_harness as harness
+from release_checks import Job, ReleaseChecks, release_check
 
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(1800)]
 
@@ -52,17 +53,26 @@ def _lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith(("index", "torch_npu"))]
 
 
-def test_0_5_12_set_up_survives_a_model_without_index_buffer(sglang_envs: harness.Envs) -> None:
-    env = sglang_envs.get("0.5.12")
-    code = POOLS.replace("SET_UP", SETUP_STATE)
-    patched = harness.run_python((env.patched, env.pristine), code)
-    assert patched.returncode == 0, patched.stderr[-3000:]
+@release_check("patched")
+@release_check("upstream")
+def _set_up_state_jobs(env: harness.SGLangEnv) -> list[Job]:
+    """SGLang's own set-up code on the pools, in 0.5.12 (patched and upstream)."""
+    if env.version != "0.5.12":
+        return []
+    return [Job("npu-pool", POOLS.replace("SET_UP", SETUP_STATE))]
+
+
+def test_0_5_12_set_up_survives_a_model_without_index_buffer(
+    release_checks: ReleaseChecks,
+) -> None:
+    patched = release_checks.result("0.5.12", "patched", "npu-pool")
+    assert patched.error is None, patched.error
     assert _lines(patched.stdout)[1:] == [
         "index None groups 2 layers 3 pointers 6",
         "index 2 groups 3 layers 3 pointers 9",
     ]
-    upstream = harness.run_python((env.pristine,), code)
-    assert upstream.returncode == 0, upstream.stderr[-3000:]
+    upstream = release_checks.result("0.5.12", "upstream", "npu-pool")
+    assert upstream.error is None, upstream.error
     assert _lines(upstream.stdout)[1:] == [
         "index None TypeError 'NoneType' object is not subscriptable",
         "index 2 groups 3 layers 3 pointers 9",

@@ -13,7 +13,6 @@ hand, and the same for every replica count.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +56,7 @@ def intent(resource: dict[str, Any], fingerprint: str) -> dict[str, Any]:
         return {
             "ascendpd.io/deployment": name,
             "ascendpd.io/role": role,
-            "ascendpd.io/routable": "true",
+            "ascendpd.io/leader": "true",
             "ascendpd.io/kv-fingerprint": fingerprint,
         }
 
@@ -98,17 +97,7 @@ def test_router_args_parse_to_their_intent(version: str, tmp_path: Path) -> None
         # the generation: the layout's fingerprint, as the plan document states it
         layout = next(m for m in manifests if m["metadata"]["name"].endswith("-kv-layout"))
         intents[case_id] = intent(resource, json.loads(layout["data"]["plan.json"])["fingerprint"])
-    request, out = tmp_path / "cases.json", tmp_path / "results.json"
-    request.write_text(json.dumps({"cases": cases}))
-    done = subprocess.run(
-        ["nice", str(harness.PYTHON), str(DRIVER), str(request), str(out)],
-        env={**harness.os.environ, "PYTHONPATH": harness.pythonpath(site)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    parsed = json.loads(out.read_text())
+    parsed = harness.run_cases(DRIVER, (site,), cases, tmp_path / "cases.json")
     assert parsed["version"] == version
     problems = [
         f"{case_id}: {result}"

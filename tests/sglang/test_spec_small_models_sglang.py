@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import sglang_harness as harness
+from release_checks import Job, ReleaseChecks, release_check
 
 pytestmark = [pytest.mark.sglang, pytest.mark.timeout(1800)]
 
@@ -116,19 +117,20 @@ def _model_dir(root: Path, layers: int, mtp: int, groups: int) -> str:
     return harness.mla_model(path, layers, mtp, index=groups == 3)
 
 
-def _run(env: harness.SGLangEnv, tmp_path: Path) -> dict[str, dict]:
-    models = {_name(*m): [*m, _model_dir(tmp_path, *m)] for m in MODELS}
-    out, report = harness.run_report(
-        (env.patched, env.pristine), SCRIPT, VERSION_TEXT=env.version, MODELS=models
-    )
-    assert report is not None, out.stderr[-3000:]
-    return dict(report)
+@release_check("patched")
+def _jobs(env: harness.SGLangEnv) -> list[Job]:
+    root = env.workdir / "spec-small-models"
+    root.mkdir(exist_ok=True)
+    models = {_name(*m): [*m, _model_dir(root, *m)] for m in MODELS}
+    return [Job("spec-small-models", SCRIPT, {"VERSION_TEXT": env.version, "MODELS": models})]
 
 
 def test_pp1_prefill_with_draft_sends_every_layer_of_small_models(
-    env: harness.SGLangEnv, tmp_path: Path
+    env: harness.SGLangEnv, release_checks: ReleaseChecks
 ) -> None:
-    report = _run(env, tmp_path)
+    job = release_checks.result(env.version, "patched", "spec-small-models")
+    assert job.report is not None, (job.error or job.stdout)[-3000:]
+    report = job.report
     quotient_versions = (0, 5, 12) <= env.version_tuple <= (0, 5, 21)
     for layers, mtp, groups in MODELS:
         result = report[_name(layers, mtp, groups)]
