@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ascend_pd_operator.api.models import Scaling
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_FACTS,
     COMPONENT_INSPECTOR,
@@ -562,16 +563,16 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         Event("Warning", REASON_INSTANCE_RESTARTED, message) for _, message in recovery.events
     ) + tuple(Event("Warning", REASON_PODS_FORCE_DELETED, message)
               for _, message in recovery.force_events)  # fmt: skip
-    drained = tuple(drained_events(obs.previous, status, draft.now, obs.resource))
+    # the model's default where the spec was refused (the drain then ran under the last one)
+    grace = (spec.scaling if spec is not None else Scaling.model_validate({})).drain_timeout_seconds
+    drained = tuple(drained_events(obs.previous, status, draft.now, grace))
     return replace(draft, status=status,
                    events=tuple(events(obs.previous, status)) + restarted + drained)  # fmt: skip
 
 
-def drained_events(previous: Json, status: Json, now: str, resource: Json) -> Iterator[Event]:
+def drained_events(previous: Json, status: Json, now: str, grace: int) -> Iterator[Event]:
     """A Normal Event for each instance the previous status listed as draining and this one
     no longer does: how long its drain took, and whether the grace period ran out."""
-    spec = resource.get("spec") or {}
-    grace = int(((spec.get("scaling") or {}).get("drainTimeoutSeconds")) or 600)
     end = parse_time(now)
     for role in ROLES:
         still = {d["instance"] for d in (status.get(role) or {}).get("draining") or []}
