@@ -235,7 +235,11 @@ def etcd_outage(seconds: float = ETCD_OUTAGE_SECONDS) -> Fault:
         operator: Operator, layout: dev_cluster.Layout, result: ScenarioResult
     ) -> list[tuple[float, float]]:
         down, up, _ = _outage(operator, layout, "etcd", seconds)
-        return [(down, up)]
+        # Recovery is impossible until the API server serves again, not merely until etcd
+        # runs: its etcd client reconnects with a backoff of its own, longer on a busy machine.
+        wait_for(lambda: dev_cluster.healthy(layout), 120.0, 0.5)
+        result.details["apiserver_ready_after_etcd_seconds"] = round(time.monotonic() - up, 1)
+        return [(down, time.monotonic())]
 
     return fault
 
@@ -375,7 +379,13 @@ def _judge_health(
         windows and any(windows[0][0] <= t <= windows[0][1] for t in failing)
     )
     if outside:
+        # what the probe said then, so a failure in CI names its unit without a rerun
+        when = set(outside)
+        said = {str(body.get("problems") or f"HTTP {status or 'no answer'}")
+                for t, status, body in sampler.samples if t in when}  # fmt: skip
         result.problems.append(
             f"/healthz failed {len(outside)} times while the control plane was up "
-            f"(at {[round(t - first, 1) for t in outside[:5]]}s after the outage began)"
+            f"(at {[round(t - first, 1) for t in outside[:5]]}s after the outage began; "
+            f"recovery allowed until {[round(end - first, 1) for _, end in windows]}s): "
+            f"{sorted(said)[:3]}"
         )

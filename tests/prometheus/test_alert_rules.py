@@ -28,7 +28,8 @@ EXPECTED_ALERTS = {
     "AscendPDOperatorDown", "AscendPDOperatorRestarting", "AscendPDOperatorStalled",
     "AscendPDReconcileErrors", "AscendPDOperatorAPIErrors", "AscendPDDeploymentNotReady",
     "AscendPDRoleNoReadyInstance", "AscendPDInstanceRestartLoop", "AscendPDRolloutStuck",
-    "AscendPDKVLayoutIncompatible", "AscendPDDecodeKVCacheFull", "AscendPDPrefillQueueGrowing",
+    "AscendPDRatioConstrained", "AscendPDDrainForced", "AscendPDKVLayoutIncompatible",
+    "AscendPDDecodeKVCacheFull", "AscendPDPrefillQueueGrowing",
 }  # fmt: skip
 OPERATOR_ALERTS = {a for a in EXPECTED_ALERTS if a.startswith("AscendPDOperator")} | {
     "AscendPDReconcileErrors"

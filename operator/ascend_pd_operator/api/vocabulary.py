@@ -173,8 +173,10 @@ REASON_APPLY_FAILED = "ApplyFailed"
 REASON_PRUNE_FAILED = "PruneFailed"
 #: RatioConstrained: True when the bounds changed a count (and an Event says how).
 REASON_RATIO_BOUNDED = "RatioBounded"
-#: The Normal Event when a drained instance is gone: how long it took, whether forced.
+#: The Normal Event when a drained instance is gone within its grace period: how long it took.
 REASON_INSTANCE_DRAINED = "InstanceDrained"
+#: The Warning Event when it took longer: the kubelet ended it, cutting what it still held.
+REASON_INSTANCE_DRAIN_FORCED = "InstanceDrainForced"
 REASON_WITHIN_BOUNDS = "WithinBounds"
 
 PHASE_PENDING = "Pending"

@@ -55,6 +55,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_APPLY_FAILED,
     REASON_ENV_CONTRACT_MISMATCH,
     REASON_INSPECTING,
+    REASON_INSTANCE_DRAIN_FORCED,
     REASON_INSTANCE_DRAINED,
     REASON_INSTANCE_RESTARTED,
     REASON_LAUNCH_REFUSED,
@@ -249,6 +250,8 @@ class Event:
     type: str
     reason: str
     message: str
+    #: the role it concerns, where one does (the metrics count drains per role)
+    role: str = ""
 
 
 @dataclass(frozen=True)
@@ -571,8 +574,9 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
 
 
 def drained_events(previous: Json, status: Json, now: str, grace: int) -> Iterator[Event]:
-    """A Normal Event for each instance the previous status listed as draining and this one
-    no longer does: how long its drain took, and whether the grace period ran out."""
+    """An Event for each instance the previous status listed as draining and this one no
+    longer does, saying how long its drain took: Normal ``InstanceDrained`` within the grace
+    period, Warning ``InstanceDrainForced`` past it (the kubelet ended what it still held)."""
     end = parse_time(now)
     for role in ROLES:
         still = {d["instance"] for d in (status.get(role) or {}).get("draining") or []}
@@ -582,13 +586,22 @@ def drained_events(previous: Json, status: Json, now: str, grace: int) -> Iterat
             start = parse_time(d.get("since", ""))
             took = (end - start).total_seconds() if start and end else None
             if took is None:
-                yield Event("Normal", REASON_INSTANCE_DRAINED, f"{d['instance']} drained")
-                continue
-            forced = took > grace
-            how = (f"longer than drainTimeoutSeconds {grace}: the kubelet ended it (forced)"
-                   if forced else "within drainTimeoutSeconds")  # fmt: skip
-            yield Event("Normal", REASON_INSTANCE_DRAINED,
-                        f"{d['instance']} drained in {took:.0f} s, {how}")  # fmt: skip
+                yield Event("Normal", REASON_INSTANCE_DRAINED, f"{d['instance']} drained", role)
+            elif took > grace:
+                yield Event(
+                    "Warning",
+                    REASON_INSTANCE_DRAIN_FORCED,
+                    f"{d['instance']} drained in {took:.0f} s, longer than "
+                    f"drainTimeoutSeconds {grace}: the kubelet ended it (forced)",
+                    role,
+                )
+            else:
+                yield Event(
+                    "Normal",
+                    REASON_INSTANCE_DRAINED,
+                    f"{d['instance']} drained in {took:.0f} s, within drainTimeoutSeconds",
+                    role,
+                )
 
 
 def _failure_reason(failure: Failure | None) -> str:

@@ -610,8 +610,11 @@ def _check_role(obs: Findings, spec: PDDeploymentSpec, role: str, draft: _Draft)
         return
     waits = [] if role_ready else role_waits(obs, spec, role)
     draft.first_wait = draft.first_wait or (waits[0] if waits else "")
-    message = (f"{role_status['readyReplicas']}/{role_status['replicas']} instances ready "
-               f"({role_status['nodesPerInstance']} nodes each)")  # fmt: skip
+    # out of the instances it runs: a count the ratio bounds hold back is no missing instance
+    runs, asked = role_status["effectiveReplicas"], role_status["replicas"]
+    held = f"; {asked} asked, held by the ratio bounds" if asked != runs else ""
+    message = (f"{role_status['readyReplicas']}/{runs} instances ready "
+               f"({role_status['nodesPerInstance']} nodes each{held})")  # fmt: skip
     draft.conds.append(_condition(
         role_ready_condition(role),
         "True" if role_ready else "False",

@@ -1,6 +1,7 @@
 """What the reconciles and the watches last reported of each PDDeployment, for its metrics.
 
-The worker reports the status each reconcile computed, kopf's PDDeployment watch the spec
+The worker reports the status each reconcile computed and the drains it saw end (from its
+Events), kopf's PDDeployment watch the spec
 (its SGLang version), the child watches each instance StatefulSet (ready, updated) and each
 runtime pod (its restarts). ``DeploymentReports`` keeps the latest of these and forgets a
 PDDeployment, an instance or a pod as soon as it is reported gone, so what it holds is
@@ -10,13 +11,23 @@ bounded by what exists now; ``metrics.DeploymentCollector`` turns a snapshot int
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, LABEL_INSTANCE, LABEL_ROLE, ROLES
+from ascend_pd_operator.api.vocabulary import (
+    LABEL_DEPLOYMENT,
+    LABEL_INSTANCE,
+    LABEL_ROLE,
+    REASON_INSTANCE_DRAIN_FORCED,
+    REASON_INSTANCE_DRAINED,
+    ROLES,
+)
 
 Json = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
+#: A drain's outcome, by the reason of the Event that ended it.
+DRAIN_OUTCOMES = {REASON_INSTANCE_DRAINED: "clean", REASON_INSTANCE_DRAIN_FORCED: "forced"}
 
 
 @dataclass
@@ -36,6 +47,11 @@ class Deployment:
 
     status: Json = field(default_factory=dict)
     sglang_version: str = ""
+    #: (role, outcome) -> drains ended since this operator started; every pair from the
+    #: start, so that the first forced drain is an increase of a series that existed
+    drains: dict[tuple[str, str], int] = field(
+        default_factory=lambda: {(r, o): 0 for r in ROLES for o in DRAIN_OUTCOMES.values()}
+    )
 
 
 def statefulset_updated(sts: Json) -> bool:
@@ -68,13 +84,21 @@ class DeploymentReports:
         self._pods: dict[Key, Key] = {}
 
     # --- fed by the worker, the PDDeployment watch and the child watches ----------------
-    def deployment_status(self, namespace: str, name: str, status: Json | None) -> None:
-        """The status a reconcile computed; None: the PDDeployment is gone."""
+    def deployment_status(
+        self, namespace: str, name: str, status: Json | None, events: Iterable[Any] = ()
+    ) -> None:
+        """The status a reconcile computed and the Events it posted (``reason``, ``role``);
+        None: the PDDeployment is gone."""
         with self._lock:
             if status is None:
                 self._forget_locked(namespace, name)
-            else:
-                self._deployments.setdefault((namespace, name), Deployment()).status = status
+                return
+            dep = self._deployments.setdefault((namespace, name), Deployment())
+            dep.status = status
+            for event in events:
+                outcome = DRAIN_OUTCOMES.get(event.reason)
+                if outcome is not None and event.role in ROLES:
+                    dep.drains[(event.role, outcome)] += 1
 
     def deployment_spec(self, namespace: str, name: str, spec: Json | None) -> None:
         """The spec kopf's watch reported; None: the PDDeployment was deleted."""
@@ -136,7 +160,7 @@ class DeploymentReports:
     def snapshot(self) -> tuple[dict[Key, Deployment], dict[Key, Instance]]:
         """Copies of every PDDeployment's and every instance's latest report."""
         with self._lock:
-            deployments = {k: replace(v, status=dict(v.status))
+            deployments = {k: replace(v, status=dict(v.status), drains=dict(v.drains))
                            for k, v in self._deployments.items()}  # fmt: skip
             instances = {k: replace(v, pod_restarts=dict(v.pod_restarts))
                          for k, v in self._instances.items()}  # fmt: skip

@@ -168,8 +168,23 @@ class DeploymentFamilies:
     def __init__(self) -> None:
         labels = ["namespace", "pddeployment"]
         self.desired = GaugeMetricFamily(
-            "ascend_pd_instances_desired", "Instances the spec asks for, per role.",
+            "ascend_pd_instances_desired",
+            "Instances asked for, per role: the spec's replicas, or its PDRoleScaler's.",
             labels=[*labels, "role"])  # fmt: skip
+        self.effective = GaugeMetricFamily(
+            "ascend_pd_instances_effective",
+            "Instances the operator runs, per role: the count asked for, within the "
+            "prefill:decode ratio bounds.",
+            labels=[*labels, "role"])  # fmt: skip
+        self.draining = GaugeMetricFamily(
+            "ascend_pd_instances_draining",
+            "Instances draining before their removal, per role.",
+            labels=[*labels, "role"])  # fmt: skip
+        self.drains = CounterMetricFamily(
+            "ascend_pd_drains",
+            "Drains ended since the operator started, per role: outcome clean (within "
+            "drainTimeoutSeconds) or forced (the kubelet ended the instance).",
+            labels=[*labels, "role", "outcome"])  # fmt: skip
         self.ready = GaugeMetricFamily(
             "ascend_pd_instances_ready", "Instances with every pod ready, per role.",
             labels=[*labels, "role"])  # fmt: skip
@@ -195,8 +210,9 @@ class DeploymentFamilies:
             labels=labels)  # fmt: skip
 
     def __iter__(self) -> Iterator[Metric]:
-        yield from (self.desired, self.ready, self.updated, self.restarts, self.rollout,
-                    self.compatible, self.info)  # fmt: skip
+        yield from (self.desired, self.effective, self.draining, self.drains, self.ready,
+                    self.updated, self.restarts, self.rollout, self.compatible,
+                    self.info)  # fmt: skip
 
     def add(self, namespace: str, name: str, dep: Deployment, mine: dict[str, Instance]) -> None:
         """One PDDeployment's series: ``dep`` as reported, ``mine`` its instances by name."""
@@ -205,6 +221,14 @@ class DeploymentFamilies:
             role_status = status.get(role) or {}
             want = int(role_status.get("replicas", 0) or 0)
             self.desired.add_metric([namespace, name, role], want)
+            self.effective.add_metric(
+                [namespace, name, role], int(role_status.get("effectiveReplicas", want) or 0)
+            )
+            self.draining.add_metric([namespace, name, role],
+                                     len(role_status.get("draining") or []))  # fmt: skip
+            for (of, outcome), count in sorted(dep.drains.items()):
+                if of == role:
+                    self.drains.add_metric([namespace, name, role, outcome], count)
             self.ready.add_metric([namespace, name, role],
                                   int(role_status.get("readyReplicas", 0) or 0))  # fmt: skip
             of_role = [(n, i) for n, i in mine.items() if i.role == role]

@@ -271,7 +271,11 @@ def worker(
                 log.exception("reconcile of %s/%s failed; retrying in %.1fs", *key, delay)
         else:
             metrics.observe_reconcile("ok" if result else "gone", time.monotonic() - started)
-            metrics.DEPLOYMENTS.deployment_status(*key, result.status if result else None)
+            metrics.DEPLOYMENTS.deployment_status(
+                *key,
+                result.status if result else None,
+                result.plan.events if result and result.plan else (),
+            )
             queue.forget(key)
             if result is not None and result.requeue_after is not None:
                 queue.add_after(key, result.requeue_after)  # a restart waiting for its backoff

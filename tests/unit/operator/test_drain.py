@@ -116,10 +116,12 @@ def _service(name: str) -> Json:
     return {"kind": "Service", "metadata": meta}
 
 
-def _step(cr: Json, statefulsets: list[Json], pods: list[Json], now: str) -> Plan:
+def _step(
+    cr: Json, statefulsets: list[Json], pods: list[Json], now: str, scalers: tuple[Json, ...] = ()
+) -> Plan:
     services = [_service(f"dsv3-{r}-{i}") for r, n in (("prefill", 2), ("decode", 3))
                 for i in range(n)]  # fmt: skip
-    children = {"StatefulSet": statefulsets, "Service": services}
+    children = {"StatefulSet": statefulsets, "Service": services, "PDRoleScaler": list(scalers)}
     return plan(Observation(resource=cr, children=children, pods=pods), now)
 
 
@@ -169,8 +171,8 @@ def test_a_scale_down_marks_releases_deletes_the_leader_then_the_workers() -> No
     fifth = _step(cr, statefulsets, pods, T1)
     assert ("Service", "dsv3-decode-2") in [(w.kind, w.name) for w in fifth.deletes]
     assert "draining" not in fifth.status["decode"]
-    (drained,) = [e for e in fifth.events if e.reason == "InstanceDrained"]
-    assert drained.type == "Normal"
+    (drained,) = [e for e in fifth.events if e.reason == "InstanceDrainForced"]
+    assert (drained.type, drained.role) == ("Warning", "decode")
     assert drained.message == (
         "dsv3-decode-2 drained in 100 s, longer than drainTimeoutSeconds 90: the kubelet "
         "ended it (forced)"
@@ -202,3 +204,20 @@ def test_an_index_whose_pods_are_only_terminating_is_free_again() -> None:
         pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
     seen = observed_instances(OWNER, _spec(), statefulsets, pods)["decode"]
     assert roster("decode", seen, 2).own == (0, 1)
+
+
+def test_a_count_held_by_the_ratio_bounds_is_no_missing_instance() -> None:
+    """Decode asks 3 while prefill:decode must stay >= 1 with 2 prefill: the operator runs
+    2, and DecodeReady counts out of those 2 (it said 2/3 ready, an instance missing)."""
+    cr, statefulsets, pods = _world(replicas=3)
+    cr["spec"]["scaling"]["prefillPerDecode"] = {"min": "1"}
+    cr["spec"]["decode"]["scaling"] = {"mode": "External", "minReplicas": 1, "maxReplicas": 4}
+    scaler = {"kind": "PDRoleScaler", "spec": {"replicas": 3},
+              "metadata": {"name": "dsv3-decode", "namespace": "llm", "generation": 1,
+                           "ownerReferences": [{"uid": UID, "kind": "PDDeployment"}]}}  # fmt: skip
+    p = _step(cr, statefulsets, pods, T0, (scaler,))
+    decode = p.status["decode"]
+    assert (decode["replicas"], decode["effectiveReplicas"]) == (3, 2)
+    (ready,) = [c for c in p.status["conditions"] if c["type"] == "DecodeReady"]
+    assert ready["message"].startswith("2/2 instances ready (")
+    assert "3 asked, held by the ratio bounds" in ready["message"]

@@ -323,3 +323,35 @@ def test_served_on_its_own_port_and_parsed_by_prometheus_client() -> None:
     finally:
         server.shutdown()
         thread.join(timeout=10)
+
+
+def test_elastic_roles_asked_run_draining_and_drains_by_outcome() -> None:
+    """A count held by the ratio bounds, a drain under way, and drains counted from the
+    reconcile's Events, per role and outcome; every pair at 0 from the first status, so the
+    first forced drain is an increase Prometheus sees."""
+    from ascend_pd_operator.decisions.planner import Event
+
+    c = DeploymentCollector()
+    status = {"decode": {"replicas": 4, "effectiveReplicas": 2, "readyReplicas": 2,
+                         "draining": [{"instance": "pd-decode-2", "since": "t"}]},
+              "prefill": {"replicas": 1, "readyReplicas": 1}}  # fmt: skip
+    c.deployment_status("ns", "pd", status)
+    base = {"namespace": "ns", "pddeployment": "pd"}
+    got = scrape(c)
+    assert got[("ascend_pd_instances_desired", labels(**base, role="decode"))] == 4
+    assert got[("ascend_pd_instances_effective", labels(**base, role="decode"))] == 2
+    assert got[("ascend_pd_instances_effective", labels(**base, role="prefill"))] == 1
+    assert got[("ascend_pd_instances_draining", labels(**base, role="decode"))] == 1
+    drains = {k[1]: v for k, v in got.items() if k[0] == "ascend_pd_drains_total"}
+    assert set(drains.values()) == {0} and len(drains) == 4
+    c.deployment_status("ns", "pd", status, (
+        Event("Warning", "InstanceDrainForced", "pd-decode-3 drained in 700 s", "decode"),
+        Event("Normal", "InstanceDrained", "pd-decode-2 drained in 20 s", "decode"),
+        Event("Normal", "InstanceDrained", "pd-decode-1 drained in 10 s", "decode"),
+        Event("Warning", "InstanceRestarted", "pd-prefill-0 restarted", "prefill"),
+    ))  # fmt: skip
+    got = scrape(c)
+    key = "ascend_pd_drains_total"
+    assert got[(key, labels(**base, role="decode", outcome="forced"))] == 1
+    assert got[(key, labels(**base, role="decode", outcome="clean"))] == 2
+    assert got[(key, labels(**base, role="prefill", outcome="forced"))] == 0
