@@ -15,12 +15,17 @@ from typing import Any
 import pytest
 from pdd_e2e import apply, example, get, pdd_doc
 
+from ascend_pd_dev.kubelet_sim.knobs import TERMINATE_AFTER
+from ascend_pd_dev.testtools.recording_router import RecordingRouter, Requests, selector_of
 from reliability.drain_crash import DrainSampler
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 NAME = "dsv2-lite"
 SCALER = f"pdrolescaler/{NAME}-decode"
+#: How long each recorded request lasts, and how long a deleted decode pod keeps serving.
+REQUEST_SECONDS = 1.0
+DRAIN_SECONDS = 3
 
 
 def _decode_instances(kubectl: Any, namespace: str) -> list[str]:
@@ -60,6 +65,10 @@ def _settled_at(kubectl: Any, namespace: str, n: int) -> Any:
     return check
 
 
+def _pdd_status(kubectl: Any, namespace: str) -> dict[str, Any]:
+    return dict((get(kubectl, namespace, "pdd", NAME) or {}).get("status") or {})
+
+
 def _prefill_and_router(kubectl: Any, namespace: str) -> dict[str, str]:
     """What a decode scaling must never touch: prefill's StatefulSet generation and the
     router pod's uid."""
@@ -77,6 +86,9 @@ def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
     docs = example("deepseek-v2-lite.yaml", namespace)
     spec = pdd_doc(docs)["spec"]
     spec["decode"]["scaling"] = {"mode": "External", "minReplicas": 1, "maxReplicas": 4}
+    # a draining pod keeps running this long after its deletion, as SGLang finishing the
+    # requests it holds (within drainTimeoutSeconds, 600 s by default)
+    spec["decode"]["podAnnotations"] = {TERMINATE_AFTER: str(DRAIN_SECONDS)}
     apply(kubectl, docs)
 
     # The scaler starts from the role's replicas (2): nothing drains, nothing is added.
@@ -92,8 +104,16 @@ def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
     kubectl("scale", SCALER, "-n", namespace, "--replicas=3")
     _, leaders, instances = wait_until(_settled_at(kubectl, namespace, 3), "3 decode")
     assert instances == [f"{NAME}-decode-{i}" for i in range(3)]
-    # Down to 1: two drains, one after the other; every pod deleted was marked first.
-    with DrainSampler(api_client, namespace) as sampler:
+    # Down to 1: two drains, one after the other; every pod deleted was marked first, and
+    # a request stream routed as sglang-router routes (the selector the operator gave it)
+    # loses nothing: each request lasts 1 s, a draining pod keeps serving for 3 s.
+    router = get(kubectl, namespace, "deployment", f"{NAME}-router") or {}
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    per_instance = int(_pdd_status(kubectl, namespace)["decode"]["nodesPerInstance"])
+    stream = Requests(selector_of(args, "decode"), REQUEST_SECONDS, per_instance)
+    recording = RecordingRouter(api_client, namespace, stream, "ascendpd.io/role=decode")
+    with DrainSampler(api_client, namespace) as sampler, recording:
+        wait_until(lambda: len({r.instance for r in stream.sent}) == 3, "requests to all 3")
         kubectl("scale", SCALER, "-n", namespace, "--replicas=1")
         _, leaders, instances = wait_until(_settled_at(kubectl, namespace, 1), "1 decode")
 
@@ -105,6 +125,10 @@ def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
         drained_events = wait_until(drained, "two InstanceDrained Events")
     assert instances == [f"{NAME}-decode-0"]
     assert sampler.samples > 0 and not sampler.unmarked, sampler.unmarked
+    assert stream.lost() == [], stream.lost()
+    # requests went to all three instances and finished, the drained ones' included
+    done = stream.completed(float("inf"))
+    assert {r.instance for r in done} == {f"{NAME}-decode-{i}" for i in range(3)}, done
     assert sorted(e["message"].split()[0] for e in drained_events) == [
         f"{NAME}-decode-1", f"{NAME}-decode-2"]  # fmt: skip
     assert _prefill_and_router(kubectl, namespace) == untouched

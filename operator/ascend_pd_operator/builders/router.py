@@ -4,7 +4,7 @@ workers with.
 
 The router finds its workers itself (sglang-router's Kubernetes service discovery): it
 watches the pods of its namespace and routes to those matching its prefill or decode
-selector (this PDDeployment, the role, and ``vocabulary.LABEL_ROUTABLE``, which the operator
+selector (this PDDeployment, the role, and ``vocabulary.LABEL_LEADER``, which the operator
 puts on instance leaders only) once they are Running and Ready, reading a prefill's
 bootstrap port from its ``vocabulary.ANNOTATION_BOOTSTRAP_PORT``. Nothing in its arguments
 depends on how many instances there are, so scaling a role never changes the router's
