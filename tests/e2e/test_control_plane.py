@@ -463,8 +463,10 @@ def test_a_failed_statefulset_pod_is_replaced_by_the_statefulset_controller(
     fail_pod(cluster.api_client, namespace, "prefill-0", 3, "Error", "device lost")
 
     def replaced() -> bool:
-        pod = _get(kubectl, "pod", "prefill-0", "-n", namespace)
-        return pod["metadata"]["uid"] != old and _ready(pod) == "True"
+        # by label: between the failed pod's deletion and its replacement there is no
+        # prefill-0 at all, and a get by name fails (it did on a busy CI machine)
+        pods = _get(kubectl, "pods", "-n", namespace, "-l", "app=prefill")["items"]
+        return any(p["metadata"]["uid"] != old and _ready(p) == "True" for p in pods)
 
     wait_until(replaced, "a new ready prefill-0")
 
