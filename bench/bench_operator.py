@@ -60,6 +60,7 @@ from ascend_pd_operator.wiring.render_cli import render
 from ascend_pd_operator.wiring.run_cli import DEFAULT_WORKERS
 from bench import bare_client
 from bench.rows import Row, median_row, percentile, row
+from reliability.specs import RUNTIME_IMAGE, document
 
 BENCH_NODES = 40
 #: 40 x 16 NPUs: room for the largest scale's deployments of 2 NPUs each (one scale's
@@ -135,22 +136,22 @@ def pddeployment(name: str, namespace: str, max_replicas: int = 4) -> dict[str, 
     roles scaled (External: a PDRoleScaler each, from 1 to ``max_replicas``)."""
     scaling = {"mode": "External", "minReplicas": 1, "maxReplicas": max_replicas}
     role = {"replicas": 1, "parallelism": {"tensor": 1}, "devicesPerNode": 1, "scaling": scaling}
-    return {
-        "apiVersion": models.API_VERSION,
-        "kind": models.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "model": {
-                "name": "deepseek-v2-lite",
-                "path": "/models/DeepSeek-V2-Lite",
-                "configMapRef": {"name": "bench-model"},
-            },
-            "runtime": {"image": "registry.example.com/ascend-pd-runtime:0.1.0"},
+    model = {
+        "name": "deepseek-v2-lite",
+        "path": "/models/DeepSeek-V2-Lite",
+        "configMapRef": {"name": "bench-model"},
+    }
+    return document(
+        name,
+        namespace,
+        {
+            "model": model,
+            "runtime": {"image": RUNTIME_IMAGE},
             "prefill": role,
             "decode": role,
             "router": {"policy": "round_robin"},
         },
-    }
+    )
 
 
 def rendered(cr: dict[str, Any]) -> list[dict[str, Any]]:

@@ -85,8 +85,7 @@ def _run_all(
         if plain:
             releases["plain"] = env.install_chart(plain)
         if "ha" in chosen:
-            releases["ha"] = env.install_chart([namespaces["ha"]], "--set", "replicaCount=2",
-                                               "--set", "leaderElection.enabled=true")  # fmt: skip
+            releases["ha"] = env.install_chart([namespaces["ha"]], *ha.CHART_VALUES)
         for name, scenario in chosen.items():
             release = releases["ha" if name == "ha" else "plain"]
             say(f"{name} in namespace {namespaces[name]} ...")

@@ -32,6 +32,8 @@ from .specs import pdd
 
 LEASE = "ascend-pd-operator"
 LEASE_SECONDS = 15  # leader.LeaderElector's default
+#: the chart's values of the release this scenario runs under (``Env.install_chart``)
+CHART_VALUES = ("--set", "replicaCount=2", "--set", "leaderElection.enabled=true")
 
 
 class WriteLog(FaultProxy):

@@ -23,6 +23,20 @@ DEEPSEEK_V3 = {
 }
 
 
+#: the runtime image the scenarios' (and the benchmarks') deployments name
+RUNTIME_IMAGE = "registry.example.com/ascend-pd-runtime:0.1.0"
+
+
+def document(name: str, namespace: str, spec: Json) -> Json:
+    """The PDDeployment ``namespace/name`` of ``spec``."""
+    return {
+        "apiVersion": models.API_VERSION,
+        "kind": models.KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
 def pdd(
     name: str,
     namespace: str,
@@ -32,18 +46,18 @@ def pdd(
     router_policy: str = "round_robin",
 ) -> Json:
     """A DeepSeek-V3 PDDeployment: prefill PP ``prefill_pp`` × TP 1, decode TP 1."""
-    return {
-        "apiVersion": models.API_VERSION,
-        "kind": models.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "model": {
-                "name": "deepseek-v3",
-                "path": "/models/DeepSeek-V3",
-                "volume": {"hostPath": {"path": "/data/models/DeepSeek-V3"}},
-                "config": dict(DEEPSEEK_V3),
-            },
-            "runtime": {"image": "registry.example.com/ascend-pd-runtime:0.1.0"},
+    model = {
+        "name": "deepseek-v3",
+        "path": "/models/DeepSeek-V3",
+        "volume": {"hostPath": {"path": "/data/models/DeepSeek-V3"}},
+        "config": dict(DEEPSEEK_V3),
+    }
+    return document(
+        name,
+        namespace,
+        {
+            "model": model,
+            "runtime": {"image": RUNTIME_IMAGE},
             "prefill": {
                 "replicas": prefill,
                 "parallelism": {"tensor": 1, "pipeline": prefill_pp},
@@ -52,7 +66,7 @@ def pdd(
             "decode": {"replicas": decode, "parallelism": {"tensor": 1}, "devicesPerNode": 1},
             "router": {"policy": router_policy},
         },
-    }
+    )
 
 
 def merged(base: Json, patch: Json) -> Json:

@@ -8,7 +8,7 @@ same scenario functions and prints the table.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -37,6 +37,16 @@ pytestmark = [
 ]
 
 
+#: a scenario's ``run`` (env, release, namespace and its keyword arguments)
+Scenario = Callable[..., ScenarioResult]
+
+
+class RunClean(Protocol):
+    """The ``run_clean`` fixture."""
+
+    def __call__(self, scenario: Scenario, **kwargs: Any) -> ScenarioResult: ...
+
+
 def assert_clean(result: ScenarioResult) -> None:
     assert result.runs > 0
     assert result.problems == []
@@ -44,60 +54,55 @@ def assert_clean(result: ScenarioResult) -> None:
     assert result.lost == 0 and result.duplicated == 0, result
 
 
-def test_crash_convergence(reliability_env: Env, chart: Release, scenario_namespace: str) -> None:
-    result = crash.run(reliability_env, chart, scenario_namespace, kills=20, seed=7)
-    assert_clean(result)
-    assert result.details["kills"] == 20
-    assert result.details["tracebacks_in_log"] == 0
+@pytest.fixture
+def run_clean(reliability_env: Env, chart: Release, scenario_namespace: str) -> RunClean:
+    """Runs a scenario (with its keyword arguments) in the test's namespace under the chart's
+    operator, and asserts it clean."""
+
+    def run(scenario: Scenario, **kwargs: Any) -> ScenarioResult:
+        result = scenario(reliability_env, chart, scenario_namespace, **kwargs)
+        assert_clean(result)
+        return result
+
+    return run
 
 
-def test_drains_resume_across_operator_crashes_and_cut_nothing(
-    reliability_env: Env, chart: Release, scenario_namespace: str
-) -> None:
-    result = drain_crash.run(reliability_env, chart, scenario_namespace, kills=2)
-    assert_clean(result)
-    assert result.details["drains"] >= 2 and result.details["deleted_marked_pods"] >= 2
-    assert result.details["tracebacks_in_log"] == 0
+def test_crash_convergence(run_clean: RunClean) -> None:
+    details = run_clean(crash.run, kills=20, seed=7).details
+    assert details["kills"] == 20
+    assert details["tracebacks_in_log"] == 0
 
 
-def test_a_rollout_survives_operator_crashes_within_its_bounds(
-    reliability_env: Env, chart: Release, scenario_namespace: str
-) -> None:
-    result = rollout_crash.run(reliability_env, chart, scenario_namespace, kills=2)
-    assert_clean(result)
-    assert result.details["worst_ready_prefill"] >= 2 and result.details["mixed"] == []
-    assert result.details["tracebacks_in_log"] == 0
+def test_drains_resume_across_operator_crashes_and_cut_nothing(run_clean: RunClean) -> None:
+    details = run_clean(drain_crash.run, kills=2).details
+    assert details["drains"] >= 2 and details["deleted_marked_pods"] >= 2
+    assert details["tracebacks_in_log"] == 0
 
 
-def test_drift_is_restored_and_users_marks_stay(
-    reliability_env: Env, chart: Release, scenario_namespace: str
-) -> None:
-    result = drift.run(reliability_env, chart, scenario_namespace)
-    assert_clean(result)
-    assert result.details["users_marks_lost"] == []
+def test_a_rollout_survives_operator_crashes_within_its_bounds(run_clean: RunClean) -> None:
+    details = run_clean(rollout_crash.run, kills=2).details
+    assert details["worst_ready_prefill"] >= 2 and details["mixed"] == []
+    assert details["tracebacks_in_log"] == 0
 
 
-def test_bad_input_corpus_on_a_ready_deployment(
-    reliability_env: Env, chart: Release, scenario_namespace: str
-) -> None:
-    result = bad_inputs.run(reliability_env, chart, scenario_namespace)
-    assert_clean(result)
-    assert result.runs == len(bad_inputs.load_corpus())
+def test_drift_is_restored_and_users_marks_stay(run_clean: RunClean) -> None:
+    assert run_clean(drift.run).details["users_marks_lost"] == []
 
 
-def test_api_faults(reliability_env: Env, chart: Release, scenario_namespace: str) -> None:
-    result = faults.run(reliability_env, chart, scenario_namespace)
-    assert_clean(result)
-    injected: dict[str, Any] = result.details["faults"]
+def test_bad_input_corpus_on_a_ready_deployment(run_clean: RunClean) -> None:
+    assert run_clean(bad_inputs.run).runs == len(bad_inputs.load_corpus())
+
+
+def test_api_faults(run_clean: RunClean) -> None:
+    details = run_clean(faults.run).details
+    injected: dict[str, Any] = details["faults"]
     assert injected.get("429") and injected.get("409") and injected.get("500")
-    assert result.details["retry_after_violations"] == 0
-    assert result.details["tracebacks_in_log"] == 0
+    assert details["retry_after_violations"] == 0
+    assert details["tracebacks_in_log"] == 0
 
 
 def test_leader_election_never_two_writers(reliability_env: Env, scenario_namespace: str) -> None:
-    release = reliability_env.install_chart(
-        [scenario_namespace], "--set", "replicaCount=2", "--set", "leaderElection.enabled=true"
-    )
+    release = reliability_env.install_chart([scenario_namespace], *ha.CHART_VALUES)
     try:
         result = ha.run(reliability_env, release, scenario_namespace)
     finally:
@@ -108,19 +113,14 @@ def test_leader_election_never_two_writers(reliability_env: Env, scenario_namesp
     assert result.details["old_leader_stood_by_on_wake"]
 
 
-def test_deletion_while_the_operator_is_down(
-    reliability_env: Env, chart: Release, scenario_namespace: str
-) -> None:
-    result = deletion.run(reliability_env, chart, scenario_namespace)
-    assert_clean(result)
-    assert result.details["stopped_cleanly"]
+def test_deletion_while_the_operator_is_down(run_clean: RunClean) -> None:
+    assert run_clean(deletion.run).details["stopped_cleanly"]
 
 
-def test_security(reliability_env: Env, chart: Release, scenario_namespace: str) -> None:
-    result = security.run(reliability_env, chart, scenario_namespace)
-    assert_clean(result)
-    assert result.details["leaks"] == []
-    assert result.details["pods_checked"] >= 3
+def test_security(run_clean: RunClean) -> None:
+    details = run_clean(security.run).details
+    assert details["leaks"] == []
+    assert details["pods_checked"] >= 3
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +136,10 @@ def own_control_plane(cluster: Any, tmp_path_factory: pytest.TempPathFactory) ->
         yield env
 
 
-def _survive(env: Env, scenario: Callable[[Env, Release, str], ScenarioResult]) -> ScenarioResult:
-    namespace = env.new_namespace("outage")
+def _run_own(env: Env, name: str, scenario: Scenario) -> ScenarioResult:
+    """``scenario`` in a new namespace ``name-…`` under a chart of its own on ``env``,
+    both removed afterwards; asserted clean."""
+    namespace = env.new_namespace(name)
     release = env.install_chart([namespace])
     try:
         result = scenario(env, release, namespace)
@@ -145,6 +147,11 @@ def _survive(env: Env, scenario: Callable[[Env, Release, str], ScenarioResult]) 
         env.uninstall(release)
         env.delete_namespace(namespace, wait=True)
     assert_clean(result)
+    return result
+
+
+def _survive(env: Env, scenario: Scenario) -> ScenarioResult:
+    result = _run_own(env, "outage", scenario)
     details = result.details
     assert details["threads_died_in_log"] == 0 and details["operator_alive"]
     units = details["units_at_end"]
@@ -183,29 +190,22 @@ def test_etcd_outage(own_control_plane: Env) -> None:
     assert result.details["etcd_outage_seconds"] == outage.ETCD_OUTAGE_SECONDS
 
 
-def test_a_lost_permission_is_named_and_recovered(
-    reliability_env: Env, chart: Release, scenario_namespace: str
-) -> None:
-    result = rbac_loss.run(reliability_env, chart, scenario_namespace)
-    assert_clean(result)
-    assert result.details["healthz_failing_samples"] == 0
-    assert result.details["threads_died_in_log"] == 0 and result.details["operator_alive"]
+def test_a_lost_permission_is_named_and_recovered(run_clean: RunClean) -> None:
+    details = run_clean(rbac_loss.run).details
+    assert details["healthz_failing_samples"] == 0
+    assert details["threads_died_in_log"] == 0 and details["operator_alive"]
 
 
 def test_node_loss(own_control_plane: Env) -> None:
     """Nodes made unreachable, with and without ``forceDeleteAfterSeconds`` (the CI timer,
     ``node_loss.CI_FORCE_DELETE_AFTER_SECONDS``, still expires), then one taken out of
     service; every node is whole again afterwards."""
-    env = own_control_plane
-    namespace = env.new_namespace("node-loss")
-    release = env.install_chart([namespace])
     timer = node_loss.CI_FORCE_DELETE_AFTER_SECONDS
-    try:
-        result = node_loss.run(env, release, namespace, force_after=timer)
-    finally:
-        env.uninstall(release)
-        env.delete_namespace(namespace, wait=True)
-    assert_clean(result)
+    result = _run_own(
+        own_control_plane,
+        "node-loss",
+        lambda e, r, ns: node_loss.run(e, r, ns, force_after=timer),
+    )
     details = result.details
     print(f"node-loss: {details}")
     forced = details["forced_record"]

@@ -22,7 +22,7 @@ from ascend_pd_operator.wiring import render_cli
 from ascend_pd_runtime import env_contract
 from ascend_pd_runtime.launcher import plan_launch
 from ascend_pd_runtime.plan_cli import example_config
-from reliability.specs import DEEPSEEK_V3
+from reliability.specs import DEEPSEEK_V3, document
 
 REPO = Path(__file__).resolve().parents[2]
 #: the examples holding a PDDeployment (examples/ also holds the models PVC and its Job)
@@ -156,12 +156,7 @@ def generated_specs() -> dict[str, tuple[dict[str, Any], str]]:
 
 
 def pdd(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": models.API_VERSION,
-        "kind": models.KIND,
-        "metadata": {"name": name, "namespace": "ns"},
-        "spec": spec,
-    }
+    return document(name, "ns", spec)
 
 
 Resource = tuple[dict[str, Any], str, list[dict[str, Any]]]

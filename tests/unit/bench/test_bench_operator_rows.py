@@ -38,34 +38,34 @@ def by_start(rows: list[dict], start: str) -> dict:
     return found
 
 
+def fields(row: dict, names: str) -> tuple:
+    """The row's values of the space-separated ``names``, in that order."""
+    return tuple(row[name] for name in names.split())
+
+
 def test_each_ratio_is_taken_within_a_run_then_the_median_of_the_runs():
     rows = rows_from([figures(12.0, 95.0), figures(8.0, 99.0), figures(10.0, 120.0)], FULL)
     check_rows(rows)
     op = by_start(rows, "100 CRs applied at once: operator until all 1200 children exist")
-    assert (op["value"], op["min"], op["max"], op["goal"], op["met"]) == (10.0, 8.0, 12.0, "", None)
+    assert fields(op, "value min max goal met") == (10.0, 8.0, 12.0, "", None)
     ratio = by_start(rows, "operator / bare client, 100 CRs, until all children exist")
     # 12/8, 8/8, 10/8 per run: the median run's own ratio
-    assert (ratio["value"], ratio["unit"], ratio["goal"], ratio["met"]) == (
-        1.25,
-        "x",
-        "<= 1.5",
-        True,
-    )
+    assert fields(ratio, "value unit goal met") == (1.25, "x", "<= 1.5", True)
     assert "medians 10.00 s / 8.00 s" in ratio["name"]
     assert by_start(rows, "operator / bare client, 10 CRs")["value"] == 1.2
     requests = by_start(rows, "100 CRs: operator API requests per CR until all children exist")
-    assert (requests["value"], requests["goal"]) == (15.3, "")
+    assert fields(requests, "value goal") == (15.3, "")
     assert "(the bare client: 12)" in requests["name"]
     # per CR: 30/300 over 10/100 (median run) = 1.0
     growth = by_start(rows, "per-CR time at 300 CRs / at 100 CRs, operator")
-    assert (growth["value"], growth["unit"], growth["met"]) == (1.0, "x", True)
+    assert fields(growth, "value unit met") == (1.0, "x", True)
     bare_growth = by_start(rows, "per-CR time at 300 CRs / at 100 CRs, bare client")
-    assert (bare_growth["value"], bare_growth["goal"], bare_growth["met"]) == (1.04, "", None)
+    assert fields(bare_growth, "value goal met") == (1.04, "", None)
     rss = by_start(rows, "operator RSS at 100 Ready CRs")
-    assert (rss["value"], rss["goal"], rss["met"]) == (99.0, "< 100 MiB", True)
+    assert fields(rss, "value goal met") == (99.0, "< 100 MiB", True)
     assert by_start(rows, "operator RSS at 300 Ready CRs")["goal"] == ""
     p95 = by_start(rows, "one CR, apply request to every child created, p95 of 20")
-    assert (p95["value"], p95["met"]) == (0.9, True)  # nearest rank of 4 samples
+    assert fields(p95, "value met") == (0.9, True)  # nearest rank of 4 samples
     for r in rows:
         assert (r["met"] is None) == (not r["goal"]), r
         if r["goal"] and r["name"].split()[0] in ("operator", "per-CR"):
@@ -85,7 +85,7 @@ def test_missed_ratios_say_no_and_one_noisy_run_writes_fail_the_idle_row():
     assert by_start(rows, "per-CR time at 300 CRs / at 100 CRs, operator")["met"] is False
     assert by_start(rows, "operator RSS at 100 Ready CRs")["met"] is False
     idle = by_start(rows, "operator API writes")
-    assert (idle["value"], idle["met"]) == (2, False)
+    assert fields(idle, "value met") == (2, False)
     assert "all runs: PATCH 2" in idle["name"]
 
 
@@ -96,12 +96,7 @@ def test_the_rss_slope_is_the_least_squares_line_through_rest_and_every_scale():
     assert run.rss_slope() == pytest.approx(0.16961, abs=1e-5)
     rows = rows_from([run], FULL)
     fitted = by_start(rows, "operator RSS slope per Ready CR, least squares over 0/10/100/300")
-    assert (fitted["value"], fitted["unit"], fitted["goal"], fitted["met"]) == (
-        0.17,
-        "MiB/CR",
-        "<= 0.3 MiB/CR",
-        True,
-    )
+    assert fields(fitted, "value unit goal met") == (0.17, "MiB/CR", "<= 0.3 MiB/CR", True)
     steep = figures(10.0, 95.0)
     steep.scales[2] = Scale(300, children=30.0, ready=120.0, bare=25.0, rss=200.0)
     assert rows_from([steep], FULL)[-1]["met"] is False
@@ -113,4 +108,4 @@ def test_the_scaler_row_is_the_median_of_each_run_s_p95_against_two_seconds() ->
     check_rows(rows)
     row = by_start(rows, "a scaler's spec.replicas + 1 to the new instance's StatefulSet, p95")
     # p95 of [0.3, 0.4, 0.5, w] is w (nearest rank): runs 1.5, 3.0, 2.5; median 2.5
-    assert (row["value"], row["goal"], row["met"]) == (2.5, "< 2 s", False)
+    assert fields(row, "value goal met") == (2.5, "< 2 s", False)

@@ -118,6 +118,14 @@ def cond(status: Json, type_: str) -> Json:
     return next(c for c in status["conditions"] if c["type"] == type_)
 
 
+def prefill_message(
+    deployment: Json, children: dict[tuple[str, str], Json], pods: list[Json]
+) -> str:
+    """The PrefillReady condition's message."""
+    message: str = cond(status_of(deployment, children, pods), "PrefillReady")["message"]
+    return message
+
+
 def prefill_0_not_ready(*pods: Json) -> tuple[dict[tuple[str, str], Json], list[Json]]:
     children = ready_children()
     children[("StatefulSet", "dsv3-prefill-0")] = sts("dsv3-prefill-0", ready=0)
@@ -172,7 +180,7 @@ def test_a_container_s_waiting_reason_is_named(dsv3: Json, waiting: Json, said: 
         pod("dsv3-prefill-0-0", phase="Pending", state={"waiting": waiting}, started=False),
         pod("dsv3-prefill-0-1", phase="Pending", state={"waiting": waiting}, started=False),
     )
-    message = cond(status_of(dsv3, children, pods), "PrefillReady")["message"]
+    message = prefill_message(dsv3, children, pods)
     assert message.endswith(f"dsv3-prefill-0 (0/2 pods ready): {said} (and 1 more pod not ready)")
 
 
@@ -185,8 +193,7 @@ def test_a_crash_loop_names_the_launcher_s_exit_and_its_meaning(dsv3: Json) -> N
         pod("dsv3-prefill-0-0"),
         pod("dsv3-prefill-0-1", state={"waiting": {"reason": "CrashLoopBackOff"}}, last=last),
     )
-    message = cond(status_of(dsv3, children, pods), "PrefillReady")["message"]
-    assert message.endswith(
+    assert prefill_message(dsv3, children, pods).endswith(
         "dsv3-prefill-0 (0/2 pods ready): pod dsv3-prefill-0-1 CrashLoopBackOff, last exit 4 "
         "(launcher: the instance leader's or the store's host did not resolve): host "
         "'dsv3-prefill-0-0.dsv3-prefill-0.llm.svc' did not resolve within 600 s: [Errno -2] "
@@ -211,7 +218,7 @@ def test_the_last_termination_s_exit_code_is_read(dsv3: Json, last: Json, said: 
         pod("dsv3-prefill-0-0", state={"waiting": {"reason": "CrashLoopBackOff"}}, last=last),
         pod("dsv3-prefill-0-1"),
     )
-    message = cond(status_of(dsv3, children, pods), "PrefillReady")["message"]
+    message = prefill_message(dsv3, children, pods)
     assert f"pod dsv3-prefill-0-0 CrashLoopBackOff, {said}" in message
 
 
@@ -272,15 +279,14 @@ def test_loading_weights_and_a_startup_probe(dsv3: Json) -> None:
     children, pods = prefill_0_not_ready(
         pod("dsv3-prefill-0-0"), pod("dsv3-prefill-0-1", ready=True)
     )
-    message = cond(status_of(dsv3, children, pods), "PrefillReady")["message"]
-    assert message.endswith(
+    assert prefill_message(dsv3, children, pods).endswith(
         "dsv3-prefill-0 (1/2 pods ready): pod dsv3-prefill-0-0 loading weights: running since "
         "2026-01-01T00:00:05Z, ready once its instance leader's SGLang answers /health"
     )
     children, pods = prefill_0_not_ready(
         pod("dsv3-prefill-0-0", started=False), pod("dsv3-prefill-0-1", started=False)
     )
-    message = cond(status_of(dsv3, children, pods), "PrefillReady")["message"]
+    message = prefill_message(dsv3, children, pods)
     assert (
         "pod dsv3-prefill-0-0 starting: its startup probe has not passed yet (running since "
         "2026-01-01T00:00:05Z)" in message
@@ -301,15 +307,14 @@ def test_a_pending_podgroup_is_named_before_its_pods(dsv3: Json) -> None:
              "message": "2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, "
                         "2 minAvailable; Pending: 2 Unschedulable"}]},
     }  # fmt: skip
-    message = cond(status_of(gang, children, pods), "PrefillReady")["message"]
-    assert message.endswith(
+    assert prefill_message(gang, children, pods).endswith(
         "dsv3-prefill-0 (0/2 pods ready): PodGroup dsv3-prefill-0 Inqueue (NotEnoughResources): "
         "2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 minAvailable; "
         "Pending: 2 Unschedulable (Volcano starts an instance's pods together, once all of them "
         "fit) (and 2 more pods not ready)"
     )
     children[("PodGroup", "dsv3-prefill-0")] = {"metadata": {"name": "dsv3-prefill-0"}}
-    message = cond(status_of(gang, children, pods), "PrefillReady")["message"]
+    message = prefill_message(gang, children, pods)
     assert "PodGroup dsv3-prefill-0 has no phase yet: is Volcano's scheduler running?" in message
 
 
@@ -318,7 +323,7 @@ def test_a_pod_on_a_lost_node(dsv3: Json) -> None:
     lost["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "NodeNotReady",
                                      "message": "Node is not ready"}]  # fmt: skip
     children, pods = prefill_0_not_ready(lost, pod("dsv3-prefill-0-1"))
-    message = cond(status_of(dsv3, children, pods), "PrefillReady")["message"]
+    message = prefill_message(dsv3, children, pods)
     assert "pod dsv3-prefill-0-0 not ready (NodeNotReady): Node is not ready" in message
 
 

@@ -211,9 +211,7 @@ def test_healthz_fails_for_a_unit_that_cannot_recover(
     assert report["units"]["resync"]["restarts"] >= 1
 
 
-def test_healthz_fails_for_a_unit_stuck_in_a_call(
-    stop: threading.Event, served: tuple[Supervisor, int]
-) -> None:
+def test_healthz_fails_for_a_unit_stuck_in_a_call(served: tuple[Supervisor, int]) -> None:
     supervisor, port = served
     release = threading.Event()
 
