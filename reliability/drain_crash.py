@@ -22,7 +22,6 @@ from typing import Any
 from kubernetes import client
 
 from ascend_pd_dev.kubelet_sim.knobs import READY_AFTER, TERMINATE_AFTER
-from ascend_pd_operator.api.vocabulary import REASON_INSTANCE_DRAIN_FORCED, REASON_INSTANCE_DRAINED
 
 from .crash import crash_rounds
 from .env import Env, Release, wait_for
@@ -155,13 +154,12 @@ def run(env: Env, release: Release, namespace: str, kills: int = 4) -> ScenarioR
             result.problems.append(
                 f"workers deleted while their leader ran: {sorted(sampler.early_workers)}"
             )
-        selector = f"involvedObject.name={NAME}"
+        selector = f"involvedObject.name={NAME},reason=InstanceDrained"
         events = env.get_json("events", "-n", namespace, "--field-selector", selector) or {}
-        drained = sum(e.get("reason") in (REASON_INSTANCE_DRAINED, REASON_INSTANCE_DRAIN_FORCED)
-                      for e in events.get("items", []))  # fmt: skip
+        drained = len(events.get("items", []))
         expected = sum(HIGH - LOW for t in targets if t == LOW)
         if drained < expected:
-            result.problems.append(f"{drained} drained Events, {expected} drains")
+            result.problems.append(f"{drained} InstanceDrained Events, {expected} drains")
         result.details.update(
             kills=kills, seed=SEED, samples=sampler.samples, drains=drained,
             deleted_marked_pods=len(sampler.marked_deletions),

@@ -173,10 +173,9 @@ REASON_APPLY_FAILED = "ApplyFailed"
 REASON_PRUNE_FAILED = "PruneFailed"
 #: RatioConstrained: True when the bounds changed a count (and an Event says how).
 REASON_RATIO_BOUNDED = "RatioBounded"
-#: The Normal Event when a drained instance is gone within its grace period: how long it took.
+#: The Event when a drained instance is gone: how long it took; Normal within its grace
+#: period, Warning when forced (the kubelet ended it, cutting what it still held).
 REASON_INSTANCE_DRAINED = "InstanceDrained"
-#: The Warning Event when it took longer: the kubelet ended it, cutting what it still held.
-REASON_INSTANCE_DRAIN_FORCED = "InstanceDrainForced"
 REASON_WITHIN_BOUNDS = "WithinBounds"
 
 PHASE_PENDING = "Pending"

@@ -21,9 +21,9 @@ restarts mid-drain carries on where it stopped:
    release drains ``rid_to_state`` first);
 4. **workers**: once the leader is gone, the other pods (the leader's requests needed their
    ranks until it ended), with the same grace period;
-5. **gone**: no pod is left. An Event says how long it took: ``InstanceDrained``, or the
-   Warning ``InstanceDrainForced`` when it took longer than its grace period (then the
-   kubelet ended it). ``ascend_pd_drains_total`` counts both, per role.
+5. **gone**: no pod is left. An ``InstanceDrained`` Event says how long it took: Normal, or
+   Warning when it took longer than its grace period (forced: the kubelet ended it).
+   ``ascend_pd_drains_total`` counts both outcomes, per role.
 """
 
 from __future__ import annotations

@@ -55,7 +55,6 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_APPLY_FAILED,
     REASON_ENV_CONTRACT_MISMATCH,
     REASON_INSPECTING,
-    REASON_INSTANCE_DRAIN_FORCED,
     REASON_INSTANCE_DRAINED,
     REASON_INSTANCE_RESTARTED,
     REASON_LAUNCH_REFUSED,
@@ -575,8 +574,8 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
 
 def drained_events(previous: Json, status: Json, now: str, grace: int) -> Iterator[Event]:
     """An Event for each instance the previous status listed as draining and this one no
-    longer does, saying how long its drain took: Normal ``InstanceDrained`` within the grace
-    period, Warning ``InstanceDrainForced`` past it (the kubelet ended what it still held)."""
+    longer does, saying how long its drain took: ``InstanceDrained``, Normal within the grace
+    period, Warning past it (forced: the kubelet ended what it still held)."""
     end = parse_time(now)
     for role in ROLES:
         still = {d["instance"] for d in (status.get(role) or {}).get("draining") or []}
@@ -590,7 +589,7 @@ def drained_events(previous: Json, status: Json, now: str, grace: int) -> Iterat
             elif took > grace:
                 yield Event(
                     "Warning",
-                    REASON_INSTANCE_DRAIN_FORCED,
+                    REASON_INSTANCE_DRAINED,
                     f"{d['instance']} drained in {took:.0f} s, longer than "
                     f"drainTimeoutSeconds {grace}: the kubelet ended it (forced)",
                     role,

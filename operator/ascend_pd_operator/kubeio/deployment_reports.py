@@ -19,15 +19,14 @@ from ascend_pd_operator.api.vocabulary import (
     LABEL_DEPLOYMENT,
     LABEL_INSTANCE,
     LABEL_ROLE,
-    REASON_INSTANCE_DRAIN_FORCED,
     REASON_INSTANCE_DRAINED,
     ROLES,
 )
 
 Json = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
-#: A drain's outcome, by the reason of the Event that ended it.
-DRAIN_OUTCOMES = {REASON_INSTANCE_DRAINED: "clean", REASON_INSTANCE_DRAIN_FORCED: "forced"}
+#: A drain's outcome, by the type of the ``InstanceDrained`` Event that ended it.
+DRAIN_OUTCOMES = {"Normal": "clean", "Warning": "forced"}
 
 
 @dataclass
@@ -96,8 +95,8 @@ class DeploymentReports:
             dep = self._deployments.setdefault((namespace, name), Deployment())
             dep.status = status
             for event in events:
-                outcome = DRAIN_OUTCOMES.get(event.reason)
-                if outcome is not None and event.role in ROLES:
+                outcome = DRAIN_OUTCOMES.get(event.type)
+                if event.reason == REASON_INSTANCE_DRAINED and outcome and event.role in ROLES:
                     dep.drains[(event.role, outcome)] += 1
 
     def deployment_spec(self, namespace: str, name: str, spec: Json | None) -> None:

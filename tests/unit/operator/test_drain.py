@@ -171,7 +171,7 @@ def test_a_scale_down_marks_releases_deletes_the_leader_then_the_workers() -> No
     fifth = _step(cr, statefulsets, pods, T1)
     assert ("Service", "dsv3-decode-2") in [(w.kind, w.name) for w in fifth.deletes]
     assert "draining" not in fifth.status["decode"]
-    (drained,) = [e for e in fifth.events if e.reason == "InstanceDrainForced"]
+    (drained,) = [e for e in fifth.events if e.reason == "InstanceDrained"]
     assert (drained.type, drained.role) == ("Warning", "decode")
     assert drained.message == (
         "dsv3-decode-2 drained in 100 s, longer than drainTimeoutSeconds 90: the kubelet "

@@ -345,7 +345,7 @@ def test_elastic_roles_asked_run_draining_and_drains_by_outcome() -> None:
     drains = {k[1]: v for k, v in got.items() if k[0] == "ascend_pd_drains_total"}
     assert set(drains.values()) == {0} and len(drains) == 4
     c.deployment_status("ns", "pd", status, (
-        Event("Warning", "InstanceDrainForced", "pd-decode-3 drained in 700 s", "decode"),
+        Event("Warning", "InstanceDrained", "pd-decode-3 drained in 700 s (forced)", "decode"),
         Event("Normal", "InstanceDrained", "pd-decode-2 drained in 20 s", "decode"),
         Event("Normal", "InstanceDrained", "pd-decode-1 drained in 10 s", "decode"),
         Event("Warning", "InstanceRestarted", "pd-prefill-0 restarted", "prefill"),
