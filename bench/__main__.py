@@ -16,6 +16,7 @@ import argparse
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -93,8 +94,16 @@ def load_average() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def _exit_on_sigterm(signum: int, _frame: Any) -> None:
+    # SystemExit unwinds the modules' ``finally`` blocks: a benchmark stopped by kill or a
+    # timeout takes its control plane down with it (the default action left a 40-node
+    # cluster and an operator running).
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     load_at_start = load_average()
     rows: list[dict[str, Any]] = []
     failed: list[str] = []
