@@ -1,11 +1,11 @@
 """What the reconciles and the watches last reported of each PDDeployment, for its metrics.
 
 The worker reports the status each reconcile computed and the drains it saw end (from its
-Events), kopf's PDDeployment watch the spec
-(its SGLang version), the child watches each instance StatefulSet (ready, updated) and each
-runtime pod (its restarts). ``DeploymentReports`` keeps the latest of these and forgets a
-PDDeployment, an instance or a pod as soon as it is reported gone, so what it holds is
-bounded by what exists now; ``metrics.DeploymentCollector`` turns a snapshot into series.
+Events), kopf's PDDeployment watch the spec (its SGLang version), the child watches each
+instance StatefulSet (ready, updated) and each runtime pod (its restarts).
+``DeploymentReports`` keeps the latest of these and forgets a PDDeployment, an instance or
+a pod as soon as it is reported gone, so what it holds is bounded by what exists now;
+``metrics.DeploymentCollector`` turns a snapshot into series.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from ascend_pd_operator.api.vocabulary import (
     LABEL_DEPLOYMENT,
@@ -25,6 +25,19 @@ from ascend_pd_operator.api.vocabulary import (
 
 Json = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
+
+
+class PostedEvent(Protocol):
+    """An Event a reconcile posted, as the reports read it (``decisions.planner.Event``)."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+
+
 #: A drain's outcome, by the type of the ``InstanceDrained`` Event that ended it.
 DRAIN_OUTCOMES = {"Normal": "clean", "Warning": "forced"}
 
@@ -84,7 +97,7 @@ class DeploymentReports:
 
     # --- fed by the worker, the PDDeployment watch and the child watches ----------------
     def deployment_status(
-        self, namespace: str, name: str, status: Json | None, events: Iterable[Any] = ()
+        self, namespace: str, name: str, status: Json | None, events: Iterable[PostedEvent] = ()
     ) -> None:
         """The status a reconcile computed and the Events it posted (``reason``, ``role``);
         None: the PDDeployment is gone."""
