@@ -26,6 +26,7 @@ from pydantic.functional_validators import PlainValidator
 
 from ascend_pd_operator.api.rules import (
     CAP_SYS_ADMIN,
+    DEFAULT_DRAIN_TIMEOUT_SECONDS,
     DNS_LABEL_PATTERN,
     ENV_NAME_PATTERN,
     EXTENDED_RESOURCE_MAX_LENGTH,
@@ -655,12 +656,25 @@ class Scaling(_Model):
         "(effectiveReplicas), never back into a scaler's spec; the RatioConstrained "
         "condition and an Event say what changed.",
     )
-    drain_timeout_seconds: int = Field(
-        600, ge=0, le=MAX_DRAIN_TIMEOUT_SECONDS,
+    drain_timeout_seconds: int | None = Field(
+        None, ge=0, le=MAX_DRAIN_TIMEOUT_SECONDS,
         description="How long a removed instance may finish its in-flight requests: the "
-        "grace period its pods are deleted with (SGLang ends on SIGTERM once the requests "
-        "it holds are done).",
+        f"grace period its pods are deleted with ({DEFAULT_DRAIN_TIMEOUT_SECONDS} when unset; "
+        "SGLang ends on SIGTERM once the requests it holds are done). Set, it also goes "
+        "into the runtime pods: their terminationGracePeriodSeconds follows it and a "
+        "preStop hook keeps a leader serving until the router has dropped it and a worker "
+        "until its leader is gone. Setting or changing it therefore updates every instance "
+        "(a rollout); unset, the pods keep a 60 s grace period and no hook, so that an "
+        "operator upgrade restarts nothing.",
     )  # fmt: skip
+
+    @property
+    def drain_grace_seconds(self) -> int:
+        """The grace period of a drain's deletions."""
+        if self.drain_timeout_seconds is None:
+            return DEFAULT_DRAIN_TIMEOUT_SECONDS
+        return self.drain_timeout_seconds
+
     planner: PlannerSettings = _sub(
         PlannerSettings,
         "The built-in PD planner (roles in scaling.mode Planner): what it aims for and how "

@@ -53,6 +53,8 @@ MAX_PLANNER_SECONDS = 3600
 MAX_LATENCY_MILLISECONDS = 600_000
 #: A day: longer than any request; the pods' terminationGracePeriodSeconds follows it.
 MAX_DRAIN_TIMEOUT_SECONDS = 86400
+#: A drain's grace period when the spec sets none.
+DEFAULT_DRAIN_TIMEOUT_SECONDS = 600
 MAX_NAME_LENGTH = MAX_STATEFULSET_NAME - len("-prefill-") - len(str(MAX_REPLICAS - 1))
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 

@@ -36,6 +36,10 @@ from ascend_pd_runtime.plan import layout_fingerprint
 Json = dict[str, Any]
 
 CONTAINER = "sglang"
+#: How long a leader pod being deleted keeps serving before SGLang gets its SIGTERM:
+#: sglang-router 0.3 drops a worker on the watch event of its pod's deletionTimestamp,
+#: well within this; a request it routes meanwhile is one SGLang still takes.
+ROUTER_LEAVE_SECONDS = 5
 VOLCANO_SCHEDULER = "volcano"
 PODGROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
 
@@ -211,6 +215,47 @@ def readiness_probe(owner: Owner, role: str, index: int) -> Json:
     }
 
 
+def pre_stop_program(leader: str, pause: int) -> str:
+    """The preStop hook of a runtime pod, as a ``python3 -c`` program (the readiness probe's
+    interpreter; it needs nothing of the runtime image's version).
+
+    The leader (ordinal 0) keeps serving ``pause`` seconds, so the router has dropped it
+    before SGLang's SIGTERM. A worker waits while the leader's name resolves: the headless
+    Service publishes not-ready addresses, so the name lasts until the leader pod is gone,
+    and the leader's requests keep the ranks they need until then. A lookup that fails for
+    another reason than "no such name" (a DNS hiccup) waits on; the kubelet's grace period
+    bounds both.
+    """
+    return (
+        "import os, socket, time\n"
+        f"if os.environ['{ec.POD_NAME}'].rsplit('-', 1)[-1] == '0':\n"
+        f"    time.sleep({pause})\n"
+        "else:\n"
+        "    while True:\n"
+        "        try:\n"
+        f"            socket.getaddrinfo('{leader}', None)\n"
+        "        except socket.gaierror as e:\n"
+        "            if e.errno == socket.EAI_NONAME:\n"
+        "                break\n"
+        "        time.sleep(1)\n"
+    )
+
+
+def drain_fields(owner: Owner, spec: PDDeploymentSpec, role: str, index: int) -> Json:
+    """What a drain needs of the pods: their grace period follows ``drainTimeoutSeconds``
+    and the preStop hook of ``pre_stop_program``. Only in the templates of a deployment
+    whose spec sets ``scaling.drainTimeoutSeconds``: a field reaches a template only when a
+    spec asks for it, so an operator upgrade or a role's switch of ``scaling.mode``
+    restarts no instance (``test_pod_template_stability``); the 60 s grace stays otherwise.
+    """
+    grace = spec.scaling.drain_timeout_seconds
+    if grace is None:
+        return {"terminationGracePeriodSeconds": 60}
+    program = pre_stop_program(leader_host(owner, role, index), min(ROUTER_LEAVE_SECONDS, grace))
+    hook = {"preStop": {"exec": {"command": ["python3", "-c", program]}}}
+    return {"terminationGracePeriodSeconds": grace, "lifecycle": hook}
+
+
 def pod_template(
     owner: Owner, spec: PDDeploymentSpec, layout: KVLayout, role: str, index: int
 ) -> Json:
@@ -224,6 +269,7 @@ def pod_template(
         annotations[ANNOTATION_BOOTSTRAP_PORT] = str(bootstrap_port(index))
     if spec.scheduling.gang == "volcano":
         annotations[ANNOTATION_VOLCANO_GROUP] = instance_name(owner, role, index)
+    drain = drain_fields(owner, spec, role, index)
     container: Json = {
         "name": CONTAINER,
         "image": spec.runtime.image,
@@ -234,6 +280,7 @@ def pod_template(
         "resources": _resources(spec, role),
         "volumeMounts": mounts + extra_mounts,
         "readinessProbe": readiness_probe(owner, role, index),
+        **({"lifecycle": drain["lifecycle"]} if "lifecycle" in drain else {}),
         **user_container_fields(r),
     }
     pod_spec: Json = {
@@ -241,7 +288,7 @@ def pod_template(
         "automountServiceAccountToken": False,
         "hostNetwork": spec.ascend.host_network,
         "dnsPolicy": "ClusterFirstWithHostNet" if spec.ascend.host_network else "ClusterFirst",
-        "terminationGracePeriodSeconds": 60,
+        "terminationGracePeriodSeconds": drain["terminationGracePeriodSeconds"],
         "containers": [container],
         "volumes": volumes + extra_volumes,
         **scheduling_fields(spec, r),

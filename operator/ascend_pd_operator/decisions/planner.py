@@ -405,7 +405,7 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
             )  # fmt: skip
             kept_scalers = {(SCALER_KIND, scaler_name(owner, r.role))
                             for r in scale.roles.values() if r.scaled}  # fmt: skip
-            drains = _drains(rosters, spec.scaling.drain_timeout_seconds)
+            drains = _drains(rosters, spec.scaling.drain_grace_seconds)
             deletes = _prunes(obs, desired, kept_scalers | _drained_children(rosters))
             deletes += tuple(delete(*k) for k in replaced) + drains.releases
             scaler_writes = _scaler_status(owner, scale, by_role)
@@ -566,7 +566,7 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
     ) + tuple(Event("Warning", REASON_PODS_FORCE_DELETED, message)
               for _, message in recovery.force_events)  # fmt: skip
     # the model's default where the spec was refused (the drain then ran under the last one)
-    grace = (spec.scaling if spec is not None else Scaling.model_validate({})).drain_timeout_seconds
+    grace = (spec.scaling if spec is not None else Scaling.model_validate({})).drain_grace_seconds
     drained = tuple(drained_events(obs.previous, status, draft.now, grace))
     return replace(draft, status=status,
                    events=tuple(events(obs.previous, status)) + restarted + drained)  # fmt: skip

@@ -98,13 +98,14 @@ def test_one_drain_at_a_time_and_scale_up_fills_the_lowest_free_indices() -> Non
     assert surge_indices(seen, (0, 1, 2, 4), 1) == (5,)
 
 
-def _world(replicas: int) -> tuple[Json, list[Json], list[Json]]:
+def _world(replicas: int, drain_timeout: int | None = 90) -> tuple[Json, list[Json], list[Json]]:
     from tests.unit.operator.conftest import load_example
 
     cr = copy.deepcopy(load_example("deepseek-v3-pp2.yaml"))
     cr["metadata"].update(namespace="llm", uid=UID, generation=1)
     cr["spec"]["decode"]["replicas"] = replicas
-    cr["spec"]["scaling"] = {"drainTimeoutSeconds": 90}
+    if drain_timeout is not None:
+        cr["spec"]["scaling"] = {"drainTimeoutSeconds": drain_timeout}
     statefulsets = [_sts("prefill", 0), _sts("prefill", 1)] + [_sts("decode", i) for i in range(3)]
     pods = [p for r, n in (("prefill", 2), ("decode", 3)) for i in range(n) for p in _pods(r, i)]
     return cr, statefulsets, pods
@@ -177,6 +178,17 @@ def test_a_scale_down_marks_releases_deletes_the_leader_then_the_workers() -> No
         "dsv3-decode-2 drained in 100 s, longer than drainTimeoutSeconds 90: the kubelet "
         "ended it (forced)"
     )
+
+
+def test_unset_a_drain_deletes_with_the_default_grace_period() -> None:
+    cr, statefulsets, pods = _world(replicas=2, drain_timeout=None)
+    for _ in range(2):  # mark, release
+        step = _step(cr, statefulsets, pods, T0)
+        cr["status"] = step.status
+        _carry_out(step, statefulsets, pods)
+    leader = _step(cr, statefulsets, pods, T0)
+    gone = [(w.name, w.grace_period_seconds) for w in leader.restarts if "decode-2" in w.name]
+    assert gone == [("dsv3-decode-2-0", 600)]
 
 
 @pytest.mark.parametrize("replicas", [3, 4])
