@@ -8,7 +8,7 @@ from pathlib import Path
 
 from _pytest.mark.expression import Expression
 
-from ascend_pd_dev.cli.tiers import TIERS, Run, Tier, table
+from ascend_pd_dev.cli.tiers import TIERS, Run, Tier, run_all, table
 
 MARKERS = ("e2e", "sglang", "crdserver", "prometheus")
 
@@ -47,7 +47,24 @@ def test_no_two_tiers_share_a_cluster() -> None:
 
 def test_the_table_counts_each_tier(tmp_path: Path) -> None:
     run = Run(Tier("unit", ("tests",)), tmp_path / "unit.log", seconds=120.0, code=1,
-              counts={"passed": 3, "failed": 1, "error": 1})  # fmt: skip
+              cpu_seconds=90.0, counts={"passed": 3, "failed": 1, "error": 1})  # fmt: skip
     text = table([run], 60.0)
-    assert "| unit | 3 | 2 | 0 | 2.0 | FAILED (exit 1) |" in text
+    assert "| unit | 3 | 2 | 0 | 2.0 | 1.5 | FAILED (exit 1) |" in text
     assert "2.0x side by side" in text
+    assert "1.5 CPU min (1.50 cores busy on average)" in text
+
+
+def test_a_tier_counts_the_cpu_of_the_processes_it_started(tmp_path: Path) -> None:
+    # a tier's test starts a process that burns CPU, as a tier starts its control plane
+    burn = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass\n"
+    test = tmp_path / "test_burn.py"
+    test.write_text(
+        "import subprocess, sys\n"
+        "def test_burn():\n"
+        f"    subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n"
+    )
+    (run,) = run_all([Tier("cpu-probe", (str(test), "--rootdir", str(tmp_path)))], 1, [])
+    assert run.code == 0
+    assert run.counts == {"passed": 1}
+    # the child's second of CPU, besides pytest's own start
+    assert run.cpu_seconds >= 1.0

@@ -64,6 +64,10 @@ class Run:
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     seconds: float = 0.0
+    #: CPU seconds (user + system) of the tier and every process it waited for: its
+    #: control plane, operator and SGLang children. What the tiers' wall time is made of
+    #: on a machine they share.
+    cpu_seconds: float = 0.0
     code: int | None = None
     summary: str = ""
     counts: dict[str, int] = field(default_factory=dict)
@@ -91,8 +95,9 @@ def start(run: Run, extra: Sequence[str]) -> None:
 SUMMARY = re.compile(r"^=+ (.*\d+ (?:passed|failed|error|errors|skipped|deselected).*) =+$")
 
 
-def finish(run: Run, code: int) -> None:
+def finish(run: Run, code: int, cpu_seconds: float = 0.0) -> None:
     run.code, run.seconds = code, time.monotonic() - run.started
+    run.cpu_seconds = cpu_seconds
     lines = run.log.read_text(errors="replace").splitlines()
     run.summary = next((m.group(1) for m in map(SUMMARY.match, reversed(lines)) if m), "")
     for count, what in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected)",
@@ -101,28 +106,40 @@ def finish(run: Run, code: int) -> None:
     # pytest exits 5 when a tier selects no test: nothing of that kind exists
     ok = code in (0, 5)
     verdict = "ok" if ok else f"FAILED (exit {code})"
-    print(f"tiers: {run.tier.name} {verdict} in {run.seconds / 60:.1f} min: {run.summary}",
-          flush=True)  # fmt: skip
+    print(f"tiers: {run.tier.name} {verdict} in {run.seconds / 60:.1f} min "
+          f"({run.cpu_seconds / 60:.1f} CPU min): {run.summary}", flush=True)  # fmt: skip
     if not ok:
         tail = lines[-200:]
         print(f"---- the last {len(tail)} lines of {run.log} ----", *tail, "----", sep="\n")
 
 
 def table(runs: Sequence[Run], wall: float) -> str:
-    rows = ["| tier | passed | failed | skipped | minutes | verdict |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| tier | passed | failed | skipped | minutes | CPU minutes | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         failed = run.counts.get("failed", 0) + run.counts.get("error", 0)
         verdict = "ok" if run.code in (0, 5) else f"FAILED (exit {run.code})"
         passed, skipped = run.counts.get("passed", 0), run.counts.get("skipped", 0)
         rows.append(f"| {run.tier.name} | {passed} | {failed} | {skipped} | "
-                    f"{run.seconds / 60:.1f} | {verdict} |")  # fmt: skip
+                    f"{run.seconds / 60:.1f} | {run.cpu_seconds / 60:.1f} | {verdict} |")  # fmt: skip
     busy = sum(r.seconds for r in runs)
+    cpu = sum(r.cpu_seconds for r in runs)
     rows.append(f"\nwall {wall / 60:.1f} min for {busy / 60:.1f} min of tiers "
-                f"({busy / wall if wall else 0:.1f}x side by side)")  # fmt: skip
+                f"({busy / wall if wall else 0:.1f}x side by side) and {cpu / 60:.1f} CPU min "
+                f"({cpu / wall if wall else 0:.2f} cores busy on average)")  # fmt: skip
     return "\n".join(rows)
 
 
 def run_tiers(tiers: Sequence[Tier], jobs: int, extra: Sequence[str]) -> int:
+    runs = run_all(tiers, jobs, extra)
+    return 0 if all(r.code in (0, 5) for r in runs) else 1
+
+
+def run_all(tiers: Sequence[Tier], jobs: int, extra: Sequence[str]) -> list[Run]:
+    """Run ``tiers``, ``jobs`` at once, the longest first; print each as it ends and then
+    the table."""
     todo = [
         Run(t, LOG_DIR / f"{t.name}.log") for t in sorted(tiers, key=lambda t: -t.expected_minutes)
     ]
@@ -136,16 +153,18 @@ def run_tiers(tiers: Sequence[Tier], jobs: int, extra: Sequence[str]) -> int:
             running.append(run)
         for run in list(running):
             assert run.process is not None
-            code = run.process.poll()
-            if code is not None:
+            # wait4, not poll: its rusage is the CPU the tier and its reaped children used
+            pid, status, usage = os.wait4(run.process.pid, os.WNOHANG)
+            if pid:
+                run.process.returncode = code = os.waitstatus_to_exitcode(status)
                 running.remove(run)
-                finish(run, code)
+                finish(run, code, usage.ru_utime + usage.ru_stime)
         if running:
             # each tier is a child process: wait for any of them, not for a fixed time
             with contextlib.suppress(ChildProcessError):
                 os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
     print("\n" + table([r for r in runs if r.process is not None], time.monotonic() - began))
-    return 0 if all(r.code in (0, 5) for r in runs) else 1
+    return runs
 
 
 def collected(args: Sequence[str]) -> set[str]:
