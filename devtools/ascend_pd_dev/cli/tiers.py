@@ -122,8 +122,9 @@ def table(runs: Sequence[Run], wall: float) -> str:
         failed = run.counts.get("failed", 0) + run.counts.get("error", 0)
         verdict = "ok" if run.code in (0, 5) else f"FAILED (exit {run.code})"
         passed, skipped = run.counts.get("passed", 0), run.counts.get("skipped", 0)
+        minutes, cpu = run.seconds / 60, run.cpu_seconds / 60
         rows.append(f"| {run.tier.name} | {passed} | {failed} | {skipped} | "
-                    f"{run.seconds / 60:.1f} | {run.cpu_seconds / 60:.1f} | {verdict} |")  # fmt: skip
+                    f"{minutes:.1f} | {cpu:.1f} | {verdict} |")  # fmt: skip
     busy = sum(r.seconds for r in runs)
     cpu = sum(r.cpu_seconds for r in runs)
     rows.append(f"\nwall {wall / 60:.1f} min for {busy / 60:.1f} min of tiers "
