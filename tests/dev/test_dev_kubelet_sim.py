@@ -262,7 +262,9 @@ class FakeCore:
         self.node_status_writes = 0
 
     # nodes
-    def list_node(self, label_selector: str = "", _preload_content: bool = True) -> Response:
+    def list_node(
+        self, label_selector: str = "", _preload_content: bool = True, resource_version: str = ""
+    ) -> Response:
         return Response({"items": [copy.deepcopy(n) for n in self.nodes.values()]})
 
     def create_node(self, body: dict, _preload_content: bool = True) -> None:
@@ -291,7 +293,9 @@ class FakeCore:
     def pod(self, name: str, namespace: str = "ns") -> dict:
         return self.pods[(namespace, name)]
 
-    def list_pod_for_all_namespaces(self, _preload_content: bool = True) -> Response:
+    def list_pod_for_all_namespaces(
+        self, _preload_content: bool = True, resource_version: str = ""
+    ) -> Response:
         return Response({"items": [copy.deepcopy(p) for p in self.pods.values()]})
 
     def create_namespaced_pod_binding(
@@ -318,12 +322,12 @@ class FakeCore:
     ) -> None:
         self.events.append(body)
 
-    def list_namespace(self, _preload_content: bool = True) -> Response:
+    def list_namespace(self, _preload_content: bool = True, resource_version: str = "") -> Response:
         return Response({"items": [{"metadata": {"name": name, "annotations": notes}}
                                    for name, notes in self.namespaces.items()]})  # fmt: skip
 
     def list_persistent_volume_claim_for_all_namespaces(
-        self, _preload_content: bool = True
+        self, _preload_content: bool = True, resource_version: str = ""
     ) -> Response:
         return Response({"items": copy.deepcopy(self.claims)})
 

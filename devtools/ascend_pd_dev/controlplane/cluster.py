@@ -42,7 +42,8 @@ CONTROLLERS = (
     "namespace",
     "serviceaccount",
     "serviceaccount-token",
-    "endpoint",
+    # not "endpoint": it refuses kubelet-sim's loopback pod IPs (422) and retried each
+    # Service's Endpoints for as long as the cluster ran, the API server's busiest writes
     # the real HPA controller, scaling PDRoleScalers through their scale subresource
     "horizontalpodautoscaling",
 )

@@ -50,7 +50,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ascend_pd_dev.kubelet_sim import knobs
-from ascend_pd_dev.kubelet_sim.objects import is_terminal, list_items
+from ascend_pd_dev.kubelet_sim.objects import is_terminal
 from ascend_pd_runtime.env_contract import DEFAULT_TERMINATION_LOG, TERMINATION_LOG
 
 RUN_CHECK_ANNOTATION = knobs.RUN_LAUNCH_CHECK
@@ -485,9 +485,11 @@ def remove_scratch(path: Path) -> None:
 # --------------------------------------------------------------------------- from the API server
 
 
-def pods_asking(api: Any, pods: list[Obj], nodes: set[str]) -> set[str]:
+def pods_asking(
+    pods: list[Obj], nodes: set[str], namespaces: dict[str, dict[str, str]]
+) -> set[str]:
     """Uids of the live pods on ``nodes`` with a launcher container that ask for its check
-    (``api``: a CoreV1Api; namespaces are read only when a candidate exists)."""
+    (``namespaces``: each namespace's annotations)."""
     candidates = [
         p for p in pods
         if p.get("spec", {}).get("nodeName") in nodes
@@ -497,10 +499,6 @@ def pods_asking(api: Any, pods: list[Obj], nodes: set[str]) -> set[str]:
     ]  # fmt: skip
     if not candidates:
         return set()
-    namespaces = {
-        n["metadata"]["name"]: n["metadata"].get("annotations") or {}
-        for n in list_items(api.list_namespace)
-    }
     return {
         str(p["metadata"].get("uid"))
         for p in candidates

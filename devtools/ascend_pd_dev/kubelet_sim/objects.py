@@ -41,8 +41,14 @@ def is_terminal(pod: Obj) -> bool:
 
 
 def list_items(call: Any, **kwargs: Any) -> list[Obj]:
-    """The items of a CoreV1Api LIST call, as dicts."""
-    response = call(_preload_content=False, **kwargs)
+    """The items of a CoreV1Api LIST call, as dicts.
+
+    From the API server's watch cache (``resourceVersion=0``), as a kubelet's informers
+    read: a cycle every fraction of a second would otherwise be a quorum read of etcd for
+    each list, the dev clusters' largest cost. What the cache lags behind by (milliseconds)
+    the next cycle sees; every write here is a patch that holds at any version.
+    """
+    response = call(_preload_content=False, resource_version="0", **kwargs)
     items: list[Obj] = json.loads(response.data).get("items", [])
     return items
 

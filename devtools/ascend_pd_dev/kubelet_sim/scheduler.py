@@ -41,13 +41,16 @@ class Scheduler:
     #: pod key -> why it fits nowhere, as last reported
     unschedulable: dict[str, str] = field(default_factory=dict)
 
-    def schedule_pending(self, nodes: list[Obj], pods: list[Obj]) -> None:
-        """Bind every pending pod that fits; later pods see the capacity earlier ones took."""
+    def schedule_pending(
+        self, nodes: list[Obj], pods: list[Obj], namespaces: dict[str, dict[str, str]]
+    ) -> None:
+        """Bind every pending pod that fits; later pods see the capacity earlier ones took
+        (``namespaces``: each namespace's annotations)."""
         waiting = pending(pods)
         keys = {_key(p) for p in waiting}
         for key in set(self.unschedulable) - keys:
             del self.unschedulable[key]
-        checked, claims = self._claims_checked(waiting)
+        checked, claims = self._claims_checked(waiting, namespaces)
         for pod in waiting:
             asked = str(pod["metadata"].get("uid")) in checked
             # a claim problem stops the pod before any node is tried
@@ -59,16 +62,14 @@ class Scheduler:
                 self.unschedulable.pop(_key(pod), None)
                 self._bind(pod, chosen)
 
-    def _claims_checked(self, waiting: list[Obj]) -> tuple[set[str], dict[tuple[str, str], Obj]]:
+    def _claims_checked(
+        self, waiting: list[Obj], namespaces: dict[str, dict[str, str]]
+    ) -> tuple[set[str], dict[tuple[str, str], Obj]]:
         """(uids of the pending pods whose claims are checked, the claims by (namespace,
         name)); listed only while such a pod waits, so a cluster without one pays nothing."""
         with_claims = [p for p in waiting if claim_names(p)]
         if not with_claims:
             return set(), {}
-        namespaces = {
-            n["metadata"]["name"]: n["metadata"].get("annotations") or {}
-            for n in list_items(self.api.list_namespace)
-        }
         asked = {
             str(p["metadata"].get("uid"))
             for p in with_claims

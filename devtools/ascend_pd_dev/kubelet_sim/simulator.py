@@ -57,18 +57,19 @@ class Simulator:
                                self.clock())  # fmt: skip
         names = {n["metadata"]["name"] for n in nodes}
         pods = list_items(self.api.list_pod_for_all_namespaces)
-        self.ips.used = live_pod_ips(pods, names)
-        self.scheduler.schedule_pending(nodes, pods)
-        readiness = {n["metadata"]["name"]: node_readiness(n) for n in nodes}
-        # an unreachable node's kubelet does nothing: its pods are only marked NotReady
-        reachable = {name for name, ready in readiness.items() if ready != "Unknown"}
-        asking = launch_check.pods_asking(self.api, pods, reachable)
-        cluster = launch_check.cluster_view(self.api, pods)
-        host_ips = {n["metadata"]["name"]: internal_ip(n) for n in nodes}
+        # once a cycle: the scheduler, the launch check and the kubelets read their knobs here
         namespaces = {
             n["metadata"]["name"]: n["metadata"].get("annotations") or {}
             for n in list_items(self.api.list_namespace)
         }
+        self.ips.used = live_pod_ips(pods, names)
+        self.scheduler.schedule_pending(nodes, pods, namespaces)
+        readiness = {n["metadata"]["name"]: node_readiness(n) for n in nodes}
+        # an unreachable node's kubelet does nothing: its pods are only marked NotReady
+        reachable = {name for name, ready in readiness.items() if ready != "Unknown"}
+        asking = launch_check.pods_asking(pods, reachable, namespaces)
+        cluster = launch_check.cluster_view(self.api, pods)
+        host_ips = {n["metadata"]["name"]: internal_ip(n) for n in nodes}
         for pod in pods:
             node = pod.get("spec", {}).get("nodeName")
             if node in reachable:
