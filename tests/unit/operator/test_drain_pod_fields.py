@@ -77,7 +77,7 @@ def test_a_short_drain_timeout_bounds_the_leaders_wait() -> None:
     began = time.monotonic()
     hook = _run(_hook("dsv3-decode-0", drain_timeout=1), "dsv3-decode-0-0")
     assert hook.wait(timeout=120) == 0
-    assert 1 <= time.monotonic() - began
+    assert time.monotonic() - began >= 1
 
 
 def test_a_worker_whose_leader_is_gone_stops_at_once() -> None:
