@@ -17,9 +17,8 @@ import yaml
 from pydantic import BaseModel
 
 from ascend_pd_operator.api import models
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.rules import RULES, Rule
-
-Json = dict[str, Any]
 
 PRINTER_COLUMNS: list[Json] = [
     {

@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import PlainValidator
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.rules import (
     CAP_SYS_ADMIN,
     DEFAULT_DRAIN_TIMEOUT_SECONDS,
@@ -84,7 +85,6 @@ SCALER_PLURAL = "pdrolescalers"
 SCALER_SINGULAR = "pdrolescaler"
 SCALER_SHORT_NAMES = ("pdrs",)
 
-Json = dict[str, Any]
 Role = Literal["prefill", "decode"]
 ROLES: tuple[Role, Role] = ("prefill", "decode")
 

@@ -7,9 +7,8 @@ the router, the env contract and the status all agree on it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-Json = dict[str, Any]
+from ascend_pd_operator.api.json_object import Json
 
 #: The PDDeployment API's group and version (``models`` serve them; owner references name them).
 GROUP = "ascendpd.io"

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec, SpecError, check_name, parse_spec
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_KV_LAYOUT,
@@ -46,8 +47,6 @@ from ascend_pd_runtime.errors import BadInput
 from ascend_pd_runtime.layout import KVLayout, LayoutRequest, compute_layout
 from ascend_pd_runtime.model_facts import ModelFacts
 from ascend_pd_runtime.plan import layout_fingerprint, plan_document
-
-Json = dict[str, Any]
 
 
 @dataclass(frozen=True)

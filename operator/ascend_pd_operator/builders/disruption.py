@@ -16,12 +16,9 @@ serialised pod by pod: conservative, as far as Kubernetes allows. Involuntary di
 
 from __future__ import annotations
 
-from typing import Any
-
 from ascend_pd_operator.api.access import served_api_version
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import Owner, disruption_budget_name, metadata, selector
-
-Json = dict[str, Any]
 
 KIND = "PodDisruptionBudget"
 #: A budget always lets a drain take one pod of a role: a surge-only rollout

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
 from ascend_pd_operator.api.vocabulary import (
     ANNOTATION_GENERATION,
@@ -44,8 +45,6 @@ from ascend_pd_operator.builders.workloads import (
 )
 from ascend_pd_runtime.errors import ModelConfigError
 from ascend_pd_runtime.model_facts import ModelFacts, parse_model_facts
-
-Json = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,7 @@ while it still matches (taking the label off, or the pod turning NotReady, keeps
 
 from __future__ import annotations
 
-from typing import Any
-
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_ROUTER,
@@ -49,8 +48,6 @@ from ascend_pd_operator.builders.workloads import (
     user_pod_fields,
     user_volumes,
 )
-
-Json = dict[str, Any]
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 #: The service discovery's pod watch (a list, then a watch; get for good measure).

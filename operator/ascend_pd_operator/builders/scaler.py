@@ -3,8 +3,7 @@ status, and the label selector its scale subresource serves (no I/O)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import (
     API_VERSION,
     COMPONENT_SCALER,
@@ -17,8 +16,6 @@ from ascend_pd_operator.api.vocabulary import (
     metadata,
     scaler_name,
 )
-
-Json = dict[str, Any]
 
 
 def scaler(owner: Owner, role: str, seed: int) -> Json:

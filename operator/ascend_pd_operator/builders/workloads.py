@@ -7,9 +7,8 @@ launcher reads; nothing here does I/O.
 
 from __future__ import annotations
 
-from typing import Any
-
 import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import EnvVar, PDDeploymentSpec, RoleSpec, Router, dump
 from ascend_pd_operator.api.vocabulary import (
     ANNOTATION_BOOTSTRAP_PORT,
@@ -32,8 +31,6 @@ from ascend_pd_operator.api.vocabulary import (
 )
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import layout_fingerprint
-
-Json = dict[str, Any]
 
 CONTAINER = "sglang"
 #: How long a leader pod being deleted keeps serving before SGLang gets its SIGTERM:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec, PlannerSettings, Role
 from ascend_pd_operator.api.vocabulary import (
     LABEL_DRAINING,
@@ -46,8 +47,6 @@ from ascend_pd_operator.decisions.autoscale import (
 )
 from ascend_pd_operator.decisions.rollout import Instance
 from ascend_pd_operator.decisions.status import merge_patch
-
-Json = dict[str, Any]
 
 #: The key of the scaler's status the planner owns; every other key is the reconcile's.
 STATUS_KEY = "planner"

@@ -30,12 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import LABEL_DRAINING, LABEL_SURGE
 from ascend_pd_operator.decisions.rollout import Instance, draining
-
-Json = dict[str, Any]
 
 
 def _labels(obj: Json) -> Mapping[str, str]:

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import Scaling
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_FACTS,
@@ -116,8 +117,6 @@ from ascend_pd_operator.decisions.status import (
 )
 from ascend_pd_runtime.model_facts import ModelFacts
 from ascend_pd_runtime.plan import layout_fingerprint
-
-Json = dict[str, Any]
 
 #: Kinds of children the operator prunes when no longer desired.
 PRUNED_KINDS = (

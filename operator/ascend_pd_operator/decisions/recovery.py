@@ -54,8 +54,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import (
     REASON_NODE_NOT_READY,
     REASON_NODE_OUT_OF_SERVICE,
@@ -63,8 +63,6 @@ from ascend_pd_operator.api.vocabulary import (
     TAINT_OUT_OF_SERVICE,
 )
 from ascend_pd_operator.decisions.rollout import Instance
-
-Json = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
 from ascend_pd_operator.api.vocabulary import (
     DISCOVERY_LEADER,
@@ -52,8 +52,6 @@ from ascend_pd_operator.api.vocabulary import (
     Owner,
     instance_name,
 )
-
-Json = dict[str, Any]
 
 ROLLOUT_COMPLETE = "Complete"
 ROLLOUT_PROGRESSING = "Progressing"

@@ -17,8 +17,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
 from ascend_pd_operator.api.rules import (
     bounds_apply,
@@ -28,8 +28,6 @@ from ascend_pd_operator.api.rules import (
     role_range,
 )
 from ascend_pd_operator.api.vocabulary import ROLES
-
-Json = dict[str, Any]
 
 
 @dataclass(frozen=True)

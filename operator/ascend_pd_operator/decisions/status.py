@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
 from ascend_pd_operator.api.rules import bounds_apply
 from ascend_pd_operator.api.vocabulary import (
@@ -78,8 +79,6 @@ from ascend_pd_runtime.env_contract import (
 )
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import layout_fingerprint
-
-Json = dict[str, Any]
 
 INVALID_MODEL_REASONS = (
     REASON_INVALID_MODEL_CONFIG,

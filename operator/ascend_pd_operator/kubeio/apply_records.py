@@ -22,10 +22,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.kubeio.kept import DROPPED, SPEC_KEPT
 from ascend_pd_operator.kubeio.watched import contains
-
-Json = dict[str, Any]
 
 
 def digest(manifest: Json) -> str:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_INSPECTOR,
     COMPONENT_ROUTER,
@@ -45,7 +46,6 @@ from ascend_pd_operator.kubeio.kube import Listing
 from ascend_pd_operator.kubeio.ledger import EventLedger, Ledger, NodeLedger, Queue
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 
-Json = dict[str, Any]
 log = logging.getLogger(__name__)
 
 #: The server ends each watch after a random time in this range (client-go: 5 to 10 minutes),

@@ -13,8 +13,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import (
     LABEL_DEPLOYMENT,
     LABEL_INSTANCE,
@@ -23,7 +24,6 @@ from ascend_pd_operator.api.vocabulary import (
     ROLES,
 )
 
-Json = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ascend_pd_operator.api.access import (
     LEGACY_VERSIONS,
@@ -19,9 +18,8 @@ from ascend_pd_operator.api.access import (
     resource_for,
     served_api_version,
 )
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.kubeio.errors import KubeError, NotFound
-
-Json = dict[str, Any]
 
 
 def server_minor(version: Json) -> int | None:

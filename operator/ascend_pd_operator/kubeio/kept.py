@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, ROLES
 from ascend_pd_operator.decisions.recovery import slim_node
-
-Json = dict[str, Any]
-
 
 #: What recovery and rollouts read of a pod's metadata (deletionGracePeriodSeconds dates a
 #: deletion request: ``recovery.deletion_requested``).

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client
 
 from ascend_pd_operator.api.access import Resource, resource_for
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import FIELD_MANAGER
 from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.denials import DENIALS, Denials
@@ -61,7 +61,6 @@ __all__ = [
     "watch_client",
 ]
 
-Json = dict[str, Any]
 
 #: A watch connects within this many seconds, and hears something (an event, a bookmark or
 #: the server's end of the watch) within its own timeout plus the slack.

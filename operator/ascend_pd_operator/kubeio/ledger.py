@@ -11,14 +11,14 @@ next list. ``NodeLedger`` and ``EventLedger`` are the two kinds that report diff
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.kept import event_owner, slim_event
 from ascend_pd_operator.kubeio.live_cache import TOMBSTONE_KINDS, LiveCache
 
-Json = dict[str, Any]
 Key = tuple[str, str]
 
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 from ascend_pd_operator.kubeio.apply_records import Applied, digest, unchanged
 from ascend_pd_operator.kubeio.kept import kept
 from ascend_pd_operator.kubeio.watched import Key, Tombstones, Watched, contains
 
-Json = dict[str, Any]
 #: Kinds whose deleted objects are remembered a while (a pod deleted by someone else
 #: means its instance must restart, even if the reconcile only runs after the deletion).
 TOMBSTONE_KINDS = frozenset({"Pod"})

@@ -35,10 +35,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import ROLES
 from ascend_pd_operator.kubeio.deployment_reports import Deployment, DeploymentReports, Instance
-
-Json = dict[str, Any]
 
 #: Every operator metric starts with this; the per-deployment ones with ``ascend_pd_``.
 PREFIX = "ascend_pd_operator"

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec, Role, SpecError, parse_spec
 from ascend_pd_operator.api.vocabulary import (
     LABEL_DEPLOYMENT,
@@ -61,7 +62,6 @@ from ascend_pd_operator.kubeio.live_cache import LiveCache
 from ascend_pd_operator.kubeio.supervisor import Unit
 
 log = logging.getLogger(__name__)
-Json = dict[str, Any]
 Key = tuple[str, str]
 
 #: How often the loop looks for a due PDDeployment: the finest interval it keeps.

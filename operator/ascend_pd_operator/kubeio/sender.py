@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.kubeio.denials import DENIALS, Denials, access_of
 from ascend_pd_operator.kubeio.errors import Denied, KubeError, NotFound
 from ascend_pd_operator.kubeio.wire import Query, Wire
 
-Json = dict[str, Any]
 log = logging.getLogger(__name__)
 
 #: Requests answered 429 (or 503) with Retry-After are sent again after it, this often

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 
-Json = dict[str, Any]
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
 

@@ -24,9 +24,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ascend_pd_operator.api import models
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_INSPECTOR,
     LABEL_COMPONENT,
@@ -57,7 +57,6 @@ from ascend_pd_operator.kubeio.kube import Kube, KubeError, NotFound, is_transie
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 
 log = logging.getLogger(__name__)
-Json = dict[str, Any]
 
 #: The executor's steps, numbered as the plan orders them (log lines name them).
 STEPS = {

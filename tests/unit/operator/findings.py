@@ -5,15 +5,13 @@ state built as the planner builds it, next to the children, pods and Events a te
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.desired import desired_state
 from ascend_pd_operator.builders.model_source import resolve_facts
 from ascend_pd_operator.decisions.status import Findings
-
-Json = dict[str, Any]
 
 
 def findings_for(

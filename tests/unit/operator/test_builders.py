@@ -15,6 +15,7 @@ import yaml
 
 import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.crd import PDROLESCALER, openapi_schema
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.desired import desired_state
@@ -27,7 +28,6 @@ from ascend_pd_runtime.plan import plan_document
 
 from .conftest import EXAMPLES, load_example
 
-Json = dict[str, Any]
 ALL_EXAMPLES = sorted(EXAMPLES.glob("*.yaml"))
 #: the examples holding a PDDeployment (the others: the models PVC and its download Job)
 EXAMPLE_FILES = sorted(p.name for p in ALL_EXAMPLES if "kind: PDDeployment" in p.read_text())

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.crd import openapi_schema
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import SpecError, check_name, parse_spec
 from ascend_pd_operator.api.rules import RULES, rules_for, violations
 
 from .conftest import apply_defaults, load_example
 
-Json = dict[str, Any]
 _ENV = celpy.Environment()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 from ascend_pd_operator.kubeio.backoff import Streak
 from ascend_pd_operator.kubeio.child_watch import (
@@ -31,8 +32,6 @@ from ascend_pd_operator.kubeio.kept import slim_pod
 from ascend_pd_operator.kubeio.kube import Kube, KubeError, Listing, iter_lines
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 from tests.json_server import Chunked, serving
-
-Json = dict[str, Any]
 
 
 def obj(name: str, rv: str, owner: str | None = "dsv3", ns: str = "ns") -> Json:

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from ascend_pd_operator.api import crd
+from ascend_pd_operator.api.json_object import Json
 from tests.unit.operator.schema_nodes import schema_nodes
 
-Json = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[3]
 CEL_CRD_FILE = ROOT / "crds" / "ascendpd.io_pddeployments.yaml"
 _ENV = celpy.Environment()

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.decisions.drain import roster, surge_indices
 from ascend_pd_operator.decisions.planner import Observation, Plan, plan
 from ascend_pd_operator.decisions.rollout import observed_instances
 
-Json = dict[str, Any]
 UID = "uid-1"
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:40Z"
 OWNER = Owner("dsv3", "llm", UID)

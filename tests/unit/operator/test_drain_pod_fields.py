@@ -14,15 +14,13 @@ import copy
 import os
 import subprocess
 import time
-from typing import Any
 
 import pytest
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.wiring.render_cli import render
 
 from .conftest import load_example
-
-Json = dict[str, Any]
 
 
 def _runtime_templates(drain_timeout: int | None) -> dict[str, Json]:

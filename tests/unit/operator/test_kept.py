@@ -4,11 +4,8 @@ objects in, the fields the decisions read out, and keeping a kept object changes
 
 from __future__ import annotations
 
-from typing import Any
-
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.kubeio.kept import kept
-
-Json = dict[str, Any]
 
 MANAGED = [{"manager": "ascend-pd", "operation": "Apply"}]
 

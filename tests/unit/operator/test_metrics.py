@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.kube import Kube, KubeError
 from ascend_pd_operator.kubeio.metrics import REGISTRY, DeploymentCollector
@@ -23,8 +24,6 @@ from ascend_pd_operator.kubeio.workqueue import RateLimitedQueue
 from ascend_pd_operator.wiring.handlers import worker
 from ascend_pd_operator.wiring.reconciler import Result
 from tests.json_server import serving
-
-Json = dict[str, Any]
 
 
 def value(name: str, **labels: str) -> float:

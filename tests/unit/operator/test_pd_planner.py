@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PlannerSettings, parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.decisions.autoscale import Leader, PlannerPolicy
@@ -32,7 +33,6 @@ from ascend_pd_operator.kubeio.pd_planner import PDPlanner
 from .conftest import load_example
 from .test_autoscale import samples
 
-Json = dict[str, Any]
 NS, NAME, UID = "llm", "dsv2-lite", "uid-dsv2"
 OWNER = Owner(NAME, NS, UID, 1)
 

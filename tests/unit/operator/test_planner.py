@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.decisions.planner import (
     Failure,
@@ -26,7 +27,6 @@ from ascend_pd_operator.decisions.planner import (
     plan,
 )
 
-Json = dict[str, Any]
 NOW = "2026-01-01T00:00:00Z"
 UID = "uid-1"
 #: deepseek-v3-pp2.yaml: 2 prefill and 1 decode instance, a budget per role, a router

@@ -6,11 +6,11 @@ Expectations are written out by hand from the spec below, not taken from the bui
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import kubernetes_validate
 import pytest
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.model_source import inspector_job
@@ -18,7 +18,6 @@ from ascend_pd_operator.wiring.render_cli import render
 
 from .conftest import load_example
 
-Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", uid="u", generation=2)
 
 PREFILL = {

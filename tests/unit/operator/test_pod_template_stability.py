@@ -23,11 +23,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from typing import Any
 
 import pytest
 import yaml
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import LABEL_FINGERPRINT, LABEL_LEGACY_ROUTABLE, Owner
 from ascend_pd_operator.builders.model_source import inspector_job
@@ -35,8 +35,6 @@ from ascend_pd_operator.builders.router import router_deployment
 from ascend_pd_operator.wiring.render_cli import render
 
 from .conftest import EXAMPLES
-
-Json = dict[str, Any]
 
 
 def _digest(template: Json) -> str:

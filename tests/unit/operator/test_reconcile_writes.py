@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from ascend_pd_operator.api import models
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.kubeio.apply_records import only_status_changed
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 from ascend_pd_operator.wiring.handlers import WATCHED_CHILDREN
 from ascend_pd_operator.wiring.reconciler import Reconciler
 from reliability.specs import merged
 
-Json = dict[str, Any]
 #: The kinds the operator's watches feed into the cache (pods too, slimmed).
 WATCHED = tuple(WATCHED_CHILDREN)
 

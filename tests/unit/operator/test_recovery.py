@@ -6,12 +6,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.decisions.recovery import RecoveryPolicy, recover
 from ascend_pd_operator.decisions.rollout import Instance
 
 FAILURE_LIMIT = RecoveryPolicy().failure_limit
 
-Json = dict[str, Any]
 NOW = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.UTC)
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.decisions.rollout import decide, instances
 
-Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", "uid-1", 2)
 
 

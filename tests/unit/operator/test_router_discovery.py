@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client
 
 from ascend_pd_operator.api.access import resource_for, served_api_version
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.desired import desired_state
@@ -23,7 +23,6 @@ from ascend_pd_operator.builders.model_source import resolve_facts
 from ascend_pd_operator.kubeio.kube import Kube, new_client, path, server_minor
 from tests.json_server import serving
 
-Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", uid="0b6f8d4e-0000-4000-8000-000000000001", generation=3)
 ROUTER_KINDS = ("ServiceAccount", "Role", "RoleBinding", "Service", "Deployment")
 

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.desired import desired_state, validate
@@ -19,7 +20,6 @@ from ascend_pd_operator.builders.model_source import (
 from ascend_pd_operator.decisions.status import Findings, compute_status, status_changed
 from tests.unit.operator.findings import findings_for
 
-Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", uid="u-1", generation=2)
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
 

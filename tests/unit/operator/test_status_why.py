@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.decisions.planner import events as planned_events
 from ascend_pd_operator.decisions.status import (
@@ -21,7 +22,6 @@ from ascend_pd_operator.decisions.status import (
 )
 from tests.unit.operator.findings import findings_for
 
-Json = dict[str, Any]
 OWNER = Owner("dsv3", "llm", uid="u-1", generation=1)
 T0 = "2026-01-01T00:00:00Z"
 STARTED = "2026-01-01T00:00:05Z"

@@ -12,14 +12,13 @@ import pytest
 import urllib3
 
 from ascend_pd_operator.api import models
+from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.kubeio.kube import KubeError
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 from ascend_pd_operator.kubeio.workqueue import RateLimitedQueue
 from ascend_pd_operator.wiring.handlers import WorkQueue, worker
 from ascend_pd_operator.wiring.reconciler import Reconciler
 from tests.unit.operator import test_reconcile_writes as _writes
-
-Json = dict[str, Any]
 
 FakeKube = _writes.FakeKube
 WATCHED = _writes.WATCHED
