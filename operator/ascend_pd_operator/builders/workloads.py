@@ -306,44 +306,48 @@ def pod_template(
     }
 
 
+def _instance_object(
+    api_version: str, kind: str, owner: Owner, role: str, index: int, spec: Json
+) -> Json:
+    """One of the objects of instance ``index`` of ``role``: named after the instance and
+    labelled as its."""
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": metadata(owner, instance_name(owner, role, index), role, index),
+        "spec": spec,
+    }
+
+
 def headless_service(owner: Owner, role: str, index: int) -> Json:
     """Stable DNS for every pod, published before readiness so pod 0 resolves at init."""
-    name = instance_name(owner, role, index)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(owner, name, role, index),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": selector(owner, role, index),
-            "ports": [
-                {"name": p["name"], "port": p["containerPort"], "protocol": p["protocol"]}
-                for p in _ports(role, index)
-            ],
-        },
+    ports = [
+        {"name": p["name"], "port": p["containerPort"], "protocol": p["protocol"]}
+        for p in _ports(role, index)
+    ]
+    service = {
+        "clusterIP": "None",
+        "publishNotReadyAddresses": True,
+        "selector": selector(owner, role, index),
+        "ports": ports,
     }
+    return _instance_object("v1", "Service", owner, role, index, service)
 
 
 def statefulset(
     owner: Owner, spec: PDDeploymentSpec, layout: KVLayout, role: str, index: int
 ) -> Json:
-    name = instance_name(owner, role, index)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": metadata(owner, name, role, index),
-        "spec": {
-            "serviceName": name,
-            "replicas": spec.role(role).nodes_per_instance,
-            "podManagementPolicy": "Parallel",
-            # The operator replaces an instance's pods together (``rollout``): a template
-            # change alone must not roll one pod of a running group.
-            "updateStrategy": {"type": "OnDelete"},
-            "selector": {"matchLabels": selector(owner, role, index)},
-            "template": pod_template(owner, spec, layout, role, index),
-        },
+    workload = {
+        "serviceName": instance_name(owner, role, index),
+        "replicas": spec.role(role).nodes_per_instance,
+        "podManagementPolicy": "Parallel",
+        # The operator replaces an instance's pods together (``rollout``): a template
+        # change alone must not roll one pod of a running group.
+        "updateStrategy": {"type": "OnDelete"},
+        "selector": {"matchLabels": selector(owner, role, index)},
+        "template": pod_template(owner, spec, layout, role, index),
     }
+    return _instance_object("apps/v1", "StatefulSet", owner, role, index, workload)
 
 
 def podgroup(owner: Owner, spec: PDDeploymentSpec, role: str, index: int) -> Json:
@@ -355,9 +359,4 @@ def podgroup(owner: Owner, spec: PDDeploymentSpec, role: str, index: int) -> Jso
     }
     if priority := scheduling_fields(spec, r).get("priorityClassName"):
         group["priorityClassName"] = priority
-    return {
-        "apiVersion": PODGROUP_API_VERSION,
-        "kind": "PodGroup",
-        "metadata": metadata(owner, instance_name(owner, role, index), role, index),
-        "spec": group,
-    }
+    return _instance_object(PODGROUP_API_VERSION, "PodGroup", owner, role, index, group)
