@@ -102,9 +102,14 @@ class StageLayout:
 @dataclass(frozen=True)
 class RoleLayout:
     role: str
-    pp: int
     draft_layers: int
+    #: One per PP rank, in rank order.
     stages: tuple[StageLayout, ...]
+
+    @property
+    def pp(self) -> int:
+        """The role's pipeline size: its stages' count."""
+        return len(self.stages)
 
 
 def role_layout(
@@ -127,7 +132,7 @@ def role_layout(
         )
         for rank, (start, end) in enumerate(ranges)
     )
-    return RoleLayout(role=role, pp=pp, draft_layers=draft_layers, stages=stages)
+    return RoleLayout(role=role, draft_layers=draft_layers, stages=stages)
 
 
 #: ``[src_index, dst_index]`` pairs of one prefill stage, in source-index order.
