@@ -166,7 +166,6 @@ class Kind:
 
     kind: str
     plural: str
-    singular: str
     short_names: tuple[str, ...]
     description: str
     spec: type[BaseModel]
@@ -181,15 +180,14 @@ class Kind:
 
 
 PDDEPLOYMENT = Kind(
-    models.KIND, models.PLURAL, models.SINGULAR, models.SHORT_NAMES,
+    models.KIND, models.PLURAL, models.SHORT_NAMES,
     "PDDeployment serves one model with SGLang in prefill/decode disaggregation on Ascend "
     "NPUs; the operator computes and checks the KV layout.",
     models.PDDeploymentSpec, models.PDDeploymentStatus, tuple(PRINTER_COLUMNS),
     {"status": {}},
 )  # fmt: skip
 PDROLESCALER = Kind(
-    models.SCALER_KIND, models.SCALER_PLURAL, models.SCALER_SINGULAR,
-    models.SCALER_SHORT_NAMES,
+    models.SCALER_KIND, models.SCALER_PLURAL, models.SCALER_SHORT_NAMES,
     "PDRoleScaler is the scale target of one role of a PDDeployment (<name>-<role>): the "
     "operator creates it when the role's scaling.mode is External or Planner; kubectl scale, "
     "an HPA, KEDA or the PD planner set spec.replicas, and the operator runs that many "
@@ -241,7 +239,8 @@ def crd(with_cel: bool = True, kind: Kind = PDDEPLOYMENT) -> Json:
                 "kind": kind.kind,
                 "listKind": f"{kind.kind}List",
                 "plural": kind.plural,
-                "singular": kind.singular,
+                # as listKind, from the kind (the lowercase kind: the API server's default)
+                "singular": kind.kind.lower(),
                 "shortNames": list(kind.short_names),
                 "categories": ["all", "ascendpd"],
             },

@@ -79,10 +79,8 @@ from ascend_pd_runtime.layout import SpeculativeAlgorithm
 # The API's identity is vocabulary (owner references name it); the models serve it.
 
 PLURAL = "pddeployments"
-SINGULAR = "pddeployment"
 SHORT_NAMES = ("pdd",)
 SCALER_PLURAL = "pdrolescalers"
-SCALER_SINGULAR = "pdrolescaler"
 SCALER_SHORT_NAMES = ("pdrs",)
 
 Role = Literal["prefill", "decode"]
