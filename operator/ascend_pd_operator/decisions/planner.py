@@ -345,15 +345,6 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
     spec = validation.spec
     facts = desired = None
     inspector: tuple[Write, ...] = ()
-    applies: tuple[Write, ...] = ()
-    deletes: tuple[Write, ...] = ()
-    restarts: tuple[Write, ...] = ()
-    routing: tuple[Write, ...] = ()
-    decision: Decision | None = None
-    recovery: Recovery | None = None
-    scale: ScaleDecision | None = None
-    scaler_writes: tuple[Write, ...] = ()
-    rosters: dict[str, Roster] | None = None
     if spec is not None:
         facts = choose_facts(obs, spec)
         if facts.start_inspector:
@@ -367,54 +358,58 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
             inspector = (apply(model_facts_configmap(owner, spec, facts.store_config)),)
         if facts.facts is not None:
             desired = desired_layout(spec, facts.facts)
-        if desired is not None and desired.ok:
-            assert desired.layout is not None
-            pods = observed_pods(obs)
-            scale = decide_scale(spec, scalers_by_role(obs), obs.previous)
-            spec = with_effective(spec, scale)
-            seen = observed_instances(owner, spec, obs.owned("StatefulSet"), pods)
-            rosters = {r: roster(r, seen[r], spec.role(r).replicas) for r in ROLES}
-            by_role = instances(owner, spec, obs.owned("StatefulSet"), pods,
-                                {r: rosters[r].own for r in ROLES})  # fmt: skip
-            router = next((d for d in obs.owned("Deployment")
-                           if d["metadata"]["name"] == router_name(owner)), None)  # fmt: skip
-            decision = decide(
-                spec, by_role, layout_fingerprint(desired.layout), router, router_generations(obs)
-            )
-            gone = runtime_pods(obs.gone_pods) + [p for p in pods if p["metadata"].get(
-                "deletionTimestamp")]  # fmt: skip
-            recovery = recover(
-                by_role, gone, obs.our_deletions, obs.previous.get("recovery") or [],
-                parse_time(now) or dt.datetime.now(dt.UTC), policy,
-                obs.nodes, spec.recovery.force_delete_after_seconds,
-            )  # fmt: skip
-            indices = {
-                r: Indices(rosters[r].own,
-                           surge_indices(seen[r], rosters[r].own, decision.surge.get(r, 0)))
-                for r in ROLES
-            }  # fmt: skip
-            desired = with_children(desired, owner, spec, obs.server_minor, indices,
-                                    decision.serving, decision.discovery)  # fmt: skip
-            replaced = _selector_changed(obs, desired)
-            applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
-            applies += tuple(
-                Write("create", SCALER_KIND, scaler_name(owner, r.role),
-                      scaler(owner, r.role, r.seed))
-                for r in scale.roles.values() if r.seed is not None
-            )  # fmt: skip
-            kept_scalers = {(SCALER_KIND, scaler_name(owner, r.role))
-                            for r in scale.roles.values() if r.scaled}  # fmt: skip
-            drains = _drains(rosters, spec.scaling.drain_grace_seconds)
-            deletes = _prunes(obs, desired, kept_scalers | _drained_children(rosters))
-            deletes += tuple(delete(*k) for k in replaced) + drains.releases
-            scaler_writes = _scaler_status(owner, scale, by_role)
-            # A failed group restarts whatever the rollout's budget: it serves nothing.
-            restarted = recovery.restarts + tuple(
-                r for r in decision.restarts if r[0] not in {n for n, _ in recovery.restarts}
-            )
-            restarts = _restarts(restarted, recovery.force_deletes, pods) + drains.deletes
-            routing = drains.marks + tuple(label("Pod", pod, dict.fromkeys(keys, "true"))
-                                           for pod, keys in decision.routing)  # fmt: skip
+    if spec is None or desired is None or not desired.ok:
+        # no children are written (the status says why)
+        return conclude(
+            Plan(obs, now, validation, facts, desired, inspector, (), (), {}, ()), Outcome()
+        )
+    assert desired.layout is not None
+    pods = observed_pods(obs)
+    scale = decide_scale(spec, scalers_by_role(obs), obs.previous)
+    spec = with_effective(spec, scale)
+    seen = observed_instances(owner, spec, obs.owned("StatefulSet"), pods)
+    rosters = {r: roster(r, seen[r], spec.role(r).replicas) for r in ROLES}
+    by_role = instances(owner, spec, obs.owned("StatefulSet"), pods,
+                        {r: rosters[r].own for r in ROLES})  # fmt: skip
+    router = next((d for d in obs.owned("Deployment")
+                   if d["metadata"]["name"] == router_name(owner)), None)  # fmt: skip
+    decision = decide(
+        spec, by_role, layout_fingerprint(desired.layout), router, router_generations(obs)
+    )
+    gone = runtime_pods(obs.gone_pods) + [p for p in pods if p["metadata"].get(
+        "deletionTimestamp")]  # fmt: skip
+    recovery = recover(
+        by_role, gone, obs.our_deletions, obs.previous.get("recovery") or [],
+        parse_time(now) or dt.datetime.now(dt.UTC), policy,
+        obs.nodes, spec.recovery.force_delete_after_seconds,
+    )  # fmt: skip
+    indices = {
+        r: Indices(rosters[r].own,
+                   surge_indices(seen[r], rosters[r].own, decision.surge.get(r, 0)))
+        for r in ROLES
+    }  # fmt: skip
+    desired = with_children(desired, owner, spec, obs.server_minor, indices,
+                            decision.serving, decision.discovery)  # fmt: skip
+    replaced = _selector_changed(obs, desired)
+    applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
+    applies += tuple(
+        Write("create", SCALER_KIND, scaler_name(owner, r.role),
+              scaler(owner, r.role, r.seed))
+        for r in scale.roles.values() if r.seed is not None
+    )  # fmt: skip
+    kept_scalers = {(SCALER_KIND, scaler_name(owner, r.role))
+                    for r in scale.roles.values() if r.scaled}  # fmt: skip
+    drains = _drains(rosters, spec.scaling.drain_grace_seconds)
+    deletes = _prunes(obs, desired, kept_scalers | _drained_children(rosters))
+    deletes += tuple(delete(*k) for k in replaced) + drains.releases
+    scaler_writes = _scaler_status(owner, scale, by_role)
+    # A failed group restarts whatever the rollout's budget: it serves nothing.
+    restarted = recovery.restarts + tuple(
+        r for r in decision.restarts if r[0] not in {n for n, _ in recovery.restarts}
+    )
+    restarts = _restarts(restarted, recovery.force_deletes, pods) + drains.deletes
+    routing = drains.marks + tuple(label("Pod", pod, dict.fromkeys(keys, "true"))
+                                   for pod, keys in decision.routing)  # fmt: skip
     draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
                  restarts, routing, scaler_writes, scale, decision, recovery,
                  rosters)  # fmt: skip
