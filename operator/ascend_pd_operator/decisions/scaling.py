@@ -41,12 +41,16 @@ class RoleScale:
     effective: int
     #: the live PDRoleScaler (None: Static, or not created yet)
     scaler: Json | None = None
-    #: the count to create the scaler with (None: Static, or it exists)
-    seed: int | None = None
 
     @property
     def scaled(self) -> bool:
         return self.mode != "Static"
+
+    @property
+    def seed(self) -> int | None:
+        """The count to create the scaler with: what the role asks for while its scaler is
+        not there yet (None: Static, or it exists)."""
+        return self.asked if self.scaled and self.scaler is None else None
 
 
 @dataclass(frozen=True)
@@ -162,8 +166,7 @@ def decide_scale(
     for role in ROLES:
         mode = spec.role(role).scaling.mode
         live = scalers.get(role) if mode != "Static" else None
-        start = seed(spec, role, previous) if mode != "Static" and live is None else None
-        roles[role] = RoleScale(role, mode, asked[role], effective[role], live, start)
+        roles[role] = RoleScale(role, mode, asked[role], effective[role], live)
     return ScaleDecision(roles, change)
 
 
