@@ -63,8 +63,41 @@ def test_a_tier_counts_the_cpu_of_the_processes_it_started(tmp_path: Path) -> No
         "def test_burn():\n"
         f"    subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n"
     )
-    (run,) = run_all([Tier("cpu-probe", (str(test), "--rootdir", str(tmp_path)))], 1, [])
+    probe = Tier("cpu-probe", (str(test), "--rootdir", str(tmp_path)), needs_control_plane=False)
+    (run,) = run_all([probe], 1, [])
     assert run.code == 0
     assert run.counts == {"passed": 1}
     # the child's second of CPU, besides pytest's own start
     assert run.cpu_seconds >= 1.0
+
+
+def _probe_test(path: Path, body: str) -> Path:
+    path.write_text(f"from pathlib import Path\ndef test_probe():\n    {body}\n")
+    return path
+
+
+def test_the_cluster_tiers_start_once_the_control_plane_is_built(tmp_path: Path) -> None:
+    built = tmp_path / "built"
+    # the build takes a while; a cluster tier started before it ended would find no file
+    build = Tier("prepare", ("-c", f"import time, pathlib; time.sleep(1); "
+                             f"pathlib.Path({str(built)!r}).touch()"),
+                 needs_control_plane=False, program=())  # fmt: skip
+    cluster = _probe_test(tmp_path / "test_cluster.py", f"assert Path({str(built)!r}).exists()")
+    runs = run_all(
+        [Tier("cluster-probe", (str(cluster), "--rootdir", str(tmp_path)))], 2, [], prepare=build
+    )
+    assert [(r.tier.name, r.code, r.counts.get("passed")) for r in runs] == [
+        ("prepare", 0, None), ("cluster-probe", 0, 1)
+    ]  # fmt: skip
+
+
+def test_a_failed_build_fails_the_cluster_tiers_and_runs_the_others(tmp_path: Path) -> None:
+    build = Tier("prepare", ("-c", "raise SystemExit(3)"), needs_control_plane=False,
+                 program=())  # fmt: skip
+    test = _probe_test(tmp_path / "test_any.py", "assert True")
+    args = (str(test), "--rootdir", str(tmp_path))
+    runs = run_all([Tier("cluster-probe", args),
+                    Tier("plain-probe", args, needs_control_plane=False)], 1, [],
+                   prepare=build)  # fmt: skip
+    codes = {r.tier.name: (r.code, r.process is not None) for r in runs}
+    assert codes == {"prepare": (3, True), "cluster-probe": (3, False), "plain-probe": (0, True)}

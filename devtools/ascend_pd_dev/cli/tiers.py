@@ -9,6 +9,11 @@ tiers together fills the idle cores instead of adding their times up.
 The tiers partition the suite by marker (and, for the two cluster tiers, by folder), so
 every test runs in exactly one; ``--check`` proves it against pytest's own collection.
 Each tier's output goes to ``.dev/tiers/<tier>.log``; a tier that fails prints its tail.
+
+The tiers that need the local control plane start once ``prepare`` has built it: on a
+fresh machine that build takes about 14 minutes on 2 cores, and inside the first test's
+fixture it counted in that test's timeout (a cold ``.ci/run`` failed the first reliability
+scenario so). The others start at once.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ LOG_DIR = ROOT / ".dev" / "tiers"
 NOT_OTHERS = "not sglang and not crdserver"
 
 
+PYTEST = ("-m", "pytest")
+
+
 @dataclass(frozen=True)
 class Tier:
     name: str
@@ -39,6 +47,11 @@ class Tier:
     cluster: str = ""
     #: what it costs, for the start order (longest first); from the last measured run
     expected_minutes: float = 1.0
+    #: it starts once ``prepare`` has built the control plane: a cold build (14 min on 2
+    #: cores) inside a test's fixture would count in that test's timeout
+    needs_control_plane: bool = True
+    #: what the interpreter runs with ``args``: pytest, but for ``PREPARE``
+    program: tuple[str, ...] = PYTEST
 
 
 TIERS = (
@@ -50,11 +63,20 @@ TIERS = (
     # rather than in it (the e2e tier is the longest)
     Tier("prometheus-e2e", ("tests", "--ignore=tests/reliability", "-m",
                             f"e2e and prometheus and {NOT_OTHERS}"), "e2e-prometheus", 1),
-    # tests/e2e has a test of the sglang tier: it gets a cluster of its own too
-    Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 20),
-    Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver"), "e2e-unit", 12),
-    Tier("crdserver", ("tests", "-m", "crdserver and not sglang"), "e2e-crdserver", 2),
+    # tests/e2e has a test of the sglang tier: it gets a cluster of its own too. Its SGLang
+    # environments come first (minutes), the one cluster test (20 min budget) waits for
+    # the build itself: the tier need not wait
+    Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 20, needs_control_plane=False),
+    Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver"), "e2e-unit", 12,
+         needs_control_plane=False),
+    # the CRD server is a binary of its own, built in its session fixture
+    Tier("crdserver", ("tests", "-m", "crdserver and not sglang"), "e2e-crdserver", 2,
+         needs_control_plane=False),
 )  # fmt: skip
+#: Builds the local control plane (``build.ensure_binaries``, the runtime packages) once,
+#: before the tiers that need it; a no-op with the binaries cached.
+PREPARE = Tier("prepare", ("--prepare",), expected_minutes=0, needs_control_plane=False,
+               program=("-m", "ascend_pd_dev.cli.tiers"))  # fmt: skip
 
 
 @dataclass
@@ -74,7 +96,21 @@ class Run:
 
 
 def command(tier: Tier, extra: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "pytest", *tier.args, "-p", "no:cacheprovider", *extra]
+    if tier.program != PYTEST:
+        return [sys.executable, *tier.program, *tier.args]
+    return [sys.executable, *PYTEST, *tier.args, "-p", "no:cacheprovider", *extra]
+
+
+def build_control_plane() -> int:
+    """Build what the cluster tiers need, outside any test's timeout."""
+    from ascend_pd_dev.controlplane import build
+
+    def progress(message: str) -> None:
+        print(f"prepare: {message}", flush=True)
+
+    build.ensure_binaries(progress)
+    build.ensure_runtime_packages(progress)
+    return 0
 
 
 def start(run: Run, extra: Sequence[str]) -> None:
@@ -138,20 +174,29 @@ def run_tiers(tiers: Sequence[Tier], jobs: int, extra: Sequence[str]) -> int:
     return 0 if all(r.code in (0, 5) for r in runs) else 1
 
 
-def run_all(tiers: Sequence[Tier], jobs: int, extra: Sequence[str]) -> list[Run]:
-    """Run ``tiers``, ``jobs`` at once, the longest first; print each as it ends and then
-    the table."""
-    todo = [
-        Run(t, LOG_DIR / f"{t.name}.log") for t in sorted(tiers, key=lambda t: -t.expected_minutes)
-    ]
+def run_all(
+    tiers: Sequence[Tier], jobs: int, extra: Sequence[str], prepare: Tier = PREPARE
+) -> list[Run]:
+    """Run ``tiers``, ``jobs`` at once, the longest first, those that need the control plane
+    once ``prepare`` has built it; print each as it ends and then the table."""
+    ordered = sorted(tiers, key=lambda t: -t.expected_minutes)
+    if any(t.needs_control_plane for t in ordered):
+        ordered.insert(0, prepare)
+    todo = [Run(t, LOG_DIR / f"{t.name}.log") for t in ordered]
     runs = list(todo)
     running: list[Run] = []
+    prepare_run: Run | None = None
+    prepared = False
     began = time.monotonic()
     while todo or running:
-        while todo and len(running) < jobs:
-            run = todo.pop(0)
+        ready = [r for r in todo if not r.tier.needs_control_plane or prepared]
+        while ready and len(running) < jobs:
+            run = ready.pop(0)
+            todo.remove(run)
             start(run, extra)
             running.append(run)
+            if run.tier is prepare:
+                prepare_run = run
         for run in list(running):
             assert run.process is not None
             # wait4, not poll: its rusage is the CPU the tier and its reaped children used
@@ -160,6 +205,14 @@ def run_all(tiers: Sequence[Tier], jobs: int, extra: Sequence[str]) -> list[Run]
                 run.process.returncode = code = os.waitstatus_to_exitcode(status)
                 running.remove(run)
                 finish(run, code, usage.ru_utime + usage.ru_stime)
+                if run is prepare_run:
+                    prepared = code == 0
+                    if not prepared:
+                        # nothing would build it: the tiers that need it fail at once
+                        for waiting in [r for r in todo if r.tier.needs_control_plane]:
+                            todo.remove(waiting)
+                            waiting.code = code
+                            print(f"tiers: {waiting.tier.name} not run: prepare failed")
         if running:
             # each tier is a child process: wait for any of them, not for a fixed time
             with contextlib.suppress(ChildProcessError):
@@ -202,7 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run only these tiers")  # fmt: skip
     parser.add_argument("--check", action="store_true",
                         help="check that the tiers partition the suite, run nothing")  # fmt: skip
+    parser.add_argument("--prepare", action="store_true",
+                        help="only build what the cluster tiers need")  # fmt: skip
     args, extra = parser.parse_known_args(argv)
+    if args.prepare:
+        return build_control_plane()
     tiers = [t for t in TIERS if not args.only or t.name in args.only]
     if args.check:
         return check(tiers)
