@@ -98,7 +98,9 @@ class Run:
 def command(tier: Tier, extra: Sequence[str] = ()) -> list[str]:
     if tier.program != PYTEST:
         return [sys.executable, *tier.program, *tier.args]
-    return [sys.executable, *PYTEST, *tier.args, "-p", "no:cacheprovider", *extra]
+    # the slowest tests at the end of each tier's log: where its time goes
+    return [sys.executable, *PYTEST, *tier.args, "-p", "no:cacheprovider", "--durations=15",
+            *extra]  # fmt: skip
 
 
 def build_control_plane() -> int:
