@@ -29,6 +29,7 @@ def test_every_test_runs_in_exactly_one_tier() -> None:
         "tests/unit",
         "tests/e2e",
         "tests/reliability",
+        "tests/reliability/test_own_control_plane.py",
         "tests/sglang",
         "tests/chart",
         "tests/prometheus",

@@ -34,6 +34,7 @@ from ascend_pd_dev.controlplane.paths import TEST_CLUSTER_ENV, project_root
 ROOT = project_root()
 LOG_DIR = ROOT / ".dev" / "tiers"
 NOT_OTHERS = "not sglang and not crdserver"
+OWN_CONTROL_PLANE = "tests/reliability/test_own_control_plane.py"
 
 
 PYTEST = ("-m", "pytest")
@@ -55,10 +56,14 @@ class Tier:
 
 
 TIERS = (
-    Tier("reliability", ("tests/reliability", "-m", f"e2e and {NOT_OTHERS}"),
-         "e2e-reliability", 20),
+    Tier("reliability", ("tests/reliability", f"--ignore={OWN_CONTROL_PLANE}", "-m",
+                         f"e2e and {NOT_OTHERS}"), "e2e-reliability", 10),
+    # the scenarios that stop their control plane (one of their own): beside the others,
+    # not after them
+    Tier("reliability-own", (OWN_CONTROL_PLANE, "-m", f"e2e and {NOT_OTHERS}"),
+         "e2e-reliability-own", 6),
     Tier("e2e", ("tests", "--ignore=tests/reliability", "-m",
-                 f"e2e and not prometheus and {NOT_OTHERS}"), "e2e", 20),
+                 f"e2e and not prometheus and {NOT_OTHERS}"), "e2e", 10),
     # a real Prometheus scraping the running operator: short, so beside the e2e tier
     # rather than in it (the e2e tier is the longest)
     Tier("prometheus-e2e", ("tests", "--ignore=tests/reliability", "-m",
@@ -66,8 +71,8 @@ TIERS = (
     # tests/e2e has a test of the sglang tier: it gets a cluster of its own too. Its SGLang
     # environments come first (minutes), the one cluster test (20 min budget) waits for
     # the build itself: the tier need not wait
-    Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 20, needs_control_plane=False),
-    Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver"), "e2e-unit", 12,
+    Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 11, needs_control_plane=False),
+    Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver"), "e2e-unit", 5,
          needs_control_plane=False),
     # the CRD server is a binary of its own, built in its session fixture
     Tier("crdserver", ("tests", "-m", "crdserver and not sglang"), "e2e-crdserver", 2,
