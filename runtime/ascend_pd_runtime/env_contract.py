@@ -36,6 +36,14 @@ the command it built, after writing the parser's message and the offending argum
 to ``ASCEND_PD_TERMINATION_LOG`` (default ``/dev/termination-log``); the operator
 shows that termination message in the PDDeployment's status.
 
+The launcher exits ``EXIT_PREFLIGHT`` when an NPU preflight check fails (``preflight``),
+with a termination message ``preflight_message`` writes and ``preflight_reason`` reads: the
+check's reason (``PREFLIGHT_REASONS``) first, then the device and the value. Which checks run
+is ``PREFLIGHT_CHECKS_VAR``, written only for a spec that sets ``spec.preflight`` (like
+``HCCL_CONNECT_TIMEOUT_SECONDS`` for ``ascend.hcclConnectTimeoutSeconds``: a variable new in
+every template would restart every instance on an operator upgrade); unset, the launcher
+runs each check where the node has what it reads.
+
 The contract has a version (``CONTRACT_VERSION``, written by ``launch_env`` on every
 runtime pod and by ``inspector_env`` on the inspector Job). The launcher and the inspector
 read it before any other variable and exit ``EXIT_CONTRACT_VERSION`` naming both versions
@@ -49,6 +57,7 @@ required); a new optional variable with a default needs no bump.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +98,24 @@ TRANSFER_BACKEND = "ASCEND_PD_TRANSFER_BACKEND"  #: ascend | mooncake
 TRANSFER_PROTOCOL = "ASCEND_PD_TRANSFER_PROTOCOL"  #: e.g. sdma (ASCEND_MF_TRANSFER_PROTOCOL)
 STORE_URL = "ASCEND_PD_STORE_URL"  #: tcp://host:port, exported as ASCEND_MF_STORE_URL
 HCCL_SOCKET_IFNAME = "ASCEND_PD_HCCL_SOCKET_IFNAME"  #: empty: leave HCCL's default
+#: seconds, exported as HCCL_CONNECT_TIMEOUT; only on pods of a spec that sets
+#: ``ascend.hcclConnectTimeoutSeconds`` (unset: HCCL's own default)
+HCCL_CONNECT_TIMEOUT_SECONDS = "ASCEND_PD_HCCL_CONNECT_TIMEOUT"
+# --- NPU preflight (``preflight``): only on pods of a spec that sets ``spec.preflight`` ---
+#: the checks to run, comma-separated names of ``PREFLIGHT_CHECKS`` ("" runs none); unset:
+#: ``PREFLIGHT_AUTO`` (each check runs where the node gives it what it reads)
+PREFLIGHT_CHECKS_VAR = "ASCEND_PD_PREFLIGHT_CHECKS"
+#: how long the leader and store checks retry, seconds (unset: ``DEFAULT_PREFLIGHT_TIMEOUT``)
+PREFLIGHT_TIMEOUT = "ASCEND_PD_PREFLIGHT_TIMEOUT_SECONDS"
+#: Where the checks look, for tests and simulated nodes (no operator writes them): the
+#: device directory (``/dev``), the HCCN config (``/etc/hccn.conf``) and ``hccn_tool`` (on
+#: ``PATH``, else ``DEFAULT_HCCN_TOOL``).
+PREFLIGHT_DEV_DIR = "ASCEND_PD_PREFLIGHT_DEV_DIR"
+PREFLIGHT_HCCN_CONF = "ASCEND_PD_PREFLIGHT_HCCN_CONF"
+PREFLIGHT_HCCN_TOOL = "ASCEND_PD_PREFLIGHT_HCCN_TOOL"
+#: What the Ascend runtime reads: the logical NPU ids this process may use (CANN's own
+#: variable; a device plugin or a user sets it, never the operator).
+ASCEND_VISIBLE = "ASCEND_RT_VISIBLE_DEVICES"
 # --- the whole deployment's KV layout request (both roles) ----------------------------
 PREFILL_PP = "ASCEND_PD_PREFILL_PP"
 DECODE_PP = "ASCEND_PD_DECODE_PP"
@@ -108,14 +135,19 @@ KV_BUF_GROUPS = "ASCEND_PD_KV_BUF_GROUPS"
 EXTRA_ARGS = "ASCEND_PD_EXTRA_ARGS"  #: JSON array of extra SGLang arguments
 # --- what the launcher exports from the values above (``launcher.sglang_environment``) ---
 MF_STORE_URL = "ASCEND_MF_STORE_URL"  #: STORE_URL, its host resolved
+#: the same, under the name newer memfabric releases read (``launch_ascend_mf_store`` and
+#: the transfer engine take it first)
+MF_CONFIG_STORE_URL = "MF_CONFIG_STORE_URL"
 MF_TRANSFER_PROTOCOL = "ASCEND_MF_TRANSFER_PROTOCOL"  #: TRANSFER_PROTOCOL
 SGLANG_LAYER_PARTITION = "SGLANG_PP_LAYER_PARTITION"  #: LAYER_PARTITION, where it applies
 HCCL_IFNAME = "HCCL_SOCKET_IFNAME"  #: HCCL_SOCKET_IFNAME
 GLOO_IFNAME = "GLOO_SOCKET_IFNAME"  #: HCCL_SOCKET_IFNAME too
+HCCL_CONNECT_TIMEOUT = "HCCL_CONNECT_TIMEOUT"  #: HCCL_CONNECT_TIMEOUT_SECONDS, when set
 #: A user's value for one of these would be overridden by the launcher, or contradict the KV
 #: layout: with every name under PREFIX, a container's extra env may set none of them.
 LAUNCHER_EXPORTS = (
     MF_STORE_URL,
+    MF_CONFIG_STORE_URL,
     MF_TRANSFER_PROTOCOL,
     SGLANG_LAYER_PARTITION,
     HCCL_IFNAME,
@@ -138,6 +170,9 @@ EXIT_ARGS_REFUSED = 5
 #: the pod's contract version is not one this launcher speaks (the operator:
 #: EnvContractMismatch).
 EXIT_CONTRACT_VERSION = 6
+#: an NPU preflight check failed (``preflight``; the operator: NPUPreflight=False with the
+#: reason of ``PREFLIGHT_REASONS``, read back by ``preflight_reason``).
+EXIT_PREFLIGHT = 7
 #: What each exit means, in a few words: the operator's status says it beside the code.
 LAUNCHER_EXITS = {
     EXIT_BAD_INPUT: "bad input: an env contract variable, the KV layout file or the "
@@ -147,7 +182,54 @@ LAUNCHER_EXITS = {
     EXIT_ARGS_REFUSED: "SGLang's parser refused the command line",
     EXIT_CONTRACT_VERSION: "the runtime image speaks another env contract version than the "
     "operator",
+    EXIT_PREFLIGHT: "an NPU preflight check failed",
 }
+
+# --- NPU preflight: the checks, and what the operator's status calls their failures ---------
+#: Each check of ``preflight``, by the name ``spec.preflight`` gives it.
+PREFLIGHT_CHECKS = ("devices", "hccnConf", "links", "leader", "store")
+#: The reason of ``NPUPreflight=False`` for each check's failure.
+PREFLIGHT_REASONS = {
+    "devices": "DeviceMissing",
+    "hccnConf": "HccnConfMissing",
+    "links": "LinkDown",
+    "leader": "LeaderUnreachable",
+    "store": "StoreUnreachable",
+}
+#: How long the leader and store checks retry by default (seconds): the leader's pod may be
+#: scheduled, pulled and started well after a worker's.
+DEFAULT_PREFLIGHT_TIMEOUT = 600
+MAX_PREFLIGHT_TIMEOUT = 3600
+#: ``LaunchEnv.preflight_checks`` when the operator wrote no ``PREFLIGHT_CHECKS_VAR``.
+PREFLIGHT_AUTO = None
+#: Where ``hccn_tool`` is when it is not on ``PATH``: the driver's tools, which the operator
+#: mounts (``ascend.driverHostPath``).
+DEFAULT_HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
+DEFAULT_HCCN_CONF = "/etc/hccn.conf"
+DEFAULT_DEV_DIR = "/dev"
+#: Every preflight termination message starts so: ``preflight_message`` writes it,
+#: ``preflight_reason`` reads the reason back.
+_PREFLIGHT_HEAD = "NPU preflight failed ({reason}, check {check}): "
+_PREFLIGHT_HEAD_RE = re.compile(r"^NPU preflight failed \((\w+), check (\w+)\): ")
+
+
+def preflight_message(check: str, detail: str) -> str:
+    """The termination message of a failed ``check``: its reason, the check, the detail."""
+    return _PREFLIGHT_HEAD.format(reason=PREFLIGHT_REASONS[check], check=check) + detail
+
+
+def preflight_reason(message: str) -> str:
+    """The reason a preflight termination message names ("" when it names none)."""
+    found = _PREFLIGHT_HEAD_RE.match(message.strip())
+    if found is None or found.group(1) not in PREFLIGHT_REASONS.values():
+        return ""
+    return found.group(1)
+
+
+def format_preflight_checks(checks: tuple[str, ...] | None) -> str | None:
+    """``PREFLIGHT_CHECKS_VAR``'s value for ``checks`` (None: the variable is left out)."""
+    return None if checks is None else ",".join(checks)
+
 
 #: Where the operator mounts the ``<name>-kv-layout`` ConfigMap, and its key.
 KV_LAYOUT_MOUNT_DIR = "/etc/ascend-pd/kv-layout"
@@ -214,6 +296,12 @@ class LaunchEnv:
     total_kv_layers: int
     kv_buf_groups: int
     extra_args: tuple[str, ...] = field(default=())
+    #: ``HCCL_CONNECT_TIMEOUT`` in seconds (None: not set, HCCL's default)
+    hccl_connect_timeout: int | None = None
+    #: the preflight checks to run, in ``PREFLIGHT_CHECKS`` order (``PREFLIGHT_AUTO``: the
+    #: operator said nothing; each runs where the node has what it reads)
+    preflight_checks: tuple[str, ...] | None = PREFLIGHT_AUTO
+    preflight_timeout: int = DEFAULT_PREFLIGHT_TIMEOUT
 
     @property
     def node_rank(self) -> int:
@@ -290,6 +378,14 @@ def launch_env(values: LaunchEnv) -> dict[str, str]:
         KV_BUF_GROUPS: str(values.kv_buf_groups),
         EXTRA_ARGS: json.dumps(list(values.extra_args)),
     }
+    # Newer variables only where a spec asks for them: a template that gains a variable
+    # restarts its instances on an operator upgrade (``test_pod_template_stability``).
+    if values.hccl_connect_timeout is not None:
+        env[HCCL_CONNECT_TIMEOUT_SECONDS] = str(values.hccl_connect_timeout)
+    checks = format_preflight_checks(values.preflight_checks)
+    if checks is not None:
+        env[PREFLIGHT_CHECKS_VAR] = checks
+        env[PREFLIGHT_TIMEOUT] = str(values.preflight_timeout)
     return env
 
 
@@ -343,7 +439,32 @@ def read_launch_env(environ: Mapping[str, str]) -> LaunchEnv:
         total_kv_layers=r.integer(TOTAL_KV_LAYERS, minimum=1),
         kv_buf_groups=r.integer(KV_BUF_GROUPS, minimum=1),
         extra_args=tuple(r.json_strings(EXTRA_ARGS)),
+        hccl_connect_timeout=(
+            r.integer(HCCL_CONNECT_TIMEOUT_SECONDS, minimum=1)
+            if environ.get(HCCL_CONNECT_TIMEOUT_SECONDS)
+            else None
+        ),
+        preflight_checks=read_preflight_checks(environ),
+        preflight_timeout=r.integer(
+            PREFLIGHT_TIMEOUT, minimum=0, default=DEFAULT_PREFLIGHT_TIMEOUT
+        ),
     )
+
+
+def read_preflight_checks(environ: Mapping[str, str]) -> tuple[str, ...] | None:
+    """``PREFLIGHT_CHECKS_VAR`` as checks in ``PREFLIGHT_CHECKS`` order; unset:
+    ``PREFLIGHT_AUTO``; an unknown name is ``BadInput``."""
+    raw = environ.get(PREFLIGHT_CHECKS_VAR)
+    if raw is None:
+        return PREFLIGHT_AUTO
+    names = [w.strip() for w in raw.split(",") if w.strip()]
+    unknown = [n for n in names if n not in PREFLIGHT_CHECKS]
+    if unknown:
+        raise BadInput(
+            f"{PREFLIGHT_CHECKS_VAR} {raw!r} is invalid: {', '.join(unknown)} is not a check; "
+            f"expected some of {', '.join(PREFLIGHT_CHECKS)}"
+        )
+    return tuple(c for c in PREFLIGHT_CHECKS if c in names)
 
 
 def check_contract_version(environ: Mapping[str, str], reader: str = "launcher") -> int:

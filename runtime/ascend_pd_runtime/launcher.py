@@ -8,12 +8,14 @@ one side or a stale ConfigMap: the pod exits naming both values rather than
 serving KV into the wrong layers. Then it asks the installed SGLang's own parser
 whether it accepts the command (``sglang_args``): SGLang's flags drift between
 releases and ``extraArgs`` are free text, and a refusal should end the pod at once,
-not after the model started loading. Then it execs SGLang so signals reach it.
+not after the model started loading. Then it runs the NPU preflight (``preflight``: the
+devices, hccn.conf, the links, the leader and the store), and execs SGLang so signals reach it.
 
 Exit codes (``env_contract.LAUNCHER_EXITS``; the operator shows each in the status): 1 bad
 input (the env contract or the kv-layout file), 3 the KV layout differs from the operator's,
 4 the leader or store host did not resolve, 5 SGLang's parser refused the command line, 6 the
-pod's env contract version is not one this launcher speaks (checked first). Every failure
+pod's env contract version is not one this launcher speaks (checked first), 7 an NPU
+preflight check failed. Every failure
 is also written as the container's termination message (``TERMINATION_LOG``), so
 ``kubectl describe pod`` and the PDDeployment's status show it.
 """
@@ -29,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ from .env_contract import (
     EXIT_BAD_INPUT,
     EXIT_CONTRACT_VERSION,
     EXIT_LAYOUT_MISMATCH,
+    EXIT_PREFLIGHT,
     EXIT_UNRESOLVED,
     LaunchEnv,
     read_launch_env,
@@ -48,6 +51,7 @@ from .layout import KVLayout, StageLayout, compute_layout
 from .model_facts import load_model_facts
 from .partition import format_partition
 from .plan import plan_document
+from .preflight import PreflightFailed, Targets, run_preflight, split_address
 
 #: A termination message is at most 4096 bytes; kubelet truncates the rest.
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -68,6 +72,10 @@ class Launch:
     extra_args: tuple[str, ...] = ()
     sglang_version: str = ""
     role: str = ""
+    #: The contract as read, and the resolved addresses the preflight tries (None: the
+    #: launch was built by hand, no preflight).
+    contract: LaunchEnv | None = None
+    targets: Targets = field(default_factory=Targets)
 
     @property
     def server_args(self) -> list[str]:
@@ -99,6 +107,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exec without asking SGLang's parser first",
     )
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the NPU preflight checks (devices, hccn.conf, links, leader, store)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,19 +131,41 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(launch.as_json(), indent=2))
         return 0
     if not args.no_parser_check:
-        env = {**os.environ, **launch.env}
+        env = exec_environment(os.environ, launch.env)
         try:
             refusal = parser_refusal(launch, args.python, env)
         except BadInput as exc:
             return _fail(EXIT_BAD_INPUT, str(exc))
         if refusal:
             return _fail(EXIT_ARGS_REFUSED, refusal)
+    if launch.contract is not None and not args.no_preflight:
+        try:
+            report = run_preflight(launch.contract, launch.targets, os.environ)
+        except PreflightFailed as exc:
+            return _fail(EXIT_PREFLIGHT, exc.message)
+        print(f"ascend-pd-runtime: {report.summary()}", file=sys.stderr, flush=True)
     if args.check:
         print("ascend-pd-runtime: SGLang's parser accepts the command", file=sys.stderr)
         return 0
     print(launch.summary, file=sys.stderr, flush=True)
-    os.execvpe(launch.argv[0], launch.argv, {**os.environ, **launch.env})
+    os.execvpe(launch.argv[0], launch.argv, exec_environment(os.environ, launch.env))
     return 0  # not reached
+
+
+def exec_environment(environ: Mapping[str, str], exports: Mapping[str, str]) -> dict[str, str]:
+    """SGLang's environment: the container's, with the launcher's exports over it, except
+    ``HCCL_CONNECT_TIMEOUT`` when the role's env sets it too (the more specific choice
+    wins, and stderr says so)."""
+    out = {**environ, **exports}
+    name = env_contract.HCCL_CONNECT_TIMEOUT
+    if name in exports and environ.get(name) and environ[name] != exports[name]:
+        print(
+            f"ascend-pd-runtime: {name}={environ[name]} from the role's env wins over "
+            f"ascend.hcclConnectTimeoutSeconds ({exports[name]})",
+            file=sys.stderr,
+        )
+        out[name] = environ[name]
+    return out
 
 
 def _fail(code: int, message: str) -> int:
@@ -221,6 +256,11 @@ def plan_launch(environ: Mapping[str, str], resolver: Resolver, python: str) -> 
         f"stages {ranges} fingerprint={computed['fingerprint']} dist-init={dist_init} "
         f"sglang={env.sglang_version}"
     )
+    store = extra_env.get(env_contract.MF_STORE_URL)
+    targets = Targets(
+        leader=None if env.is_leader else split_address(dist_init),
+        store=split_address(store) if store else None,
+    )
     return Launch(
         argv=argv,
         env=extra_env,
@@ -228,6 +268,8 @@ def plan_launch(environ: Mapping[str, str], resolver: Resolver, python: str) -> 
         extra_args=env.extra_args,
         sglang_version=env.sglang_version,
         role=env.role,
+        contract=env,
+        targets=targets,
     )
 
 
@@ -357,6 +399,9 @@ def sglang_environment(env: LaunchEnv, resolver: Resolver) -> dict[str, str]:
         scheme, _, rest = env.store_url.partition("://")
         host, _, port = rest.rpartition(":")
         out[env_contract.MF_STORE_URL] = f"{scheme}://{resolver(host)}:{port}"
+        # Newer memfabric reads this name first; the launcher sets both, so no pod template
+        # has to change for it.
+        out[env_contract.MF_CONFIG_STORE_URL] = out[env_contract.MF_STORE_URL]
     if env.transfer_protocol:
         out[env_contract.MF_TRANSFER_PROTOCOL] = env.transfer_protocol
     applies_partition = env.role == "prefill" or env.decode_pp == env.prefill_pp
@@ -365,6 +410,8 @@ def sglang_environment(env: LaunchEnv, resolver: Resolver) -> dict[str, str]:
     if env.hccl_socket_ifname:
         out[env_contract.HCCL_IFNAME] = env.hccl_socket_ifname
         out[env_contract.GLOO_IFNAME] = env.hccl_socket_ifname
+    if env.hccl_connect_timeout is not None:
+        out[env_contract.HCCL_CONNECT_TIMEOUT] = str(env.hccl_connect_timeout)
     return out
 
 

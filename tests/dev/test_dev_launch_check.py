@@ -325,3 +325,47 @@ def test_signature_sees_restarts_and_last_state() -> None:
     b = desired_status(pod, "h", "p", NOW, {"sglang": lcr.View(wait, term, 1, False, False)})
     c = desired_status(pod, "h", "p", NOW, {"sglang": lcr.View(wait, term, 2, False, False)})
     assert len({status_signature(s) for s in (a, b, c)}) == 3
+
+
+def test_the_container_gets_its_npus_and_a_link_down_on_request(tmp_path: Path) -> None:
+    """As the device plugin, the Ascend Docker Runtime and the driver would: one device file per
+    NPU of the container's limit, their addresses, and an hccn_tool that answers as the real
+    one (checked here by running it, as the launcher's preflight does)."""
+    import subprocess
+
+    pod = runtime_pod([])
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"huawei.com/Ascend910": "4"}}
+    pod["metadata"]["annotations"][knobs.NPU_LINK_DOWN] = "2"
+    prepared = lc.prepare(pod, pod["spec"]["containers"][0], lc.LocalRuntime("img:1", "/py"),
+                          "127.1.0.3", "127.0.1.1", cluster(), tmp_path)  # fmt: skip
+    env = prepared.env
+    dev = Path(env[env_contract.PREFLIGHT_DEV_DIR])
+    assert sorted(p.name for p in dev.iterdir()) == [
+        "davinci0", "davinci1", "davinci2", "davinci3", "davinci_manager"]  # fmt: skip
+    conf = Path(env[env_contract.PREFLIGHT_HCCN_CONF]).read_text()
+    assert [line.split("=")[0] for line in conf.splitlines() if line.startswith("address_")] == [
+        "address_0", "address_1", "address_2", "address_3"]  # fmt: skip
+    tool = env[env_contract.PREFLIGHT_HCCN_TOOL]
+
+    def hccn(*args: str) -> tuple[int, str]:
+        done = subprocess.run([tool, *args], capture_output=True, text=True, check=False)
+        return done.returncode, done.stdout + done.stderr
+
+    assert hccn("-i", "1", "-link", "-g") == (0, "link status: UP\n")
+    assert hccn("-i", "2", "-link", "-g") == (0, "link status: DOWN\n")
+    assert hccn("-i", "3", "-net_health", "-g") == (0, "net health status: Success\n")
+    code, said = hccn("-i", "7", "-link", "-g")
+    assert code == 1 and "device 7" in said
+
+    # a container without NPUs gets none; a malformed knob is the pod's config error
+    pod["spec"]["containers"][0]["resources"] = {}
+    bare = lc.prepare(pod, pod["spec"]["containers"][0], lc.LocalRuntime("img:1", "/py"),
+                      "127.1.0.3", "127.0.1.1", cluster(), tmp_path / "b")  # fmt: skip
+    assert env_contract.PREFLIGHT_DEV_DIR not in bare.env
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"huawei.com/Ascend910": 2}}
+    pod["metadata"]["annotations"][knobs.NPU_LINK_DOWN] = "two"
+    with pytest.raises(lc.NotStartable) as err:
+        lc.prepare(pod, pod["spec"]["containers"][0], lc.LocalRuntime("img:1", "/py"),
+                   "127.1.0.3", "127.0.1.1", cluster(), tmp_path / "c")  # fmt: skip
+    assert err.value.reason == "CreateContainerConfigError"
+    assert knobs.NPU_LINK_DOWN in err.value.message

@@ -39,7 +39,10 @@ One real step, for pods that ask (``kubelet-sim.ascend-pd.dev/run-launch-check: 
 the pod or its namespace): a container whose command is ``ascend-pd-runtime launch`` gets the
 launcher's pre-exec check run on this machine in a local runtime registered for its image
 (``--local-runtimes``), and its exit is reported as a kubelet would (``launch_check``,
-``check_runs``). Nothing else of it runs: exit 0 leaves the container "running".
+``check_runs``). Nothing else of it runs: exit 0 leaves the container "running". The check
+includes the launcher's NPU preflight, so the container gets simulated NPUs (``npu``: device
+files, hccn.conf, an ``hccn_tool``); ``kubelet-sim.ascend-pd.dev/npu-link-down`` on the pod
+takes devices' links down.
 
 Failures and time, so rollouts and group recovery can be watched (every annotation name is in
 ``knobs``; ``testing`` sets them; all times come from one injectable clock):
@@ -97,6 +100,7 @@ The modules, bottom-up (each imports only those above it in this list):
 - ``nodes``: node registration, readiness, heartbeat and taints;
 - ``placement``: where a pod fits (resources, selectors, affinity, taints, claims);
 - ``launch_check``, ``check_runs``: the launcher check and its containers' runs;
+- ``npu``: a launch-checked container's simulated NPUs (device files, hccn.conf, hccn_tool);
 - ``containers``, ``pod_status``: the status a kubelet would report (pure);
 - ``events``, ``scheduler``, ``pods``: the scheduler's bindings and the kubelets' writes;
 - ``simulator``: one cycle over nodes and pods; ``process``: the process around it;

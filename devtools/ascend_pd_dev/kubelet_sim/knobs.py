@@ -39,6 +39,9 @@ UNPULLABLE_IMAGES = PREFIX + "unpullable-images"
 #: pod or namespace: "true" to schedule as the 1.20 scheduler does a pod whose
 #: PersistentVolumeClaim is missing or being deleted (Pending, the scheduler's message)
 CHECK_CLAIMS = PREFIX + "check-claims"
+#: pod, set by a test: NPU device ids, comma-separated, whose link the simulated hccn_tool
+#: of the launcher's check reports DOWN (``npu``; a role's podAnnotations reach every pod)
+NPU_LINK_DOWN = PREFIX + "npu-link-down"
 #: Node, set by a test: "true" (the kubelet reports NotReady) or "unknown" (it is unreachable)
 NOT_READY = PREFIX + "not-ready"
 #: Node, written by kubelet-sim: the pid of the kubelet-sim process serving it
@@ -163,6 +166,16 @@ def unpullable_images(pod: Obj, namespace_annotations: Mapping[str, str] | None 
     )
     return {image.strip() for text in texts for image in str(text or "").split(",")
             if image.strip()}  # fmt: skip
+
+
+def npu_link_down(pod: Obj) -> set[int]:
+    """The NPU ids whose link a test says is down (``NPU_LINK_DOWN``); ValueError when the
+    annotation is not comma-separated device ids."""
+    text = str(_annotations(pod).get(NPU_LINK_DOWN) or "")
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not all(p.isdigit() for p in parts):
+        raise ValueError(f"{NPU_LINK_DOWN} {text!r}: expected NPU device ids, comma-separated")
+    return {int(p) for p in parts}
 
 
 def checks_claims(pod: Obj, namespace_annotations: Mapping[str, str]) -> bool:

@@ -28,6 +28,10 @@ What a kubelet would provide, simulated here (this module owns it):
   ``<service>.<ns>.svc`` in env values are replaced by the pod's IP or the Service's cluster
   IP, as the cluster's DNS would answer; a name that does not resolve yet defers the check
   (the launcher would be waiting for it);
+- the NPUs: as many ``/dev/davinci<N>`` files as the container's ``huawei.com/Ascend910``
+  limit, an hccn.conf with their addresses and an ``hccn_tool`` answering for their links,
+  written to the scratch directory and named to the launcher's NPU preflight by its path
+  overrides (``npu``; ``knobs.NPU_LINK_DOWN`` takes a link down);
 - the termination message: the container's ``terminationMessagePath`` is a local file,
   named to the launcher by ``ASCEND_PD_TERMINATION_LOG``; read back up to 4096 bytes, or the
   log's tail under ``FallbackToLogsOnError``.
@@ -49,7 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ascend_pd_dev.kubelet_sim import knobs
+from ascend_pd_dev.kubelet_sim import knobs, npu
+from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE
 from ascend_pd_dev.kubelet_sim.objects import is_terminal
 from ascend_pd_runtime.env_contract import DEFAULT_TERMINATION_LOG, TERMINATION_LOG
 
@@ -430,13 +435,35 @@ def prepare(
     image_env["HOME"] = str(scratch)
     if runtime.pythonpath:
         image_env["PYTHONPATH"] = os.pathsep.join(runtime.pythonpath)
-    full_env = {**image_env, **runtime.env, **env}
+    full_env = {**image_env, **simulated_npus(pod, container, scratch), **runtime.env, **env}
     words = [*(container.get("command") or []), *(container.get("args") or [])]
     argv = [runtime.python, "-m", "ascend_pd_runtime.cli", *words[1:], "--check"]
     workdir = container.get("workingDir")
     cwd = str(paths.local(workdir) or scratch) if workdir else str(scratch)
     policy = container.get("terminationMessagePolicy") or "File"
     return Prepared(argv, full_env, cwd, termination_file, policy == "FallbackToLogsOnError")
+
+
+def npu_count(container: Obj) -> int:
+    """The NPUs the device plugin gives ``container``: its ``huawei.com/Ascend910`` limit."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    try:
+        return int(str(limits.get(ASCEND_RESOURCE, 0)))
+    except ValueError:
+        return 0
+
+
+def simulated_npus(pod: Obj, container: Obj, scratch: Path) -> dict[str, str]:
+    """The container's NPUs under ``scratch`` (``npu.write_node``) and the env naming them;
+    nothing for a container that asks for none."""
+    count = npu_count(container)
+    if count <= 0:
+        return {}
+    try:
+        down = knobs.npu_link_down(pod)
+    except ValueError as exc:
+        raise NotStartable("CreateContainerConfigError", f"kubelet-sim: {exc}") from None
+    return npu.write_node(scratch / "npu", range(count), down=down)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from ascend_pd_operator.api.rules import (
     MAX_DRAIN_TIMEOUT_SECONDS,
     MAX_ENV,
     MAX_ENV_NAME_LENGTH,
+    MAX_HCCL_CONNECT_TIMEOUT_SECONDS,
     MAX_LATENCY_MILLISECONDS,
     MAX_MAP_ENTRIES,
     MAX_NAME_PART_LENGTH,
@@ -48,6 +49,7 @@ from ascend_pd_operator.api.rules import (
     MAX_RATIO_LENGTH,
     MAX_REPLICAS,
     MAX_SHARE_LENGTH,
+    MIN_HCCL_CONNECT_TIMEOUT_SECONDS,
     MOUNT_PATH_PATTERN,
     OPTIONAL_DNS_SUBDOMAIN_PATTERN,
     OWNED_ANNOTATIONS,
@@ -74,6 +76,7 @@ from ascend_pd_operator.api.vocabulary import GROUP as GROUP
 from ascend_pd_operator.api.vocabulary import KIND as KIND
 from ascend_pd_operator.api.vocabulary import SCALER_KIND as SCALER_KIND
 from ascend_pd_operator.api.vocabulary import VERSION as VERSION
+from ascend_pd_runtime import env_contract as ec
 from ascend_pd_runtime.layout import SpeculativeAlgorithm
 
 # The API's identity is vocabulary (owner references name it); the models serve it.
@@ -862,6 +865,52 @@ class Ascend(_Model):
     transfer_protocol: str = Field(
         "sdma", description="Memfabric transfer protocol (ASCEND_MF_TRANSFER_PROTOCOL)."
     )
+    hccl_connect_timeout_seconds: int | None = Field(
+        None, ge=MIN_HCCL_CONNECT_TIMEOUT_SECONDS, le=MAX_HCCL_CONNECT_TIMEOUT_SECONDS,
+        description="HCCL_CONNECT_TIMEOUT of the runtime pods: how long HCCL waits for every "
+        "rank of an instance to connect. Raise it when the nodes of an instance load their "
+        "weights at uneven speeds, so that the first ready rank does not time out waiting for "
+        "the last. Unset: HCCL's own default (120 s), and the pods are left as they were (no "
+        "rollout on an operator upgrade); setting or changing it updates every instance. A "
+        "role's env entry HCCL_CONNECT_TIMEOUT, if any, wins over it.",
+    )  # fmt: skip
+
+
+class Preflight(_Model):
+    """The NPU preflight checks the launcher runs in every runtime pod before SGLang starts;
+    a failed one ends the container (exit 7) and shows as NPUPreflight=False."""
+
+    devices: bool = Field(
+        True, description="The NPU device files (/dev/davinci<N>) hold devicesPerNode "
+        "devices, and ASCEND_RT_VISIBLE_DEVICES, if set, selects that many (DeviceMissing)."
+    )  # fmt: skip
+    hccn_conf: bool = Field(
+        True, description="/etc/hccn.conf in the container has an address_<N> for each "
+        "device (HccnConfMissing); mount the node's file with a role's volumes."
+    )  # fmt: skip
+    links: bool = Field(
+        True, description="hccn_tool -link -g says UP and -net_health -g says Success for "
+        "each device (LinkDown)."
+    )  # fmt: skip
+    leader: bool = Field(
+        True, description="A worker's instance leader answers over TCP at its dist-init "
+        "address (LeaderUnreachable)."
+    )  # fmt: skip
+    store: bool = Field(
+        True, description="The memfabric store (prefill instance 0's leader) answers over "
+        "TCP (StoreUnreachable)."
+    )  # fmt: skip
+    network_timeout_seconds: int = Field(
+        ec.DEFAULT_PREFLIGHT_TIMEOUT, ge=0, le=ec.MAX_PREFLIGHT_TIMEOUT,
+        description="How long the leader and store checks retry before they fail: the "
+        "leader's pod may start well after a worker's.",
+    )  # fmt: skip
+
+    def checks(self) -> tuple[str, ...]:
+        """The checks that are on, by their ``env_contract.PREFLIGHT_CHECKS`` names."""
+        on = {"devices": self.devices, "hccnConf": self.hccn_conf, "links": self.links,
+              "leader": self.leader, "store": self.store}  # fmt: skip
+        return tuple(c for c in ec.PREFLIGHT_CHECKS if on[c])
 
 
 class Scheduling(_Model):
@@ -948,6 +997,16 @@ class PDDeploymentSpec(_Model):
     recovery: RecoverySpec = _sub(RecoverySpec, "Group recovery on lost nodes.")
     scaling: Scaling = _sub(
         Scaling, "P:D ratio bounds, the drain of removed instances and the PD planner."
+    )
+    # No CRD default: a spec that does not set it must stay one the server leaves without
+    # it, so that its pods keep their template (no rollout on an operator upgrade).
+    preflight: Preflight | None = Field(
+        None,
+        description="Turn the NPU preflight checks on or off one by one ({} for all of them). "
+        "Unset, each check runs where the node has what it reads (device files, "
+        "/etc/hccn.conf, hccn_tool) and is skipped where it does not, and the pods are left "
+        "as they were; set, every check that is on must pass, a missing file or tool "
+        "included. Setting or changing it updates every instance (a rollout).",
     )
 
     def role(self, role: str) -> RoleSpec:

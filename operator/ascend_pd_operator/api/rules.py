@@ -55,6 +55,9 @@ MAX_LATENCY_MILLISECONDS = 600_000
 MAX_DRAIN_TIMEOUT_SECONDS = 86400
 #: A drain's grace period when the spec sets none.
 DEFAULT_DRAIN_TIMEOUT_SECONDS = 600
+#: HCCL_CONNECT_TIMEOUT's range, as CANN documents it (seconds; HCCL's default is 120).
+MIN_HCCL_CONNECT_TIMEOUT_SECONDS = 120
+MAX_HCCL_CONNECT_TIMEOUT_SECONDS = 7200
 MAX_NAME_LENGTH = MAX_STATEFULSET_NAME - len("-prefill-") - len(str(MAX_REPLICAS - 1))
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.json_object import Json
 
 #: The PDDeployment API's group and version (``models`` serve them; owner references name them).
@@ -115,6 +116,9 @@ COND_READY = "Ready"
 COND_INSTANCES_HEALTHY = "InstancesHealthy"
 #: Whether spec.scaling.prefillPerDecode changed the instance counts the roles asked for.
 COND_RATIO_CONSTRAINED = "RatioConstrained"
+#: False while a runtime pod's launcher reports a failed NPU preflight check (exit
+#: ``env_contract.EXIT_PREFLIGHT``), until the instances are ready again.
+COND_NPU_PREFLIGHT = "NPUPreflight"
 
 REASON_VALID = "Valid"
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -149,6 +153,15 @@ REASON_LAUNCH_REFUSED = "LaunchRefused"
 #: ``env_contract.EXIT_CONTRACT_VERSION``): operator and runtime image of different
 #: ascend-pd versions; also the Warning Event's.
 REASON_ENV_CONTRACT_MISMATCH = "EnvContractMismatch"
+#: NPUPreflight=False: the check that failed (``env_contract.PREFLIGHT_REASONS``, which the
+#: launcher names in its termination message) ...
+REASON_DEVICE_MISSING = ec.PREFLIGHT_REASONS["devices"]
+REASON_HCCN_CONF_MISSING = ec.PREFLIGHT_REASONS["hccnConf"]
+REASON_LINK_DOWN = ec.PREFLIGHT_REASONS["links"]
+REASON_LEADER_UNREACHABLE = ec.PREFLIGHT_REASONS["leader"]
+REASON_STORE_UNREACHABLE = ec.PREFLIGHT_REASONS["store"]
+#: ... or True: no runtime pod reports a failed check.
+REASON_NO_PREFLIGHT_FAILURE = "NoPreflightFailure"
 #: Ready
 REASON_READY = "Ready"
 REASON_NOT_READY = "NotReady"

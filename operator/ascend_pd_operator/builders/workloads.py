@@ -83,6 +83,14 @@ def launch_values(
         total_kv_layers=layout.facts.total_kv_layers,
         kv_buf_groups=layout.facts.kv_buf_groups,
         extra_args=tuple(r.extra_args),
+        # Both reach the env only when the spec sets them (``env_contract.launch_env``).
+        hccl_connect_timeout=spec.ascend.hccl_connect_timeout_seconds,
+        preflight_checks=spec.preflight.checks() if spec.preflight is not None else None,
+        preflight_timeout=(
+            spec.preflight.network_timeout_seconds
+            if spec.preflight is not None
+            else ec.DEFAULT_PREFLIGHT_TIMEOUT
+        ),
     )
 
 

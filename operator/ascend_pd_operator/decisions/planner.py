@@ -44,6 +44,7 @@ from ascend_pd_operator.api.vocabulary import (
     COND_INSTANCES_HEALTHY,
     COND_KV_LAYOUT_COMPATIBLE,
     COND_MODEL_RESOLVED,
+    COND_NPU_PREFLIGHT,
     COND_RATIO_CONSTRAINED,
     COND_READY,
     COND_VALIDATED,
@@ -131,7 +132,7 @@ KEPT_COMPONENTS = (COMPONENT_FACTS, COMPONENT_INSPECTOR)
 #: Conditions whose False status (with a reason worth telling) posts a Warning Event.
 EVENT_CONDITIONS = (
     COND_VALIDATED, COND_KV_LAYOUT_COMPATIBLE, COND_MODEL_RESOLVED, COND_READY,
-    COND_INSTANCES_HEALTHY,
+    COND_INSTANCES_HEALTHY, COND_NPU_PREFLIGHT,
 )  # fmt: skip
 #: Reasons that are progress, not a problem: no Event.
 QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY)

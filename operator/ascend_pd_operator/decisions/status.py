@@ -22,6 +22,7 @@ from ascend_pd_operator.api.vocabulary import (
     COND_INSTANCES_HEALTHY,
     COND_KV_LAYOUT_COMPATIBLE,
     COND_MODEL_RESOLVED,
+    COND_NPU_PREFLIGHT,
     COND_PREFILL_READY,
     COND_RATIO_CONSTRAINED,
     COND_READY,
@@ -47,6 +48,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_INVALID_SPEC,
     REASON_LAUNCH_REFUSED,
     REASON_MODEL_NOT_RESOLVED,
+    REASON_NO_PREFLIGHT_FAILURE,
     REASON_NOT_APPLIED,
     REASON_NOT_READY,
     REASON_NOT_VALIDATED,
@@ -75,7 +77,9 @@ from ascend_pd_operator.decisions.scaling import ScaleDecision
 from ascend_pd_runtime.env_contract import (
     EXIT_ARGS_REFUSED,
     EXIT_CONTRACT_VERSION,
+    EXIT_PREFLIGHT,
     LAUNCHER_EXITS,
+    preflight_reason,
 )
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import layout_fingerprint
@@ -622,6 +626,49 @@ def _check_role(obs: Findings, spec: PDDeploymentSpec, role: str, draft: _Draft)
     ))  # fmt: skip
 
 
+def preflight_failures(pods: list[Json]) -> list[tuple[str, str]]:
+    """(reason, ``pod <name> on node <node>: <message>``) of every pod whose launcher
+    ended, now or before its restart, with a failed NPU preflight check: exit
+    ``EXIT_PREFLIGHT`` and a termination message naming the reason (an exit 7 without one
+    is not the launcher's)."""
+    found = []
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            ended = next(
+                (t for key in ("state", "lastState")
+                 if (t := (container.get(key) or {}).get("terminated") or {})
+                 and t.get("exitCode") == EXIT_PREFLIGHT
+                 and preflight_reason(str(t.get("message") or ""))),
+                None,
+            )  # fmt: skip
+            if ended is None:
+                continue
+            message = str(ended.get("message") or "")
+            node = (pod.get("spec") or {}).get("nodeName") or "no node"
+            text = f"pod {pod['metadata']['name']} on node {node}: {quoted(message)}"
+            found.append((preflight_reason(message), text))
+            break
+    return found
+
+
+def _check_preflight(obs: Findings, draft: _Draft, roles_ready: bool) -> None:
+    """NPUPreflight: False naming the first pod whose launcher's preflight failed (its
+    reason is the check's); it stays False until every instance is ready again (group
+    recovery replaces the pods that told it), then True."""
+    failures = preflight_failures(obs.pods)
+    if failures:
+        reason, text = failures[0]
+        more = f" (and {_count(len(failures) - 1, 'more pod')})" if len(failures) > 1 else ""
+        draft.conds.append(_condition(COND_NPU_PREFLIGHT, "False", reason, text + more))
+        return
+    before = _find(obs.previous.get("conditions") or [], COND_NPU_PREFLIGHT)
+    if before is not None and before.get("status") == "False" and not roles_ready:
+        draft.conds.append({k: before.get(k, "") for k in ("type", "status", "reason", "message")})
+        return
+    passed = "no runtime pod reports a failed NPU preflight check"
+    draft.conds.append(_condition(COND_NPU_PREFLIGHT, "True", REASON_NO_PREFLIGHT_FAILURE, passed))
+
+
 def _check_router(obs: Findings, spec: PDDeploymentSpec, draft: _Draft) -> None:
     """RouterReady, the router's status and the endpoint."""
     router_status, router_ok, router_text = _router_status(obs, spec)
@@ -645,7 +692,8 @@ def _check_router(obs: Findings, spec: PDDeploymentSpec, draft: _Draft) -> None:
 def _not_applied(prev: Json, draft: _Draft) -> None:
     """The readiness conditions while no child is written: a rejected change keeps what
     the last applied spec's children said (they run on), else Unknown."""
-    for type_ in (COND_PREFILL_READY, COND_DECODE_READY, COND_ROUTER_READY):
+    kinds = (COND_PREFILL_READY, COND_DECODE_READY, COND_ROUTER_READY, COND_NPU_PREFLIGHT)
+    for type_ in kinds:
         previous = _find(prev.get("conditions") or [], type_)
         if draft.invalid and previous:
             draft.conds.append({k: previous[k] for k in ("type", "status", "reason", "message")})
@@ -725,7 +773,9 @@ def compute_status(obs: Findings, now: str) -> Json:
     if spec is not None and applied:
         for role in ROLES:
             _check_role(obs, spec, role, draft)
+        roles_ready = draft.ready
         _check_router(obs, spec, draft)
+        _check_preflight(obs, draft, roles_ready)
         _check_ratio(obs, spec, draft)
     else:
         _not_applied(prev, draft)

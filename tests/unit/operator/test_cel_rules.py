@@ -257,6 +257,9 @@ INVALID += [
      _set("spec.prefill.env", [{"name": "A", "value": "1"},
                                {"name": ec.SGLANG_LAYER_PARTITION, "value": "30,31"}]),
      OWNED_ENV),
+    ("env the launcher exports for newer memfabric",
+     _set("spec.decode.env", [{"name": ec.MF_CONFIG_STORE_URL, "value": "tcp://10.0.0.1:1"}]),
+     OWNED_ENV),
     ("env with value and valueFrom",
      _set("spec.prefill.env", [{"name": "A", "value": "1",
                                 "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
@@ -454,6 +457,8 @@ VALID: list[tuple[str, Mutation]] = [
             "spec.decode.env",
             [
                 {"name": "HCCL_BUFFSIZE", "value": "512"},
+                # the user's own HCCL timeout stays allowed (it wins over the spec's field)
+                {"name": ec.HCCL_CONNECT_TIMEOUT, "value": "1200"},
                 {"name": "ASCEND_PDX"},
                 {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             ],

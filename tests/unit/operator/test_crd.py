@@ -117,8 +117,14 @@ def test_api_field_names_are_the_contract() -> None:
     spec = openapi_schema()["properties"]["spec"]["properties"]
     assert set(spec) == {
         "model", "runtime", "speculative", "prefill", "decode", "router", "ascend", "scheduling",
-        "rollout", "recovery", "scaling",
+        "rollout", "recovery", "scaling", "preflight",
     }  # fmt: skip
+    assert set(spec["preflight"]["properties"]) == {
+        "devices", "hccnConf", "links", "leader", "store", "networkTimeoutSeconds",
+    }  # fmt: skip
+    # no default: a spec without it stays without it on the server (its pods unchanged)
+    assert "default" not in spec["preflight"]
+    assert "default" not in spec["ascend"]["properties"]["hcclConnectTimeoutSeconds"]
     assert set(spec["rollout"]["properties"]) == {"maxUnavailable", "maxSurge", "roleOrder"}
     assert set(spec["recovery"]["properties"]) == {"forceDeleteAfterSeconds"}
     role = spec["prefill"]["properties"]

@@ -57,7 +57,7 @@ def test_ready_status_with_layout(dsv3: Json) -> None:
     conds = conditions(status)
     assert [c["type"] for c in status["conditions"]] == [
         "Validated", "ModelResolved", "KVLayoutCompatible", "PrefillReady", "DecodeReady",
-        "RouterReady", "Ready",
+        "RouterReady", "NPUPreflight", "Ready",
     ]  # fmt: skip
     assert all(c["status"] == "True" for c in conds.values())
     kv = status["kvLayout"]
