@@ -369,3 +369,64 @@ def test_the_container_gets_its_npus_and_a_link_down_on_request(tmp_path: Path) 
                    "127.1.0.3", "127.0.1.1", cluster(), tmp_path / "c")  # fmt: skip
     assert err.value.reason == "CreateContainerConfigError"
     assert knobs.NPU_LINK_DOWN in err.value.message
+
+
+def test_the_real_launcher_fails_its_preflight_on_a_link_down(tmp_path: Path) -> None:
+    """The operator's own pod (``ascend-pd render``), prepared as kubelet-sim prepares it, run
+    with the real launcher (SGLang's parser skipped: this venv has no SGLang): the simulated
+    hccn_tool reports davinci1 DOWN, the launcher exits 7 with the termination message the
+    operator reads; without the knob the same pod passes every check."""
+    import copy
+
+    import yaml
+
+    from ascend_pd_operator.wiring.render_cli import render
+
+    repo = Path(__file__).resolve().parents[2]
+    config_map, pdd = [d for d in yaml.safe_load_all(
+        (repo / "examples" / "deepseek-v2-lite.yaml").read_text()) if d]  # fmt: skip
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(config_map["data"]["config.json"])
+    pdd["spec"]["model"]["volume"] = {"hostPath": {"path": str(model)}}
+    pdd["spec"]["preflight"] = {"networkTimeoutSeconds": 5}
+    code, manifests, message = render(pdd, None, "llm", [config_map])
+    assert code == 0, message
+    named = {(m["kind"], m["metadata"]["name"]): m for m in manifests}
+    sts = named["StatefulSet", "dsv2-lite-prefill-0"]
+    layout = named["ConfigMap", "dsv2-lite-kv-layout"]
+    template = copy.deepcopy(sts["spec"]["template"])
+    container = template["spec"]["containers"][0]
+    container["args"] = ["--no-parser-check"]
+    pod = {
+        "metadata": {**template["metadata"], "name": "dsv2-lite-prefill-0-0",
+                     "namespace": "llm", "uid": "u-preflight",
+                     "annotations": {**template["metadata"].get("annotations", {}),
+                                     knobs.NPU_LINK_DOWN: "1"}},
+        "spec": {**template["spec"], "nodeName": "sim-ascend-0",
+                 "hostname": "dsv2-lite-prefill-0-0", "subdomain": "dsv2-lite-prefill-0"},
+        "status": {"podIP": "127.1.0.3"},
+    }  # fmt: skip
+    c = cluster({("llm", "dsv2-lite-kv-layout"): layout},
+                {("llm", "dsv2-lite-prefill-0"): {"spec": {"clusterIP": "None"}}},
+                [pod])  # fmt: skip
+    runtime = lc.LocalRuntime("img:1", sys.executable)
+
+    def run(scratch: Path) -> lc.Ended:
+        scratch.mkdir()
+        prepared = lc.prepare(pod, container, runtime, "127.1.0.3", "127.0.1.1", c, scratch)
+        return lc.run(prepared, timeout=120)
+
+    ended = run(tmp_path / "down")
+    assert ended.exit_code == env_contract.EXIT_PREFLIGHT, ended
+    assert ended.message.startswith(
+        "NPU preflight failed (LinkDown, check links): device davinci1: hccn_tool -i 1 -link "
+        "-g says link status DOWN"
+    ), ended
+    assert env_contract.preflight_reason(ended.message) == "LinkDown"
+
+    del pod["metadata"]["annotations"][knobs.NPU_LINK_DOWN]
+    ended = run(tmp_path / "up")
+    assert ended.exit_code == 0, ended
+    assert "NPU preflight passed: devices (davinci0, davinci1)" in ended.log_tail
+    assert "store (this pod serves it)" in ended.log_tail, ended.log_tail
