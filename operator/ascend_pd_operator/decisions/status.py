@@ -630,9 +630,11 @@ def preflight_failures(pods: list[Json]) -> list[tuple[str, str]]:
     """(reason, ``pod <name> on node <node>: <message>``) of every pod whose launcher
     ended, now or before its restart, with a failed NPU preflight check: exit
     ``EXIT_PREFLIGHT`` and a termination message naming the reason (an exit 7 without one
-    is not the launcher's)."""
+    is not the launcher's). A ready pod passed its checks since: its lastState is history."""
     found = []
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        if _pod_ready(pod):
+            continue
         for container in (pod.get("status") or {}).get("containerStatuses") or []:
             ended = next(
                 (t for key in ("state", "lastState")

@@ -100,6 +100,10 @@ def test_other_exits_are_no_preflight_failure(dsv3: Json) -> None:
         pod("dsv3-prefill-1-1", "n2", BACKOFF, ended(ec.EXIT_ARGS_REFUSED, LINK_DOWN)),
         pod("dsv3-decode-0-0", "n3", ended(137, "OOMKilled"), role="decode"),
     ]
+    # a pod that failed once and is ready now passed its checks since
+    again = pod("dsv3-decode-0-1", "n4", {"running": {}}, ended(ec.EXIT_PREFLIGHT, STORE), "decode")
+    again["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    pods.append(again)
     obs = findings_for(OWNER, dsv3, all_children(ready=False), {}, pods=pods)
     cond = conditions(compute_status(obs, T0))["NPUPreflight"]
     assert (cond["status"], cond["reason"]) == ("True", "NoPreflightFailure")
