@@ -180,13 +180,15 @@ def _refusal(kubectl: Any, namespace: str, case: Case, cel: bool, wait_until: An
     return str(wait_until(invalid, f"{case.name}: Validated=False"))
 
 
-POD_CASES = [c for c in load_corpus() if c.source == "pods.yaml"]
+#: The corpus of the fields that reach the pods: pod fields, preflight and the HCCL timeout.
+POD_CASES = [c for c in load_corpus() if c.source in ("pods.yaml", "preflight.yaml")]
 
 
 def test_each_refusal_comes_from_the_api_server_or_the_operator_and_nothing_moves(
     cluster: Any, kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
-    """Every case of ``reliability/bad_inputs/pods.yaml`` as an update of a Ready deployment:
+    """Every case of ``reliability/bad_inputs/pods.yaml`` and ``preflight.yaml`` as an update
+    of a Ready deployment:
     refused with its message, and no child or pod of the deployment changes."""
     assert len(POD_CASES) >= 20, CORPUS / "pods.yaml"
     cel = cluster.server_version >= (1, 25)
