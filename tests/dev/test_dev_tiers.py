@@ -102,3 +102,26 @@ def test_a_failed_build_fails_the_cluster_tiers_and_runs_the_others(tmp_path: Pa
                    prepare=build)  # fmt: skip
     codes = {r.tier.name: (r.code, r.process is not None) for r in runs}
     assert codes == {"prepare": (3, True), "cluster-probe": (3, False), "plain-probe": (0, True)}
+
+
+def test_a_cluster_tier_starts_when_the_build_ends_not_when_another_tier_does(
+    tmp_path: Path,
+) -> None:
+    started = tmp_path / "cluster-started"
+    build = Tier("prepare", ("-c", "pass"), needs_control_plane=False, program=())
+    # the other tier runs until the cluster tier has started (or gives up after 60 s)
+    waiting = _probe_test(
+        tmp_path / "test_waiting.py",
+        "import time\n    end = time.monotonic() + 60\n"
+        f"    while not Path({str(started)!r}).exists() and time.monotonic() < end:\n"
+        "        time.sleep(0.1)\n"
+        f"    assert Path({str(started)!r}).exists()",
+    )
+    cluster = _probe_test(tmp_path / "test_cluster.py", f"Path({str(started)!r}).touch()")
+    runs = run_all([Tier("waiting-probe", (str(waiting), "--rootdir", str(tmp_path)),
+                         needs_control_plane=False),
+                    Tier("cluster-probe", (str(cluster), "--rootdir", str(tmp_path)))],
+                   3, [], prepare=build)  # fmt: skip
+    assert {r.tier.name: r.code for r in runs} == {
+        "prepare": 0, "waiting-probe": 0, "cluster-probe": 0
+    }  # fmt: skip

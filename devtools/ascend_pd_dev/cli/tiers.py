@@ -204,11 +204,13 @@ def run_all(
             running.append(run)
             if run.tier is prepare:
                 prepare_run = run
+        reaped = False
         for run in list(running):
             assert run.process is not None
             # wait4, not poll: its rusage is the CPU the tier and its reaped children used
             pid, status, usage = os.wait4(run.process.pid, os.WNOHANG)
             if pid:
+                reaped = True
                 run.process.returncode = code = os.waitstatus_to_exitcode(status)
                 running.remove(run)
                 finish(run, code, usage.ru_utime + usage.ru_stime)
@@ -220,7 +222,8 @@ def run_all(
                             todo.remove(waiting)
                             waiting.code = code
                             print(f"tiers: {waiting.tier.name} not run: prepare failed")
-        if running:
+        # a tier that ended may let others start (the build, a free job): back to the top
+        if running and not reaped:
             # each tier is a child process: wait for any of them, not for a fixed time
             with contextlib.suppress(ChildProcessError):
                 os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
