@@ -12,6 +12,8 @@ import multiprocessing
 import time
 from pathlib import Path
 
+import pytest
+
 from ascend_pd_dev.controlplane import cluster
 
 START_SECONDS = 1.0  # long enough for the other process to arrive while one starts
@@ -55,8 +57,32 @@ def test_two_sessions_starting_together_start_the_cluster_once(tmp_path: Path) -
         process.join(30)
         assert process.exitcode == 0
     assert _lines(tmp_path / "starts") == 1
-    # the one that started it stops it, once the other has left
+    # the last one out stops it, whichever of the two started it
     assert _lines(tmp_path / "stops") == 1 and not (tmp_path / "cluster-up").exists()
+
+
+@pytest.mark.parametrize("starter_hold", [0.5, 2.0])
+def test_the_last_one_out_stops_the_cluster_even_when_the_starter_left_first(
+    tmp_path: Path, starter_hold: float
+) -> None:
+    # the starter is chosen, not raced for: the other arrives once the cluster is up
+    context = multiprocessing.get_context("fork")
+    go_first, go_second = context.Event(), context.Event()
+    first = context.Process(target=_use, args=(tmp_path, starter_hold, go_first))
+    second = context.Process(target=_use, args=(tmp_path, 1.25, go_second))
+    first.start()
+    go_first.set()
+    marker = tmp_path / "cluster-up"
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second.start()
+    go_second.set()
+    for process in (first, second):
+        process.join(30)
+        assert process.exitcode == 0
+    assert _lines(tmp_path / "starts") == 1
+    assert _lines(tmp_path / "stops") == 1 and not marker.exists()
 
 
 def test_a_session_alone_starts_and_stops(tmp_path: Path) -> None:

@@ -547,29 +547,33 @@ def session(
     layout: Layout, start: Callable[[], object], stop: Callable[[], object]
 ) -> Iterator[None]:
     """This process's use of the cluster in ``layout``: a cluster another live process uses
-    is shared, anything else is started afresh (``start``); the last process out stops it
-    (``stop``), if it started it. Deciding and starting happen under one lock, and so does
-    the stop: two processes starting together must not both start afresh (the second
-    wiped the first's cluster under it)."""
+    is shared, anything else is started afresh (``start``); the last process out stops a
+    cluster a session started (``stop``), whichever session that was: the starter may leave
+    first. Deciding and starting happen under one lock, and so does the stop: two processes
+    starting together must not both start afresh (the second wiped the first's cluster
+    under it)."""
     sessions = layout.run / "e2e-sessions"
     sessions.mkdir(parents=True, exist_ok=True)
     holder = sessions / str(os.getpid())
+    # a session started the cluster now in use (not a developer's ``cluster up``)
+    started = layout.run / "e2e-sessions.started"
     with build.file_lock(layout.run / "e2e-sessions.lock"):
         holder.touch()
-        started_here = not (healthy(layout) and _live_other_sessions(sessions))
-        if started_here:
+        if not (healthy(layout) and _live_other_sessions(sessions)):
             try:
                 start()
             except BaseException:
                 holder.unlink(missing_ok=True)
                 raise
+            started.touch()
     try:
         yield
     finally:
         with build.file_lock(layout.run / "e2e-sessions.lock"):
             holder.unlink(missing_ok=True)
-            if started_here and not _live_other_sessions(sessions):
+            if started.exists() and not _live_other_sessions(sessions):
                 stop()
+                started.unlink(missing_ok=True)
 
 
 def down(layout: Layout, progress: Progress, purge: bool = False) -> list[str]:
