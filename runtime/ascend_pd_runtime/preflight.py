@@ -366,32 +366,28 @@ def run_preflight(
     if "links" in enabled:
         _check_links(paths.hccn_tool, devices, explicit, report)
     budget = float(env.preflight_timeout)
-    if "leader" in enabled and targets.leader is not None:
-        host, port = targets.leader
+
+    def reach(check: str, target: tuple[str, int], what: str, advice: str) -> None:
+        host, port = target
         error, attempts = wait_reachable(host, port, budget, connect, sleep)
         if error is not None:
             raise PreflightFailed(
-                "leader",
-                f"the instance leader {env.dist_init_addr} ({host}:{port}) did not answer "
-                f"over TCP within {budget:g} s ({attempts} attempts; last: {error}): is its "
-                "pod running, and may this node reach its node (firewall, routes, "
-                "ascend.hcclSocketIfname)?",
+                check,
+                f"{what} ({host}:{port}) did not answer over TCP within {budget:g} s "
+                f"({attempts} attempts; last: {error}): {advice}",
             )
-        report.passed.append(f"leader ({host}:{port})")
+        report.passed.append(f"{check} ({host}:{port})")
+
+    if "leader" in enabled and targets.leader is not None:
+        reach("leader", targets.leader, f"the instance leader {env.dist_init_addr}",
+              "is its pod running, and may this node reach its node (firewall, routes, "
+              "ascend.hcclSocketIfname)?")  # fmt: skip
     if "store" in enabled and targets.store is not None:
-        host, port = targets.store
-        if host == env.pod_ip:
+        if targets.store[0] == env.pod_ip:
             report.skipped.append("store (this pod serves it)")
         else:
-            error, attempts = wait_reachable(host, port, budget, connect, sleep)
-            if error is not None:
-                raise PreflightFailed(
-                    "store",
-                    f"the memfabric store {env.store_url} ({host}:{port}) did not answer "
-                    f"over TCP within {budget:g} s ({attempts} attempts; last: {error}): "
-                    "it is prefill instance 0's leader; may this node reach that node?",
-                )
-            report.passed.append(f"store ({host}:{port})")
+            reach("store", targets.store, f"the memfabric store {env.store_url}",
+                  "it is prefill instance 0's leader; may this node reach that node?")  # fmt: skip
     return report
 
 

@@ -125,13 +125,19 @@ def test_it_stays_false_until_the_instances_are_ready_again(dsv3: Json) -> None:
     assert (cond["status"], cond["reason"]) == ("True", "NoPreflightFailure")
 
 
-def test_a_warning_event_once_per_failure(dsv3: Json) -> None:
+def _created(dsv3: Json) -> tuple[Json, list[Json]]:
+    """The resource with the status of its first reconcile, and the StatefulSets it
+    created (as the API server returns them)."""
     cr = resource(dsv3)
     applied = plan(Observation(cr), NOW)
     cr["status"] = conclude(
         applied, Outcome(live={(w.kind, w.name): w.manifest or {} for w in applied.applies})
     ).status
-    sts = [owned(w.manifest or {}) for w in applied.applies if w.kind == "StatefulSet"]
+    return cr, [owned(w.manifest or {}) for w in applied.applies if w.kind == "StatefulSet"]
+
+
+def test_a_warning_event_once_per_failure(dsv3: Json) -> None:
+    cr, sts = _created(dsv3)
     pods = [pod("dsv3-prefill-1-1", "sim-ascend-3", BACKOFF, ended(ec.EXIT_PREFLIGHT, LINK_DOWN))]
     p = plan(Observation(cr, children={"StatefulSet": sts}, pods=pods), NOW)
     warnings = [e for e in p.events if e.reason == "LinkDown"]
@@ -146,12 +152,7 @@ def test_a_warning_event_once_per_failure(dsv3: Json) -> None:
 def test_group_recovery_restarts_the_instance_with_backoff(dsv3: Json) -> None:
     """A failed preflight is a crash like any other: the whole instance restarts, and the
     next restart waits for the backoff."""
-    cr = resource(dsv3)
-    applied = plan(Observation(cr), NOW)
-    cr["status"] = conclude(
-        applied, Outcome(live={(w.kind, w.name): w.manifest or {} for w in applied.applies})
-    ).status
-    sts = [owned(w.manifest or {}) for w in applied.applies if w.kind == "StatefulSet"]
+    cr, sts = _created(dsv3)
     pods = [pod("dsv3-prefill-1-1", "n3", BACKOFF, ended(ec.EXIT_PREFLIGHT, LINK_DOWN)),
             pod("dsv3-prefill-1-0", "n2", {"running": {"startedAt": T0}})]  # fmt: skip
     for p_ in pods:
