@@ -17,7 +17,8 @@ def test_tokens_csv_lists_every_user_with_its_groups() -> None:
     tokens = {user: f"t-{i}" for i, user in enumerate(certs.USERS)}
     lines = certs.tokens_csv(tokens).splitlines()
     assert lines[0] == 't-0,admin,admin,"system:masters"'
-    assert "t-3,ascend-pd:nobody,ascend-pd:nobody" in lines
+    assert "t-2,system:kube-scheduler,system:kube-scheduler" in lines
+    assert "t-4,ascend-pd:nobody,ascend-pd:nobody" in lines
 
 
 def test_pki_is_made_once_and_the_serving_cert_names_loopback(tmp_path: Path) -> None:

@@ -15,16 +15,16 @@ def test_previous_ports_are_reused_while_free_and_replaced_when_taken() -> None:
         busy.listen()
         taken = busy.getsockname()[1]
         free = cluster.free_port({taken})
-        chosen = cluster.choose_ports(cluster.Ports(free, taken, 0))
+        chosen = cluster.choose_ports(cluster.Ports(free, taken, 0, 0))
     assert chosen.etcd_client == free
     assert chosen.etcd_peer != taken
-    assert len({chosen.etcd_client, chosen.etcd_peer, chosen.apiserver}) == 3
+    assert len({chosen.etcd_client, chosen.etcd_peer, chosen.apiserver, chosen.scheduler}) == 4
 
 
 def test_command_lines_bind_loopback_and_enable_rbac(tmp_path: Path) -> None:
     layout = cluster.Layout(tmp_path)
     pki = certs.Pki(layout.pki)
-    ports = cluster.Ports(2379, 2380, 6443)
+    ports = cluster.Ports(2379, 2380, 6443, 10251)
     api = cluster.apiserver_argv(Path("/b/kube-apiserver"), layout, pki, ports)
     assert "--authorization-mode=RBAC" in api and "--bind-address=127.0.0.1" in api
     assert "--insecure-port=0" in api and "--secure-port=6443" in api
@@ -41,8 +41,13 @@ def test_command_lines_bind_loopback_and_enable_rbac(tmp_path: Path) -> None:
         "serviceaccount",
         "serviceaccount-token",
     }
+    scheduler = cluster.scheduler_argv(Path("/b/kube-scheduler"), layout, ports)
+    # no HTTPS port (the fixed default 10259 would collide between clusters); health on loopback
+    assert "--secure-port=0" in scheduler and "--port=10251" in scheduler
+    assert "--address=127.0.0.1" in scheduler and "--leader-elect=false" in scheduler
     etcd = cluster.etcd_argv(Path("/usr/bin/etcd"), layout, ports)
-    assert not [a for a in etcd + api + cm if "=0.0.0.0" in a or "//0.0.0.0" in a]
+    everything = etcd + api + cm + scheduler
+    assert not [a for a in everything if "=0.0.0.0" in a or "//0.0.0.0" in a]
 
 
 def test_kubeconfig_has_one_token_user_and_the_ca() -> None:
@@ -55,9 +60,13 @@ def test_kubeconfig_has_one_token_user_and_the_ca() -> None:
 
 def test_state_round_trips(tmp_path: Path) -> None:
     layout = cluster.Layout(tmp_path)
-    state = cluster.ClusterState(cluster.Ports(1, 2, 3), 8, 8)
+    state = cluster.ClusterState(cluster.Ports(1, 2, 3, 4), 8, 8, domains=2)
     cluster.save_state(layout, state)
     assert cluster.load_state(layout) == state
+    # a state file from before the scheduler and the domains: no scheduler port, no domains
+    layout.state.write_text('{"ports": {"etcd_client": 1, "etcd_peer": 2, "apiserver": 3}, '
+                            '"nodes": 8, "ascend_per_node": 8}')  # fmt: skip
+    assert cluster.load_state(layout) == cluster.ClusterState(cluster.Ports(1, 2, 3, 0), 8, 8)
     layout.state.write_text("{")
     assert cluster.load_state(layout) is None
 

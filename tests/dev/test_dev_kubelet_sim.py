@@ -1,23 +1,21 @@
-"""Pure placement and status logic of the simulated kubelet (no API server)."""
+"""The status logic and the failure knobs of the simulated kubelet (no API server); the pods
+are bound as kube-scheduler would have bound them."""
 
 from __future__ import annotations
 
 import copy
 import json
-from decimal import Decimal
 
 import pytest
 
 from ascend_pd_dev.kubelet_sim import knobs
 from ascend_pd_dev.kubelet_sim.nodes import (
     ASCEND_RESOURCE,
-    HOSTNAME_KEY,
+    DOMAIN_LABEL,
     NODE_STATUS_REPORT_SECONDS,
     SIM_LABEL,
     node_manifest,
-    node_taints,
 )
-from ascend_pd_dev.kubelet_sim.placement import choose_node, parse_quantity, pod_requests
 from ascend_pd_dev.kubelet_sim.pod_status import desired_status, status_signature
 from ascend_pd_dev.kubelet_sim.pods import IpPool
 from ascend_pd_dev.kubelet_sim.simulator import Simulator
@@ -37,10 +35,6 @@ def pod(name: str, ascend: int | None = 8, node: str | None = None, **extra: obj
     return {"metadata": meta, "spec": spec, "status": extra.pop("status", {"phase": "Pending"})}
 
 
-def nodes(count: int, ascend: int = 8) -> list[dict]:
-    return [node_manifest(i, ascend, NOW) for i in range(count)]
-
-
 def test_node_manifest_declares_ascend_capacity_and_says_it_is_simulated() -> None:
     node = node_manifest(3, 8, NOW)
     assert node["metadata"]["name"] == "sim-ascend-3"
@@ -49,87 +43,6 @@ def test_node_manifest_declares_ascend_capacity_and_says_it_is_simulated() -> No
     assert node["metadata"]["labels"][SIM_LABEL] == "true"
     assert "no container" in node["status"]["nodeInfo"]["osImage"]
     assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": "127.0.1.4"}
-
-
-def test_requests_default_to_limits_and_sum_over_containers() -> None:
-    p = pod("a", ascend=4)
-    p["spec"]["containers"].append(
-        {"name": "side", "resources": {"requests": {"cpu": "500m", ASCEND_RESOURCE: "2"}}}
-    )
-    p["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "2"}}}]
-    req = pod_requests(p)
-    assert req[ASCEND_RESOURCE] == 6
-    assert req["cpu"] == 2  # the init container's 2 beats the containers' 0.5
-    assert req["pods"] == 1
-
-
-def test_whole_node_pods_spread_one_per_node_and_the_extra_one_stays_pending() -> None:
-    cluster_nodes = nodes(2)
-    pods: list[dict] = []
-    placed = []
-    for name in ("p0", "p1", "p2"):
-        p = pod(name)
-        chosen, message = choose_node(p, cluster_nodes, pods)
-        if chosen:
-            p["spec"]["nodeName"] = chosen
-            placed.append(chosen)
-        pods.append(p)
-    assert placed == ["sim-ascend-0", "sim-ascend-1"]
-    assert message == f"0/2 nodes are available: 2 Insufficient {ASCEND_RESOURCE}."
-
-
-def test_terminal_pods_free_their_devices() -> None:
-    done = pod("old", node="sim-ascend-0", status={"phase": "Succeeded"})
-    chosen, _ = choose_node(pod("new"), nodes(1), [done])
-    assert chosen == "sim-ascend-0"
-
-
-def test_node_selector_and_required_node_affinity_are_honoured() -> None:
-    ns = nodes(3)
-    p = pod("a", spec={"nodeSelector": {HOSTNAME_KEY: "sim-ascend-2"}})
-    assert choose_node(p, ns, [])[0] == "sim-ascend-2"
-    affinity = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {
-                                "key": HOSTNAME_KEY,
-                                "operator": "NotIn",
-                                "values": ["sim-ascend-0"],
-                            }
-                        ]
-                    }
-                ]
-            }
-        }
-    }
-    assert choose_node(pod("b", spec={"affinity": affinity}), ns, [])[0] == "sim-ascend-1"
-    nowhere = pod("c", spec={"nodeSelector": {"zone": "mars"}})
-    chosen, message = choose_node(nowhere, ns, [])
-    assert chosen is None and "didn't match node selector" in message
-
-
-def test_required_pod_anti_affinity_on_hostname() -> None:
-    anti = {
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"topologyKey": HOSTNAME_KEY, "labelSelector": {"matchLabels": {"app": "x"}}}
-            ]
-        }
-    }
-    first = pod("a", ascend=None, node="sim-ascend-0")
-    second = pod("b", ascend=None, spec={"affinity": anti})
-    assert choose_node(second, nodes(2), [first])[0] == "sim-ascend-1"
-    assert choose_node(second, nodes(1), [first])[0] is None
-
-
-def test_a_resource_the_node_lacks_does_not_fit() -> None:
-    p = pod("a", ascend=None)
-    p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
-    chosen, message = choose_node(p, nodes(1), [])
-    assert chosen is None and "Insufficient nvidia.com/gpu" in message
 
 
 def _ready(status: dict) -> str:
@@ -186,11 +99,6 @@ def test_ip_pool_gives_unique_loopback_addresses_and_skips_reserved_ones() -> No
     assert all(ip.startswith("127.") for ip in got)
 
 
-def test_quantities() -> None:
-    assert parse_quantity("500m") == Decimal("0.5")
-    assert parse_quantity("2Gi") == 2 * 1024**3
-
-
 @pytest.mark.parametrize("restart", [None, "Always", "Never", "OnFailure"])
 def test_without_annotation_every_pod_runs_and_none_is_declared_finished(
     restart: str | None,
@@ -240,9 +148,10 @@ def _merge_status(target: dict, patch: dict) -> None:
             target[key] = copy.deepcopy(value)
 
 
-def _merge_annotations(obj: dict, patch: dict) -> None:
-    notes = obj["metadata"].setdefault("annotations", {})
-    for key, value in ((patch.get("metadata") or {}).get("annotations") or {}).items():
+def _merge_annotations(obj: dict, patch: dict, field: str = "annotations") -> None:
+    """A merge patch of ``metadata.<field>`` (a null deletes the key)."""
+    notes = obj["metadata"].setdefault(field, {})
+    for key, value in ((patch.get("metadata") or {}).get(field) or {}).items():
         if value is None:
             notes.pop(key, None)
         else:
@@ -257,7 +166,6 @@ class FakeCore:
         self.pods: dict[tuple[str, str], dict] = {}
         self.events: list[dict] = []
         self.namespaces: dict[str, dict] = {}
-        self.claims: list[dict] = []
         self.status_writes = 0
         self.node_status_writes = 0
 
@@ -279,6 +187,7 @@ class FakeCore:
     def patch_node(self, name: str, body: dict, _preload_content: bool = True) -> None:
         node = self.nodes[name]
         _merge_annotations(node, body)
+        _merge_annotations(node, body, "labels")
         if "spec" in body:
             _merge_status(node.setdefault("spec", {}), body["spec"])
 
@@ -297,11 +206,6 @@ class FakeCore:
         self, _preload_content: bool = True, resource_version: str = ""
     ) -> Response:
         return Response({"items": [copy.deepcopy(p) for p in self.pods.values()]})
-
-    def create_namespaced_pod_binding(
-        self, name: str, namespace: str, body: dict, _preload_content: bool = True
-    ) -> None:
-        self.pods[(namespace, name)]["spec"]["nodeName"] = body["target"]["name"]
 
     def patch_namespaced_pod_status(
         self, name: str, namespace: str, body: dict, _preload_content: bool = True
@@ -325,11 +229,6 @@ class FakeCore:
     def list_namespace(self, _preload_content: bool = True, resource_version: str = "") -> Response:
         return Response({"items": [{"metadata": {"name": name, "annotations": notes}}
                                    for name, notes in self.namespaces.items()]})  # fmt: skip
-
-    def list_persistent_volume_claim_for_all_namespaces(
-        self, _preload_content: bool = True, resource_version: str = ""
-    ) -> Response:
-        return Response({"items": copy.deepcopy(self.claims)})
 
     # what a launcher check reads; no pod here has a launcher container
     read_namespaced_config_map = read_namespaced_secret = read_namespaced_service = None
@@ -355,8 +254,15 @@ def container(p: dict) -> dict:
     return p["status"]["containerStatuses"][0]
 
 
-def running_pod(simulator: Simulator, api: FakeCore, name: str = "p", **extra: object) -> dict:
-    api.add_pod(pod(name, ascend=1, **extra))
+def running_pod(
+    simulator: Simulator,
+    api: FakeCore,
+    name: str = "p",
+    node: str = "sim-ascend-0",
+    **extra: object,
+) -> dict:
+    """A pod the scheduler bound to ``node``, after one kubelet-sim cycle."""
+    api.add_pod(pod(name, ascend=1, node=node, **extra))
     simulator.step()
     return api.pod(name)
 
@@ -521,8 +427,8 @@ def test_fail_pod_ends_the_pod_with_its_containers_terminated(
 
 def test_a_not_ready_node_makes_its_pods_not_ready_and_gets_them_back() -> None:
     simulator, api, clock = sim()
-    running_pod(simulator, api, "a", spec={"nodeName": "sim-ascend-0"})
-    running_pod(simulator, api, "b", spec={"nodeName": "sim-ascend-1"})
+    running_pod(simulator, api, "a")
+    running_pod(simulator, api, "b", node="sim-ascend-1")
     set_node_ready(api, "sim-ascend-0", False)
     step_at(simulator, clock, 5)
     node = api.nodes["sim-ascend-0"]
@@ -536,19 +442,12 @@ def test_a_not_ready_node_makes_its_pods_not_ready_and_gets_them_back() -> None:
     assert cond(a, "ContainersReady")["status"] == "True"  # only Ready flips, as the controller
     assert a["status"]["phase"] == "Running"
     assert cond(api.pod("b"), "Ready")["status"] == "True"
-    # nothing new goes to the NotReady node
-    api.add_pod(pod("c", ascend=1, spec={"nodeSelector": {HOSTNAME_KEY: "sim-ascend-0"}}))
-    simulator.step()
-    assert not api.pod("c")["spec"].get("nodeName")
-    scheduled = cond(api.pod("c"), "PodScheduled")
-    assert "node.kubernetes.io/not-ready" in scheduled["message"]
     set_node_ready(api, "sim-ascend-0", True)
     step_at(simulator, clock, 10)
     node = api.nodes["sim-ascend-0"]
     assert cond(node, "Ready")["status"] == "True" and not node["spec"].get("taints")
     a = api.pod("a")
     assert cond(a, "Ready")["status"] == "True" and "reason" not in cond(a, "Ready")
-    assert api.pod("c")["spec"]["nodeName"] == "sim-ascend-0"
 
 
 def test_an_unreachable_node_stops_its_heartbeat_and_its_kubelet() -> None:
@@ -593,15 +492,6 @@ def test_a_ready_node_heartbeats_every_report_interval_and_only_then() -> None:
     assert ready["lastTransitionTime"] == NOW
 
 
-def test_a_pod_tolerating_the_taint_is_still_placed() -> None:
-    node = nodes(1)[0]
-    node["spec"]["taints"] = node_taints([], "False", NOW)
-    tolerant = pod("t", spec={"tolerations": [{"key": "node.kubernetes.io/not-ready",
-                                               "operator": "Exists"}]})  # fmt: skip
-    assert choose_node(tolerant, [node], [])[0] == "sim-ascend-0"
-    assert choose_node(pod("u"), [node], [])[0] is None
-
-
 def test_a_ready_again_pod_keeps_no_stale_not_ready_message() -> None:
     simulator, api, _ = sim()
     running_pod(simulator, api, metadata={"annotations": {knobs.OUTCOME: "unready"}})
@@ -623,7 +513,7 @@ def test_on_a_not_ready_node_an_unready_container_keeps_its_own_reason() -> None
     assert reasons["ContainersReady"] == ("False", "ContainersNotReady")
 
 
-# --------------------------------------------------------------------------- images and claims
+# --------------------------------------------------------------------------- images
 
 
 def test_an_unpullable_image_waits_in_err_image_pull_then_image_pull_back_off() -> None:
@@ -671,49 +561,6 @@ def test_an_image_its_namespace_says_is_unpullable_waits_too() -> None:
     assert api.pod("p")["status"]["phase"] == "Running"
 
 
-def _claiming(name: str, claim: str = "models", notes: dict | None = None) -> dict:
-    volume = {"name": "model", "persistentVolumeClaim": {"claimName": claim}}
-    return pod(name, ascend=1, spec={"volumes": [volume]},
-               metadata={"annotations": notes or {}})  # fmt: skip
-
-
-def test_a_missing_claim_keeps_the_pod_pending_as_the_scheduler_says_when_asked() -> None:
-    simulator, api, _ = sim()
-    api.namespaces["ns"] = {knobs.CHECK_CLAIMS: "true"}
-    api.add_pod(_claiming("p"))
-    simulator.step()
-    p = api.pod("p")
-    assert "nodeName" not in p["spec"]
-    assert cond(p, "PodScheduled") == {
-        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "message": 'persistentvolumeclaim "models" not found', "lastTransitionTime": NOW,
-    }  # fmt: skip
-    assert [(e["reason"], e["message"]) for e in api.events] == [
-        ("FailedScheduling", 'persistentvolumeclaim "models" not found')
-    ]
-    simulator.step()
-    assert len(api.events) == 1  # the same reason is told once
-    # a claim being deleted is refused too; once it exists, the pod is placed
-    api.claims.append({"metadata": {"name": "models", "namespace": "ns",
-                                    "deletionTimestamp": NOW}})  # fmt: skip
-    simulator.step()
-    assert cond(api.pod("p"), "PodScheduled")["message"] == (
-        'persistentvolumeclaim "models" is being deleted'
-    )
-    api.claims = [{"metadata": {"name": "models", "namespace": "ns"}}]
-    simulator.step()
-    assert api.pod("p")["spec"]["nodeName"] == "sim-ascend-0"
-
-
-def test_claims_are_not_looked_at_unless_the_pod_or_namespace_asks() -> None:
-    simulator, api, _ = sim()
-    api.add_pod(_claiming("free"))
-    api.add_pod(_claiming("asked", notes={knobs.CHECK_CLAIMS: "true"}))
-    simulator.step()
-    assert api.pod("free")["spec"]["nodeName"] == "sim-ascend-0"
-    assert "nodeName" not in api.pod("asked")["spec"]
-
-
 def test_a_pod_being_deleted_runs_on_for_its_terminate_after_within_its_grace_period() -> None:
     from ascend_pd_dev.kubelet_sim.knobs import TERMINATE_AFTER
     from ascend_pd_dev.kubelet_sim.objects import parse_iso
@@ -732,3 +579,28 @@ def test_a_pod_being_deleted_runs_on_for_its_terminate_after_within_its_grace_pe
     # without the annotation: gone at once
     del pod["metadata"]["annotations"][TERMINATE_AFTER]
     assert terminated(pod, deleted)
+
+
+# --------------------------------------------------------------------------- topology labels
+
+
+def test_nodes_are_spread_over_domains_and_added_nodes_keep_every_domain_as_it_was() -> None:
+    api, clock = FakeCore(), Clock()
+    Simulator(api, 4, 8, owner="1", domains=2, clock=clock).step()
+    domains = {n: api.nodes[n]["metadata"]["labels"][DOMAIN_LABEL] for n in api.nodes}
+    assert domains == {"sim-ascend-0": "sp-0", "sim-ascend-1": "sp-1",
+                       "sim-ascend-2": "sp-0", "sim-ascend-3": "sp-1"}  # fmt: skip
+    labels = api.nodes["sim-ascend-0"]["metadata"]["labels"]
+    assert labels["accelerator-type"] == "module-910b-8"
+    assert labels["node.kubernetes.io/npu.chip.name"] == "910B3"
+    # an administrator's own label survives kubelet-sim's cycles
+    api.nodes["sim-ascend-1"]["metadata"]["labels"]["team"] = "llm"
+    Simulator(api, 6, 8, owner="2", domains=2, clock=clock).step()
+    grown = {n: api.nodes[n]["metadata"]["labels"][DOMAIN_LABEL] for n in api.nodes}
+    assert {n: grown[n] for n in domains} == domains
+    assert grown["sim-ascend-4"] == "sp-0" and grown["sim-ascend-5"] == "sp-1"
+    assert api.nodes["sim-ascend-1"]["metadata"]["labels"]["team"] == "llm"
+    # without domains the label goes
+    Simulator(api, 6, 8, owner="3", clock=clock).step()
+    assert not any(DOMAIN_LABEL in n["metadata"]["labels"] for n in api.nodes.values())
+    assert api.nodes["sim-ascend-1"]["metadata"]["labels"]["team"] == "llm"

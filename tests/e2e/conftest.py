@@ -23,7 +23,10 @@ Fixtures (all session-scoped except ``namespace``):
   with ``check`` a non-zero exit fails the test showing stderr.
 - ``api_client``: the ``kubernetes.client.ApiClient`` of ``cluster``.
 - ``namespace`` (function scope): a fresh namespace named after the test, deleted afterwards
-  (without waiting for the namespace controller).
+  (without waiting for the namespace controller). On the dev cluster it comes with what an
+  administrator gives a team: a PersistentVolume kept for its ``models`` claim, and the claim
+  itself (``examples/models-pvc.yaml``) unless the test is marked ``no_models_claim``
+  (``ascend_pd_dev.testtools.volumes``).
 - ``wait_until(predicate, what, timeout=180.0, interval=0.3)``: polls until ``predicate()``
   returns something truthy and returns it; fails naming ``what`` and the last value otherwise.
   The timeout only bounds a hung test; nothing asserts on durations.
@@ -50,6 +53,7 @@ import yaml
 from ascend_pd_dev.controlplane import cluster as dev_cluster
 from ascend_pd_dev.controlplane import paths
 from ascend_pd_dev.controlplane.certs import Pki
+from ascend_pd_dev.testtools import volumes
 from ascend_pd_dev.testtools.faultproxy import STATS_PATH, FaultPlan, FaultProxy
 from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.testtools.local_run import OperatorProcess
@@ -72,6 +76,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "simulated: needs kubelet-sim's simulated Ascend nodes (the dev cluster)"
     )
     config.addinivalue_line("markers", "local: needs the dev cluster itself (its credentials)")
+    config.addinivalue_line(
+        "markers", "no_models_claim: the namespace gets the models volume but not its claim"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -176,12 +183,22 @@ def api_client(cluster: E2ECluster) -> Any:
 
 
 @pytest.fixture
-def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
+def namespace(
+    request: pytest.FixtureRequest, kubectl: Kubectl, cluster: E2ECluster
+) -> Iterator[str]:
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"e2e-{base}-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", name)
+    if cluster.local:
+        docs = [volumes.models_volume(name)]
+        if not request.node.get_closest_marker("no_models_claim"):
+            docs.append(volumes.models_claim(paths.project_root(), name))
+        kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
     yield name
     kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+    if cluster.local:
+        kubectl("delete", "pv", volumes.volume_name(name), "--wait=false", "--ignore-not-found",
+                check=False)  # fmt: skip
 
 
 WaitUntil = Callable[..., Any]

@@ -5,8 +5,8 @@ Each test breaks one thing a first deployment typically gets wrong, as the user 
 PDDeployment's Ready condition names it; the expected words are Kubernetes' own (the
 1.20 scheduler's, the kubelet's, the quota admission's), not the operator's.
 
-- a missing PVC: kubelet-sim schedules as the 1.20 scheduler does for claims when the
-  namespace asks (``check-claims``): Pending, ``persistentvolumeclaim "models" not found``;
+- a missing PVC: the namespace has the volume but not the claim (``no_models_claim``); the
+  real kube-scheduler keeps the pods Pending: ``persistentvolumeclaim "models" not found``;
 - a bad image: kubelet-sim is told the registry lacks it (``unpullable-images``, through the
   roles' ``podAnnotations``, or for the router, which has none, its namespace's
   annotations): ErrImagePull, then ImagePullBackOff;
@@ -40,10 +40,10 @@ def ready_saying(kubectl: Any, namespace: str, *words: str) -> str:
     return message if any(w in message for w in words) else ""
 
 
+@pytest.mark.no_models_claim
 def test_a_missing_pvc_is_named_and_creating_it_makes_the_deployment_ready(
     kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
-    kubectl("annotate", "namespace", namespace, f"{knobs.CHECK_CLAIMS}=true")
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     why = 'not scheduled (Unschedulable): persistentvolumeclaim "models" not found'
     message = wait_until(

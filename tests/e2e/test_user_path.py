@@ -25,8 +25,9 @@ What differs from a real cluster, and only that (every other command runs exactl
 - ``kubectl wait ... job/models-download``: run as printed; nothing downloads (no container,
   no network), so once the Job's pod exists the test marks it ``succeed`` (kubelet-sim's
   ``outcome`` annotation; kubelet-sim has no namespace-level outcome), standing in for
-  the finished download. The example namespace gets kubelet-sim's ``check-claims``
-  annotation, so its pods are scheduled only once the PVC ``models`` of step 3 exists.
+  the finished download. The cluster administrator's part is done first: a PersistentVolume
+  of the storage class step 3 names, kept for the example namespace's claim ``models``; the
+  real kube-scheduler places the pods only once that claim is bound.
 - ``kubectl get pdd ... -w``: run as printed in the background and stopped once the next
   command (``kubectl wait --for=condition=Ready``) returned; its output must show the
   deployment.
@@ -70,13 +71,13 @@ from ascend_pd_dev.testtools.helm import ensure_helm
 from ascend_pd_dev.testtools.kubectl import kubectl_path
 from ascend_pd_dev.testtools.local_run import LocalOperator
 from ascend_pd_dev.testtools.rbac import service_account_kubeconfig
+from ascend_pd_dev.testtools.volumes import models_volume, volume_name
 from tests.json_server import serving
 
 pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 OUTCOME = "kubelet-sim.ascend-pd.dev/outcome"
-CHECK_CLAIMS = "kubelet-sim.ascend-pd.dev/check-claims"
 #: what the user sets in the copies of the examples (NOTES step 3)
 STORAGE_CLASS = "nfs-rwx"
 RUNTIME_IMAGE = "registry.example.com/llm/ascend-pd-runtime:0.1.0"  # README step 1's name
@@ -249,18 +250,13 @@ def exclusive(cluster: Any) -> Iterator[None]:
 
 def remove_release(kubectl: Any, helm: str, env: dict[str, str], release: str, ns: str,
                    example_ns: str) -> None:  # fmt: skip
-    # The dev cluster's kube-controller-manager runs no pvc-protection controller: the PVC's
-    # kubernetes.io/pvc-protection finalizer would keep the namespace Terminating forever.
-    claims = kubectl("-n", example_ns, "get", "pvc", "-o", "name", check=False).stdout.split()
-    for claim in claims:
-        kubectl("-n", example_ns, "patch", claim, "--type=merge", "-p",
-                '{"metadata": {"finalizers": null}}', check=False)  # fmt: skip
     subprocess.run([helm, "uninstall", release, "-n", ns, "--wait", "--timeout", "2m",
                     "--ignore-not-found"], env=env, capture_output=True, check=False,
                    timeout=COMMAND_TIMEOUT)  # fmt: skip
     for name in (example_ns, ns):
         kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=true",
                 "--timeout=120s", check=False)  # fmt: skip
+    kubectl("delete", "pv", volume_name(example_ns), "--ignore-not-found", check=False)
 
 
 def test_notes_as_printed_up_to_ready_and_a_request(
@@ -281,6 +277,8 @@ def test_notes_as_printed_up_to_ready_and_a_request(
         example_ns = "llm"  # checked against NOTES below
         remove_release(kubectl, helm, env, release, release_ns, example_ns)
         edit_examples(checkout)
+        # the cluster administrator's part: a volume of the class NOTES has the user name
+        kubectl("apply", "-f", "-", input=yaml.safe_dump(models_volume(example_ns, STORAGE_CLASS)))
         operator: LocalOperator | None = None
         try:
             # -- README: helm install ------------------------------------------------------
@@ -381,10 +379,6 @@ def test_notes_as_printed_up_to_ready_and_a_request(
                             answer = json.loads(done.stdout)
                             assert answer["choices"][0]["text"] == ANSWER
                             assert answer["model"] == served_model
-                    if "pod-security.kubernetes.io/enforce=privileged" in command:
-                        # kubelet-sim: schedule its pods only once their PVC exists
-                        kubectl("annotate", "namespace", example_ns, f"{CHECK_CLAIMS}=true",
-                                "--overwrite")  # fmt: skip
 
             assert handled == {
                 "helm test": 1, "wait for the download": 1, "watch": 1, "port-forward": 1,

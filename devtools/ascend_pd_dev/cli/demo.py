@@ -3,7 +3,9 @@
 1. the local control plane with simulated Ascend nodes (``ascend-pd-dev cluster up``);
 2. the Helm chart (operator Deployment, RBAC, CRD for this cluster's version);
 3. the operator as a local process holding only the chart ServiceAccount's token;
-4. ``kubectl apply`` of the DeepSeek-V3 prefill-PP example;
+4. the ``models`` volume an administrator would provide (a PersistentVolume kept for the
+   namespace's claim), ``kubectl apply`` of ``examples/models-pvc.yaml`` and of the DeepSeek-V3
+   prefill-PP example;
 5. wait until it is Ready (the simulated kubelet reports the pods);
 6. show ``kubectl get pdd -o wide``, the children and the KV layout from status.
 
@@ -24,6 +26,7 @@ from typing import Any
 import yaml
 
 from ascend_pd_dev.controlplane import cluster, paths
+from ascend_pd_dev.testtools import volumes
 from ascend_pd_dev.testtools.helm import ensure_helm
 from ascend_pd_dev.testtools.kubectl import kubectl_path
 from ascend_pd_dev.testtools.local_run import LocalOperator, stop_process_group
@@ -111,7 +114,12 @@ def _demo(layout: cluster.Layout, pid_file: Path, timeout: float) -> int:
     _say(f"pid {operator.pid}, log {log}")
 
     namespace = DEMO_NAMESPACE
-    _step(4, f"kubectl apply -n {namespace} -f examples/{EXAMPLE}")
+    _step(4, f"kubectl apply -n {namespace} -f examples/models-pvc.yaml -f examples/{EXAMPLE}")
+    volume = volumes.models_volume(namespace)
+    kubectl.run("apply", "-f", "-", input=yaml.safe_dump(volume))
+    _say(f"PersistentVolume {volume['metadata']['name']} (what an administrator provides) is "
+         f"kept for the claim {volumes.CLAIM} in {namespace}")  # fmt: skip
+    kubectl.run("apply", "-n", namespace, "-f", str(root / "examples" / "models-pvc.yaml"))
     docs = [d for d in yaml.safe_load_all((root / "examples" / EXAMPLE).read_text()) if d]
     name = next(d for d in docs if d["kind"] == "PDDeployment")["metadata"]["name"]
     kubectl.run("apply", "-n", namespace, "-f", str(root / "examples" / EXAMPLE))
@@ -184,10 +192,12 @@ class Kubectl:
         self.kubeconfig = kubeconfig
         self.binary = str(kubectl_path())
 
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [self.binary, "--kubeconfig", str(self.kubeconfig), *args],
-            check=check, capture_output=True, text=True,
+            check=check, capture_output=True, text=True, input=input,
         )  # fmt: skip
 
     def get_json(self, *args: str) -> dict[str, Any]:

@@ -1,12 +1,13 @@
-"""Build (once) and locate kube-apiserver and kube-controller-manager 1.20.2.
+"""Build (once) and locate kube-apiserver, kube-controller-manager and kube-scheduler 1.20.2.
 
 This machine has no container engine and reaches only package registries, so the control plane
-comes from Debian: etcd from ``etcd-server``, and the two Kubernetes binaries built from
+comes from Debian: etcd from ``etcd-server``, and the three Kubernetes binaries built from
 bookworm's ``kubernetes`` source package with ``golang-1.19-go`` and the tree's own ``make``
 (the tree vendors every dependency, so no Go proxy is involved). The source is fetched through a
 private apt configuration (its own deb-src list, index and cache under the build cache) so the
-system's apt sources stay untouched. The result is cached per user; a file lock makes concurrent
-callers wait for one build instead of starting several.
+system's apt sources stay untouched. The result is cached per user and per recipe (a checkout
+of an older recipe keeps using its own binaries); a file lock makes concurrent callers wait for
+one build instead of starting several.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ RUNTIME_PACKAGES = ("etcd-server", "openssl")
 SOURCE_PACKAGE = "kubernetes"
 SOURCE_VERSION = "1.20.5+really1.20.2-1.1+deb12u1"
 GO_ROOT = Path("/usr/lib/go-1.19")
-BINARIES = ("kube-apiserver", "kube-controller-manager")
-#: bump when the build recipe changes, so cached binaries of an older recipe are rebuilt
-RECIPE = 1
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+#: bump when the build recipe changes: each recipe has its own cache directory
+RECIPE = 2
 
 Progress = Callable[[str], None]
 
@@ -64,12 +65,17 @@ class AptSource:
     signed_by: str | None
 
 
+def cache_dir() -> Path:
+    """This recipe's build cache (``~/.cache/ascend-pd/k8s-1.20.2/recipe-N``)."""
+    return paths.build_cache() / f"recipe-{RECIPE}"
+
+
 def bin_dir() -> Path:
-    return paths.build_cache() / "bin"
+    return cache_dir() / "bin"
 
 
 def binaries_ready() -> bool:
-    info = paths.build_cache() / "build-info.json"
+    info = cache_dir() / "build-info.json"
     if not info.is_file():
         return False
     try:
@@ -323,7 +329,7 @@ def _heartbeat(progress: Progress, started: float, stop: threading.Event) -> Non
 def compile_binaries(tree: Path, work: Path, log: Path, progress: Progress) -> None:
     progress("fixing the vendored modern-go/reflect2 v1.0.1 for Go >= 1.18 (as v1.0.2 did)")
     reflect2_fix.apply(tree)
-    progress(f"compiling {' and '.join(BINARIES)} with Go 1.19 (once; cached afterwards)")
+    progress(f"compiling {', '.join(BINARIES)} with Go 1.19 (once; cached afterwards)")
     env = build_environment(dict(os.environ), work / "gocache")
     stop = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(progress, time.monotonic(), stop), daemon=True)
@@ -332,7 +338,7 @@ def compile_binaries(tree: Path, work: Path, log: Path, progress: Progress) -> N
         _run(
             make_command(),
             log,
-            "make (kube-apiserver, kube-controller-manager)",
+            f"make ({', '.join(BINARIES)})",
             env=env,
             cwd=tree,
             echo=progress,
@@ -346,8 +352,8 @@ def _default_progress(message: str) -> None:
 
 
 def ensure_binaries(progress: Progress = _default_progress, rebuild: bool = False) -> Path:
-    """Return the directory holding kube-apiserver and kube-controller-manager, building once."""
-    cache = paths.build_cache()
+    """Return the directory holding the control-plane binaries (``BINARIES``), building once."""
+    cache = cache_dir()
     if binaries_ready() and not rebuild:
         return bin_dir()
     log = cache / "build.log"

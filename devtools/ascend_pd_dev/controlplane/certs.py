@@ -5,10 +5,10 @@ Everything lives in ``.dev/pki`` and is reused by later ``dev up`` runs, so kube
 service-account tokens stay valid across restarts. Users are token users (``--token-auth-file``):
 
 - ``admin`` in ``system:masters``: the kubeconfig printed by ``dev up``;
-- ``system:kube-controller-manager``: bound by the API server's bootstrap RBAC policy;
-- ``ascend-pd:kubelet-sim`` in ``system:masters``: the simulated kubelet (it creates nodes,
-  binds pods and writes pod status, which no single bootstrap role grants without the Node
-  authorizer);
+- ``system:kube-controller-manager`` and ``system:kube-scheduler``: bound by the API server's
+  bootstrap RBAC policy;
+- ``ascend-pd:kubelet-sim`` in ``system:masters``: the simulated kubelet (it creates nodes and
+  writes pod status, which no single bootstrap role grants without the Node authorizer);
 - ``ascend-pd:nobody``: authenticated, no role at all, so tests can show RBAC refusing it.
 """
 
@@ -32,6 +32,7 @@ SERVICE_IP = "10.0.0.1"
 USERS: dict[str, tuple[str, ...]] = {
     "admin": ("system:masters",),
     "system:kube-controller-manager": (),
+    "system:kube-scheduler": (),
     "ascend-pd:kubelet-sim": ("system:masters",),
     "ascend-pd:nobody": (),
 }

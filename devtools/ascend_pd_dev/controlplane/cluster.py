@@ -1,9 +1,11 @@
-"""Run the dev cluster: etcd, kube-apiserver, kube-controller-manager and the simulated kubelet.
+"""Run the dev cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and the
+simulated kubelet.
 
 Every process listens on loopback only, on free ports picked at ``up`` (and reused by later
 ``up`` runs while still free), and is owned through a pid file under ``.dev/run``; ``down``
 stops exactly those processes. ``up`` is idempotent: a healthy cluster is left as it is; while
-etcd and the API server are healthy, only a missing controller manager or kubelet-sim is started
+etcd and the API server are healthy, only a missing controller manager, scheduler or kubelet-sim
+is started
 (kubelet-sim is also restarted when its node options changed); otherwise whatever is left is
 stopped and everything starts again on the kept data and credentials.
 """
@@ -22,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +48,15 @@ CONTROLLERS = (
     # Service's Endpoints for as long as the cluster ran, the API server's busiest writes
     # the real HPA controller, scaling PDRoleScalers through their scale subresource
     "horizontalpodautoscaling",
+    # claims bind to volumes (kube-scheduler keeps a pod with an unbound claim Pending), and
+    # the protection finalizers the API server puts on them are removed when unused
+    "persistentvolume-binder",
+    "pvc-protection",
+    "pv-protection",
 )
 
 #: start order; ``down`` stops in reverse
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet-sim")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet-sim")
 
 
 class ClusterError(RuntimeError):
@@ -61,6 +68,8 @@ class Ports:
     etcd_client: int
     etcd_peer: int
     apiserver: int
+    #: kube-scheduler's plain-HTTP health port (0 in a state file older than the scheduler)
+    scheduler: int = 0
 
 
 @dataclass
@@ -70,6 +79,8 @@ class ClusterState:
     ports: Ports
     nodes: int
     ascend_per_node: int
+    #: topology domains kubelet-sim spreads the nodes over (0: no domain label)
+    domains: int = 0
 
     @property
     def server(self) -> str:
@@ -123,7 +134,7 @@ def free_port(taken: set[int]) -> int:
 def choose_ports(previous: Ports | None) -> Ports:
     """Reuse the previous ports where still free (stable kubeconfig), else pick free ones."""
     chosen: list[int] = []
-    wanted = asdict(previous).values() if previous else [0, 0, 0]
+    wanted = asdict(previous).values() if previous else [0] * len(fields(Ports))
     for port in wanted:
         if port and port not in chosen and port_free(port):
             chosen.append(port)
@@ -139,6 +150,7 @@ def load_state(layout: Layout) -> ClusterState | None:
             ports=Ports(**data["ports"]),
             nodes=int(data["nodes"]),
             ascend_per_node=int(data["ascend_per_node"]),
+            domains=int(data.get("domains", 0)),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -229,7 +241,25 @@ def controller_manager_argv(binary: Path, layout: Layout, pki: certs.Pki) -> lis
     ]
 
 
-def kubelet_sim_argv(layout: Layout, nodes: int, ascend_per_node: int) -> list[str]:
+def scheduler_argv(binary: Path, layout: Layout, ports: Ports) -> list[str]:
+    """The default scheduler profile, as a cluster runs it; health on a plain-HTTP loopback
+    port (no serving certificate to make) and no HTTPS port, so clusters side by side never
+    collide on the fixed default ports."""
+    return [
+        str(binary),
+        f"--kubeconfig={layout.component_kubeconfig('kube-scheduler')}",
+        "--leader-elect=false",
+        "--address=127.0.0.1",
+        f"--port={ports.scheduler}",
+        "--secure-port=0",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def kubelet_sim_argv(
+    layout: Layout, nodes: int, ascend_per_node: int, domains: int = 0
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -237,6 +267,7 @@ def kubelet_sim_argv(layout: Layout, nodes: int, ascend_per_node: int) -> list[s
         f"--kubeconfig={layout.component_kubeconfig('kubelet-sim')}",
         f"--nodes={nodes}",
         f"--ascend-per-node={ascend_per_node}",
+        f"--domains={domains}",
         f"--local-runtimes={layout.local_runtimes}",
     ]
 
@@ -314,6 +345,7 @@ def _write_kubeconfigs(layout: Layout, pki: certs.Pki, state: ClusterState) -> N
         layout.kubeconfig: ("admin", "ascend-pd-dev"),
         layout.component_kubeconfig("kube-controller-manager"): (
             "system:kube-controller-manager", "ascend-pd-dev"),
+        layout.component_kubeconfig("kube-scheduler"): ("system:kube-scheduler", "ascend-pd-dev"),
         layout.component_kubeconfig("kubelet-sim"): ("ascend-pd:kubelet-sim", "ascend-pd-dev"),
         layout.component_kubeconfig("nobody"): ("ascend-pd:nobody", "ascend-pd-dev"),
     }  # fmt: skip
@@ -330,7 +362,7 @@ def _start_kubelet_sim(
 ) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     record = procs.start(
-        kubelet_sim_argv(layout, state.nodes, state.ascend_per_node),
+        kubelet_sim_argv(layout, state.nodes, state.ascend_per_node, state.domains),
         layout.pid_file("kubelet-sim"),
         layout.log_file("kubelet-sim"),
         env=env,
@@ -361,11 +393,14 @@ def _start_kubelet_sim(
 
 
 def _core_healthy(layout: Layout, state: ClusterState, pki: certs.Pki) -> bool:
-    """etcd and the API server of this state directory run, and the API server is ready."""
+    """etcd and the API server of this state directory run, the API server is ready and knows
+    every component's token (a cluster started before a component existed does not)."""
     for component in ("etcd", "kube-apiserver"):
         if procs.running(layout.pid_file(component)) is None:
             return False
-    return api_get(state, pki, "/readyz")[0] == 200
+    if not state.ports.scheduler:
+        return False
+    return api_get(state, pki, "/readyz", user="system:kube-scheduler")[0] == 200
 
 
 def _start_controller_manager(
@@ -379,6 +414,29 @@ def _start_controller_manager(
         controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki),
         "the default ServiceAccount",
         lambda: api_get(state, pki, "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
+        120,
+    )
+
+
+def scheduler_healthy(port: int) -> bool:
+    """kube-scheduler on ``127.0.0.1:port`` answers ``/healthz`` with ``ok``."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return bool(resp.read().strip() == b"ok")
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _start_scheduler(
+    layout: Layout, state: ClusterState, bin_dir: Path, progress: Progress
+) -> None:
+    progress("starting kube-scheduler (the default profile)")
+    _start_and_wait(
+        layout,
+        "kube-scheduler",
+        scheduler_argv(bin_dir / "kube-scheduler", layout, state.ports),
+        "kube-scheduler /healthz",
+        lambda: scheduler_healthy(state.ports.scheduler),
         120,
     )
 
@@ -464,7 +522,12 @@ def start_component(layout: Layout, component: str, progress: Progress = lambda 
 
 
 def up(
-    layout: Layout, nodes: int, ascend_per_node: int, progress: Progress, rebuild: bool = False
+    layout: Layout,
+    nodes: int,
+    ascend_per_node: int,
+    progress: Progress,
+    rebuild: bool = False,
+    domains: int = 0,
 ) -> ClusterState:
     """Bring the cluster up (or leave a healthy one as it is); return its state.
 
@@ -475,13 +538,14 @@ def up(
     build.ensure_runtime_packages(progress)
     layout.root.mkdir(parents=True, exist_ok=True)
     with build.file_lock(layout.lock):
-        return _up_locked(layout, nodes, ascend_per_node, progress, rebuild, bin_dir)
+        return _up_locked(layout, nodes, ascend_per_node, domains, progress, rebuild, bin_dir)
 
 
 def _up_locked(
     layout: Layout,
     nodes: int,
     ascend_per_node: int,
+    domains: int,
     progress: Progress,
     rebuild: bool,
     bin_dir: Path,
@@ -494,13 +558,17 @@ def _up_locked(
     if previous is not None and not rebuild and _core_healthy(layout, previous, pki):
         # etcd and the API server keep running; start whatever else is missing or changed
         state = previous
-        if (state.nodes, state.ascend_per_node) != (nodes, ascend_per_node):
+        if (state.nodes, state.ascend_per_node, state.domains) != (nodes, ascend_per_node,
+                                                                   domains):  # fmt: skip
             procs.stop(layout.pid_file("kubelet-sim"))
-            state.nodes, state.ascend_per_node = nodes, ascend_per_node
+            state.nodes, state.ascend_per_node, state.domains = nodes, ascend_per_node, domains
             save_state(layout, state)
         started = False
         if procs.running(layout.pid_file("kube-controller-manager")) is None:
             _start_controller_manager(layout, state, pki, bin_dir, progress)
+            started = True
+        if procs.running(layout.pid_file("kube-scheduler")) is None:
+            _start_scheduler(layout, state, bin_dir, progress)
             started = True
         if procs.running(layout.pid_file("kubelet-sim")) is None:
             _start_kubelet_sim(layout, state, pki, progress)
@@ -510,7 +578,9 @@ def _up_locked(
         return state
 
     stop_all(layout, progress)
-    state = ClusterState(choose_ports(previous.ports if previous else None), nodes, ascend_per_node)
+    state = ClusterState(
+        choose_ports(previous.ports if previous else None), nodes, ascend_per_node, domains
+    )
     save_state(layout, state)
     _write_kubeconfigs(layout, pki, state)
 
@@ -518,16 +588,19 @@ def _up_locked(
     _start_apiserver(layout, state, pki, bin_dir, progress)
 
     _start_controller_manager(layout, state, pki, bin_dir, progress)
+    _start_scheduler(layout, state, bin_dir, progress)
     _start_kubelet_sim(layout, state, pki, progress)
     return state
 
 
-def fresh(layout: Layout, nodes: int, ascend_per_node: int, progress: Progress) -> ClusterState:
+def fresh(
+    layout: Layout, nodes: int, ascend_per_node: int, progress: Progress, domains: int = 0
+) -> ClusterState:
     """A cluster in ``layout`` that starts from empty: whatever ran there before is stopped and
     its data deleted first, so a test session, scenario or benchmark never inherits objects
     (and simulated NPUs held by them) from whatever used the directory last."""
     down(layout, progress, purge=True)
-    return up(layout, nodes, ascend_per_node, progress)
+    return up(layout, nodes, ascend_per_node, progress, domains=domains)
 
 
 def _live_other_sessions(sessions: Path) -> list[int]:

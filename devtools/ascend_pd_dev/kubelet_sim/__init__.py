@@ -2,25 +2,15 @@
 
 The dev cluster has no container runtime and no NPUs, yet the operator's StatefulSets, readiness
 and status aggregation deserve a real API server and real controllers. kubelet-sim stands in
-for the scheduler and the kubelets of N Ascend nodes, and does only what those do to API objects:
+for the kubelets of N Ascend nodes, and does only what those do to API objects (the dev cluster
+runs the real kube-scheduler, which binds the pods):
 
 - registers Node objects ``sim-ascend-<i>`` with ``huawei.com/Ascend910`` capacity (8 by
   default), labelled ``ascend-pd.dev/simulated=true``, kubelet version ``v1.20.2-sim``;
-- binds each pending pod (default scheduler) to the first node where it fits (recording the
-  ``Scheduled``/``FailedScheduling`` events a scheduler would): its requests
-  (cpu, memory, pods, ``huawei.com/Ascend910``, any resource) against what the node has left,
-  its ``nodeSelector``, required node affinity and required pod anti-affinity on
-  ``kubernetes.io/hostname``; a pod that fits nowhere stays Pending with condition
-  ``PodScheduled=False, reason=Unschedulable`` saying why. Volumes are not looked at (the
-  examples mount a PVC ``models`` no test creates), unless the pod or its namespace is
-  annotated ``kubelet-sim.ascend-pd.dev/check-claims: "true"``: then a pod whose
-  PersistentVolumeClaim does not exist, or is being deleted, stays Pending with the 1.20
-  scheduler's message (``persistentvolumeclaim "models" not found``); binding is not
-  simulated (an existing claim is taken as bound);
-- reports every bound pod Running and Ready (after the readiness delay below) with a loopback
-  pod IP (127.1.0.1 and up; a ``hostNetwork`` pod gets its node's 127.0.1.x; no traffic is ever
-  sent to any of them; the endpoints controller refuses loopback addresses, so a Service lists
-  none of them), and removes pods being deleted (grace period 0).
+- reports every pod bound to one of its nodes Running and Ready (after the readiness delay
+  below) with a loopback pod IP (127.1.0.1 and up; a ``hostNetwork`` pod gets its node's
+  127.0.1.x; no traffic is ever sent to any of them; the endpoints controller refuses loopback
+  addresses, so a Service lists none of them), and removes pods being deleted (grace period 0).
 
 A pod (or its template) chooses what the simulated containers do with the annotation
 ``kubelet-sim.ascend-pd.dev/outcome`` (read every cycle, so tests may change it on a live pod):
@@ -74,8 +64,8 @@ Failures and time, so rollouts and group recovery can be watched (every annotati
   kubelet reports Ready=False, reason ``KubeletNotReady``) or ``"unknown"`` (unreachable: every
   condition Unknown, "Kubelet stopped posting node status.", heartbeat stopped, and its kubelet
   does nothing: no crash applied, a deleted pod stays Terminating). Either way the node gets the
-  ``node.kubernetes.io/not-ready`` or ``unreachable`` NoSchedule taint (the simulated scheduler
-  honours taints and tolerations) and its pods Ready=False, reason ``NodeNotReady`` (phase,
+  ``node.kubernetes.io/not-ready`` or ``unreachable`` NoSchedule taint (the scheduler honours
+  taints and tolerations) and its pods Ready=False, reason ``NodeNotReady`` (phase,
   containers and ContainersReady untouched). That is the node lifecycle controller's job, which
   the dev cluster's kube-controller-manager does not run (``controlplane.cluster.CONTROLLERS``),
   so kubelet-sim does it and nothing fights it; the controller's NoExecute taints and the
@@ -98,11 +88,10 @@ The modules, bottom-up (each imports only those above it in this list):
 - ``objects``: API objects as dicts, timestamps, conditions, a LIST, 404/409 tolerated;
 - ``knobs``: every annotation it reads or writes and what a request in one says;
 - ``nodes``: node registration, readiness, heartbeat and taints;
-- ``placement``: where a pod fits (resources, selectors, affinity, taints, claims);
 - ``launch_check``, ``check_runs``: the launcher check and its containers' runs;
 - ``npu``: a launch-checked container's simulated NPUs (device files, hccn.conf, hccn_tool);
 - ``containers``, ``pod_status``: the status a kubelet would report (pure);
-- ``events``, ``scheduler``, ``pods``: the scheduler's bindings and the kubelets' writes;
+- ``events``, ``pods``: the kubelets' writes and Events;
 - ``simulator``: one cycle over nodes and pods; ``process``: the process around it;
 - ``client``, ``testing``: the helpers tests steer it with (``crash_pod``, ``fail_pod``,
   ``set_node_ready``).

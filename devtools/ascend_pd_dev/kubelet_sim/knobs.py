@@ -36,9 +36,6 @@ FAIL = PREFIX + "fail"
 #: container of one of them waits in ErrImagePull, then ImagePullBackOff, as a kubelet shows
 #: it (on a namespace: for every pod in it, such as a router, which has no podAnnotations)
 UNPULLABLE_IMAGES = PREFIX + "unpullable-images"
-#: pod or namespace: "true" to schedule as the 1.20 scheduler does a pod whose
-#: PersistentVolumeClaim is missing or being deleted (Pending, the scheduler's message)
-CHECK_CLAIMS = PREFIX + "check-claims"
 #: pod, set by a test: NPU device ids, comma-separated, whose link the simulated hccn_tool
 #: of the launcher's check reports DOWN (``npu``; a role's podAnnotations reach every pod)
 NPU_LINK_DOWN = PREFIX + "npu-link-down"
@@ -176,13 +173,6 @@ def npu_link_down(pod: Obj) -> set[int]:
     if not all(p.isdigit() for p in parts):
         raise ValueError(f"{NPU_LINK_DOWN} {text!r}: expected NPU device ids, comma-separated")
     return {int(p) for p in parts}
-
-
-def checks_claims(pod: Obj, namespace_annotations: Mapping[str, str]) -> bool:
-    """Whether ``pod`` (or its namespace) asked for the scheduler's claim check
-    (``CHECK_CLAIMS``; the pod's annotation wins)."""
-    value = _annotations(pod).get(CHECK_CLAIMS, namespace_annotations.get(CHECK_CLAIMS))
-    return str(value or "").strip().lower() == "true"
 
 
 def ready_after_of(pod: Obj, default: float) -> float:

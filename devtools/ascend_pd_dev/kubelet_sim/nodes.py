@@ -2,7 +2,10 @@
 and the NoSchedule taint the node lifecycle controller would give a NotReady one.
 
 ``register_nodes`` creates nodes ``sim-ascend-0..N-1`` (deleting surplus simulated ones) and
-keeps each one's status: a Ready node's heartbeat is refreshed every
+keeps each one's labels and status. The labels are those a node of an Ascend cluster carries:
+the MindCluster device plugin's chip labels and, with ``domains`` D > 0, a topology domain
+(``DOMAIN_LABEL``: ``sp-<i mod D>``, so adding nodes never moves a node to another domain),
+as a super-pod id label would place it. Status: a Ready node's heartbeat is refreshed every
 ``NODE_STATUS_REPORT_SECONDS``; the ``knobs.NOT_READY`` annotation (``testing.set_node_ready``)
 makes it NotReady ("true") or unreachable ("unknown": conditions Unknown, heartbeat stopped).
 """
@@ -19,6 +22,8 @@ ASCEND_RESOURCE = "huawei.com/Ascend910"
 NODE_PREFIX = "sim-ascend-"
 KUBELET_VERSION = "v1.20.2-sim"
 HOSTNAME_KEY = "kubernetes.io/hostname"
+#: the simulated topology domain of a node (a super-pod), when kubelet-sim is given domains
+DOMAIN_LABEL = "kubelet-sim.ascend-pd.dev/super-pod"
 
 NODE_CAPACITY = {
     "cpu": "192",
@@ -86,17 +91,32 @@ def _node_info(name: str) -> Obj:
     }
 
 
-def node_manifest(index: int, ascend_per_node: int, timestamp: str, owner: str = "") -> Obj:
-    """The Node object of simulated node ``index``, status included."""
+def node_labels(index: int, ascend_per_node: int, domains: int = 0) -> dict[str, str]:
+    """What simulated node ``index`` is labelled: the kubelet's, the MindCluster device
+    plugin's (``accelerator``, ``accelerator-type``, ``node.kubernetes.io/npu.chip.name``,
+    in their documented forms) and, with ``domains``, its domain."""
     name = node_name(index)
-    capacity = {**NODE_CAPACITY, ASCEND_RESOURCE: str(ascend_per_node)}
     labels = {
         SIM_LABEL: "true",
         HOSTNAME_KEY: name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         "accelerator": "huawei-Ascend910",
+        "accelerator-type": f"module-910b-{ascend_per_node}",
+        "node.kubernetes.io/npu.chip.name": "910B3",
     }
+    if domains > 0:
+        labels[DOMAIN_LABEL] = f"sp-{index % domains}"
+    return labels
+
+
+def node_manifest(
+    index: int, ascend_per_node: int, timestamp: str, owner: str = "", domains: int = 0
+) -> Obj:
+    """The Node object of simulated node ``index``, status included."""
+    name = node_name(index)
+    capacity = {**NODE_CAPACITY, ASCEND_RESOURCE: str(ascend_per_node)}
+    labels = node_labels(index, ascend_per_node, domains)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -186,7 +206,9 @@ def node_taints(current: list[Obj], readiness: str, timestamp: str) -> list[Obj]
             else {"key": key, "effect": "NoSchedule", "timeAdded": timestamp}]  # fmt: skip
 
 
-def register_nodes(api: Any, count: int, ascend_per_node: int, owner: str, now: float) -> list[Obj]:
+def register_nodes(
+    api: Any, count: int, ascend_per_node: int, owner: str, now: float, domains: int = 0
+) -> list[Obj]:
     """Create or update nodes 0..count-1, delete surplus simulated nodes; return our nodes.
 
     A node's readiness follows its ``knobs.NOT_READY`` annotation, with the taint the node
@@ -203,7 +225,7 @@ def register_nodes(api: Any, count: int, ascend_per_node: int, owner: str, now: 
             api.delete_node(name)
     result = []
     for name, index in wanted.items():
-        manifest = node_manifest(index, ascend_per_node, iso(now), owner)
+        manifest = node_manifest(index, ascend_per_node, iso(now), owner, domains)
         found = existing.get(name)
         if found is None:
             result.append(_create(api, manifest))
@@ -227,11 +249,23 @@ def _create(api: Any, manifest: Obj) -> Obj:
 
 
 def _update(api: Any, found: Obj, manifest: Obj, owner: str, now: float) -> Obj:
-    """Write what differs of an existing node: its owner, status and taints."""
+    """Write what differs of an existing node: its owner, our labels, status and taints (a
+    label someone else set, as an administrator would, is left alone)."""
     name = manifest["metadata"]["name"]
+    meta: Obj = {}
     if (found["metadata"].get("annotations") or {}).get(knobs.OWNER) != owner:
-        patch = {"metadata": {"annotations": {knobs.OWNER: owner}}}
-        api.patch_node(name, patch, _preload_content=False)
+        meta["annotations"] = {knobs.OWNER: owner}
+    have = found["metadata"].get("labels") or {}
+    ours = manifest["metadata"]["labels"]
+    labels: dict[str, str | None] = {k: v for k, v in ours.items() if have.get(k) != v}
+    if DOMAIN_LABEL in have and DOMAIN_LABEL not in ours:
+        labels[DOMAIN_LABEL] = None
+    if labels:
+        meta["labels"] = labels
+    if meta:
+        api.patch_node(name, {"metadata": meta}, _preload_content=False)
+        found = {**found, "metadata": {**found["metadata"], "labels": {
+            k: v for k, v in {**have, **labels}.items() if v is not None}}}  # fmt: skip
     readiness = node_readiness(found)
     status = node_status(manifest["status"], found.get("status") or {}, readiness, now)
     if status is not None:

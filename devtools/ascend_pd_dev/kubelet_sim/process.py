@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ascend_pd_dev.kubelet_sim import knobs, launch_check
 from ascend_pd_dev.kubelet_sim.client import make_api
-from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE
+from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE, DOMAIN_LABEL
 from ascend_pd_dev.kubelet_sim.objects import log
 from ascend_pd_dev.kubelet_sim.simulator import Simulator
 
@@ -20,12 +20,17 @@ from ascend_pd_dev.kubelet_sim.simulator import Simulator
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubelet-sim",
-        description="Simulated Ascend nodes for the ascend-pd-dev cluster cluster "
-        "(binds and reports pods; never runs a container).",
+        description="Simulated Ascend nodes for the ascend-pd-dev cluster "
+        "(reports the pods kube-scheduler bound to them; never runs a container).",
     )
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--ascend-per-node", type=int, default=8)
+    parser.add_argument(
+        "--domains", type=int, default=0, metavar="D",
+        help=f"spread the nodes over D topology domains (label {DOMAIN_LABEL}=sp-<i mod D>); "
+        "0 (default): no domain label",
+    )  # fmt: skip
     parser.add_argument("--interval", type=float, default=0.3, help="seconds between cycles")
     parser.add_argument(
         "--local-runtimes",
@@ -75,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments.parse_args(argv)
     if not args.ready_after >= 0:
         arguments.error("--ready-after must be a number of seconds >= 0")
+    if args.domains < 0:
+        arguments.error("--domains must be a number of domains >= 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s kubelet-sim %(message)s")
     sim = Simulator(
         make_api(args.kubeconfig), args.nodes, args.ascend_per_node,
-        runtimes_dir=args.local_runtimes, ready_after=args.ready_after,
+        domains=args.domains, runtimes_dir=args.local_runtimes, ready_after=args.ready_after,
     )  # fmt: skip
     log.info("simulating %d Ascend nodes with %d %s each (no containers are run)",
              args.nodes, args.ascend_per_node, ASCEND_RESOURCE)  # fmt: skip

@@ -1,5 +1,5 @@
-"""The simulator: one cycle (``Simulator.step``) registers the nodes, schedules the pending
-pods and has each node's kubelet report its pods, against one API server."""
+"""The simulator: one cycle (``Simulator.step``) registers the nodes and has each node's
+kubelet report the pods bound to it, against one API server (kube-scheduler binds them)."""
 
 from __future__ import annotations
 
@@ -19,16 +19,17 @@ from ascend_pd_dev.kubelet_sim.nodes import (
 )
 from ascend_pd_dev.kubelet_sim.objects import Obj, iso, list_items
 from ascend_pd_dev.kubelet_sim.pods import IpPool, Kubelets, live_pod_ips
-from ascend_pd_dev.kubelet_sim.scheduler import Scheduler
 
 
 @dataclass
 class Simulator:
-    """One simulated scheduler plus ``nodes`` simulated kubelets against one API server."""
+    """``nodes`` simulated kubelets against one API server."""
 
     api: Any  # kubernetes.client.CoreV1Api
     nodes: int = 8
     ascend_per_node: int = 8
+    #: topology domains the nodes are spread over (``nodes.DOMAIN_LABEL``); 0: none
+    domains: int = 0
     owner: str = field(default_factory=lambda: str(os.getpid()))
     ips: IpPool = field(default_factory=IpPool)
     #: where local runtimes are registered (``launch_check``); None: no image is local
@@ -37,11 +38,9 @@ class Simulator:
     ready_after: float = 0.0
     #: wall-clock seconds; every timestamp written and every delay measured comes from it
     clock: Callable[[], float] = time.time
-    scheduler: Scheduler = field(init=False)
     kubelets: Kubelets = field(init=False)
 
     def __post_init__(self) -> None:
-        self.scheduler = Scheduler(self.api, self.now)
         self.kubelets = Kubelets(self.api, self.ips, self.now, self.ready_after,
                                  self.runtimes_dir)  # fmt: skip
 
@@ -54,16 +53,15 @@ class Simulator:
     def step(self) -> None:
         """One reconcile cycle over all nodes and pods."""
         nodes = register_nodes(self.api, self.nodes, self.ascend_per_node, self.owner,
-                               self.clock())  # fmt: skip
+                               self.clock(), self.domains)  # fmt: skip
         names = {n["metadata"]["name"] for n in nodes}
         pods = list_items(self.api.list_pod_for_all_namespaces)
-        # once a cycle: the scheduler, the launch check and the kubelets read their knobs here
+        # once a cycle: the launch check and the kubelets read their knobs here
         namespaces = {
             n["metadata"]["name"]: n["metadata"].get("annotations") or {}
             for n in list_items(self.api.list_namespace)
         }
         self.ips.used = live_pod_ips(pods, names)
-        self.scheduler.schedule_pending(nodes, pods, namespaces)
         readiness = {n["metadata"]["name"]: node_readiness(n) for n in nodes}
         # an unreachable node's kubelet does nothing: its pods are only marked NotReady
         reachable = {name for name, ready in readiness.items() if ready != "Unknown"}
