@@ -136,7 +136,8 @@ def cluster() -> Iterator[E2ECluster]:
         _progress(f"KUBECONFIG={external} is unreachable; using the local control plane")
 
     with dev_cluster.session(
-        layout, lambda: dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=_progress),
+        layout, lambda: dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=_progress,
+                                        domains=2),
         lambda: dev_cluster.down(layout, _progress),
     ):  # fmt: skip
         kubeconfig = layout.kubeconfig

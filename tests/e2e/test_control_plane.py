@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from ascend_pd_dev.kubelet_sim import knobs
-from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE, HOSTNAME_KEY, SIM_LABEL
+from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE, DOMAIN_LABEL, HOSTNAME_KEY, SIM_LABEL
 from ascend_pd_dev.kubelet_sim.objects import parse_iso
 from ascend_pd_dev.kubelet_sim.testing import crash_pod, fail_pod, set_node_ready
 
@@ -149,6 +149,34 @@ def test_statefulset_of_whole_node_pods_becomes_ready_one_pod_per_node(
         assert p["status"]["containerStatuses"][0]["ready"] is True
 
 
+@pytest.mark.local
+def test_kube_scheduler_keeps_an_instance_in_one_domain_of_the_labelled_topology(
+    kubectl: Any, namespace: str, wait_until: Any
+) -> None:
+    """The real kube-scheduler honours required pod affinity on kubelet-sim's domain label (the
+    e2e cluster spreads its nodes over 2 domains), which the home-made scheduler never did."""
+    nodes = _get(kubectl, "nodes", "-l", f"{SIM_LABEL}=true")["items"]
+    domain_of = {n["metadata"]["name"]: n["metadata"]["labels"][DOMAIN_LABEL] for n in nodes}
+    assert set(domain_of.values()) == {"sp-0", "sp-1"}
+    labels = nodes[0]["metadata"]["labels"]
+    assert labels["accelerator-type"] == f"module-910b-{nodes[0]['status']['capacity'][ASCEND]}"
+    sts = _statefulset("pinned", 3, 1)
+    spec = sts["spec"]["template"]["spec"]
+    spec["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": DOMAIN_LABEL, "operator": "In", "values": ["sp-1"]}]},
+        ]}},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": HOSTNAME_KEY, "labelSelector": {"matchLabels": {"app": "pinned"}}},
+        ]},
+    }  # fmt: skip
+    _start_statefulset(kubectl, namespace, wait_until, sts)
+    pods = _get(kubectl, "pods", "-n", namespace, "-l", "app=pinned")["items"]
+    placed = {p["spec"]["nodeName"] for p in pods}
+    assert len(placed) == 3, "one pod per node (anti-affinity)"
+    assert {domain_of[n] for n in placed} == {"sp-1"}
+
+
 @pytest.mark.simulated
 def test_a_pod_that_fits_no_node_stays_pending_and_says_why(
     kubectl: Any, namespace: str, wait_until: Any
@@ -167,7 +195,9 @@ def test_a_pod_that_fits_no_node_stays_pending_and_says_why(
     assert pod["status"]["phase"] == "Pending"
     events = _get(kubectl, "events", "-n", namespace,
                   "--field-selector", "involvedObject.name=too-big")["items"]  # fmt: skip
-    assert [e["reason"] for e in events] == ["FailedScheduling"]
+    # kube-scheduler retries with back-off and records each attempt: one reason, maybe twice
+    assert events and {e["reason"] for e in events} == {"FailedScheduling"}
+    assert all("nodes are available" in e["message"] for e in events)
 
 
 @pytest.mark.simulated

@@ -6,7 +6,8 @@ PDDeployment's Ready condition names it; the expected words are Kubernetes' own 
 1.20 scheduler's, the kubelet's, the quota admission's), not the operator's.
 
 - a missing PVC: the namespace has the volume but not the claim (``no_models_claim``); the
-  real kube-scheduler keeps the pods Pending: ``persistentvolumeclaim "models" not found``;
+  real kube-scheduler keeps the pods Pending: ``0/8 nodes are available: 8 persistentvolumeclaim
+  "models" not found.``;
 - a bad image: kubelet-sim is told the registry lacks it (``unpullable-images``, through the
   roles' ``podAnnotations``, or for the router, which has none, its namespace's
   annotations): ErrImagePull, then ImagePullBackOff;
@@ -21,6 +22,7 @@ PDDeployment's Ready condition names it; the expected words are Kubernetes' own 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -45,7 +47,10 @@ def test_a_missing_pvc_is_named_and_creating_it_makes_the_deployment_ready(
     kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
-    why = 'not scheduled (Unschedulable): persistentvolumeclaim "models" not found'
+    nodes = len(json.loads(kubectl("get", "nodes", "-o", "json").stdout)["items"])
+    # kube-scheduler 1.20's own words (kubelet-sim's former scheduler left out the counts)
+    claim = 'persistentvolumeclaim "models" not found'
+    why = f"not scheduled (Unschedulable): 0/{nodes} nodes are available: {nodes} {claim}."
     message = wait_until(
         lambda: ready_saying(kubectl, namespace, why),
         "the Ready condition naming the missing PVC",

@@ -154,12 +154,13 @@ def test_the_scheduler_s_reason_names_the_missing_npus(dsv3: Json) -> None:
 
 
 def test_a_missing_pvc_is_named(dsv3: Json) -> None:
+    # kube-scheduler 1.20's words (tests/e2e/test_status_why.py gets them from the real one)
+    why = '0/6 nodes are available: 6 persistentvolumeclaim "models" not found.'
     children, pods = prefill_0_not_ready(
-        unscheduled("dsv3-prefill-0-0", 'persistentvolumeclaim "models" not found'),
-        unscheduled("dsv3-prefill-0-1", 'persistentvolumeclaim "models" not found'),
+        unscheduled("dsv3-prefill-0-0", why), unscheduled("dsv3-prefill-0-1", why)
     )
     message = cond(status_of(dsv3, children, pods), "Ready")["message"]
-    assert 'not scheduled (Unschedulable): persistentvolumeclaim "models" not found' in message
+    assert f"not scheduled (Unschedulable): {why}" in message
 
 
 @pytest.mark.parametrize(
