@@ -133,7 +133,9 @@ def config_map(namespace: str) -> dict[str, Any]:
 
 def pddeployment(name: str, namespace: str, max_replicas: int = 4) -> dict[str, Any]:
     """A small deployment: one prefill and one decode instance of one NPU, a router; both
-    roles scaled (External: a PDRoleScaler each, from 1 to ``max_replicas``)."""
+    roles scaled (External: a PDRoleScaler each, from 1 to ``max_replicas``). On the pod
+    network: in the host network every runtime pod takes the same host ports, so the
+    scheduler would place one per node and 300 deployments would need 600 nodes."""
     scaling = {"mode": "External", "minReplicas": 1, "maxReplicas": max_replicas}
     role = {"replicas": 1, "parallelism": {"tensor": 1}, "devicesPerNode": 1, "scaling": scaling}
     model = {
@@ -150,6 +152,7 @@ def pddeployment(name: str, namespace: str, max_replicas: int = 4) -> dict[str, 
             "prefill": role,
             "decode": role,
             "router": {"policy": "round_robin"},
+            "ascend": {"hostNetwork": False},
         },
     )
 

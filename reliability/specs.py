@@ -44,8 +44,12 @@ def pdd(
     decode: int = 1,
     prefill_pp: int = 2,
     router_policy: str = "round_robin",
+    host_network: bool = False,
 ) -> Json:
-    """A DeepSeek-V3 PDDeployment: prefill PP ``prefill_pp`` × TP 1, decode TP 1."""
+    """A DeepSeek-V3 PDDeployment: prefill PP ``prefill_pp`` × TP 1, decode TP 1, on the pod
+    network unless ``host_network``: the scenarios run several such deployments side by side
+    on a few nodes, and in the host network every runtime pod takes the same host ports, so
+    kube-scheduler places one runtime pod per node, as on a real cluster."""
     model = {
         "name": "deepseek-v3",
         "path": "/models/DeepSeek-V3",
@@ -65,6 +69,7 @@ def pdd(
             },
             "decode": {"replicas": decode, "parallelism": {"tensor": 1}, "devicesPerNode": 1},
             "router": {"policy": router_policy},
+            "ascend": {"hostNetwork": host_network},
         },
     )
 

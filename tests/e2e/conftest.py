@@ -59,6 +59,9 @@ from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.testtools.local_run import OperatorProcess
 
 E2E_DIR = Path(__file__).resolve().parent
+#: kube-scheduler gives each runtime pod in the host network a node of its own (the same host
+#: ports): a rollout with surge of the PP example takes 10 whole nodes at once
+E2E_NODES = 12
 
 
 @dataclass
@@ -136,8 +139,8 @@ def cluster() -> Iterator[E2ECluster]:
         _progress(f"KUBECONFIG={external} is unreachable; using the local control plane")
 
     with dev_cluster.session(
-        layout, lambda: dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=_progress,
-                                        domains=2),
+        layout, lambda: dev_cluster.fresh(layout, nodes=E2E_NODES, ascend_per_node=8,
+                                        progress=_progress, domains=2),
         lambda: dev_cluster.down(layout, _progress),
     ):  # fmt: skip
         kubeconfig = layout.kubeconfig
@@ -191,9 +194,8 @@ def namespace(
     name = f"e2e-{base}-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", name)
     if cluster.local:
-        docs = [volumes.models_volume(name)]
-        if not request.node.get_closest_marker("no_models_claim"):
-            docs.append(volumes.models_claim(paths.project_root(), name))
+        claim = not request.node.get_closest_marker("no_models_claim")
+        docs = volumes.for_namespace(paths.project_root(), name, claim)
         kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
     yield name
     kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)

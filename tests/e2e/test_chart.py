@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ascend_pd_dev.testtools import volumes
 from ascend_pd_dev.testtools.helm import ensure_helm
 from ascend_pd_dev.testtools.local_run import LocalOperator
 from ascend_pd_dev.testtools.rbac import service_account_kubeconfig
@@ -70,8 +71,11 @@ def helm(cluster: Any) -> Helm:
 def release_ns(kubectl: Any) -> Iterator[str]:
     name = f"e2e-chart-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", name)
+    # the install test applies the v2-lite example here: the models volume and claim it mounts
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(volumes.for_namespace(REPO, name)))
     yield name
     kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+    kubectl("delete", "pv", volumes.volume_name(name), "--wait=false", check=False)
 
 
 def get_json(kubectl: Any, *args: str) -> Any:

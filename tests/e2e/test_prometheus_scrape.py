@@ -61,6 +61,7 @@ from ascend_pd_dev.controlplane import cluster as dev_cluster
 from ascend_pd_dev.controlplane import prometheus
 from ascend_pd_dev.controlplane.certs import Pki
 from ascend_pd_dev.kubelet_sim.testing import crash_pod
+from ascend_pd_dev.testtools import volumes
 from ascend_pd_dev.testtools.faultproxy import CONFIG_PATH, FaultPlan, FaultProxy
 from ascend_pd_dev.testtools.prometheus_server import (
     PodDiscovery,
@@ -176,6 +177,9 @@ def scraped(
 ) -> Iterator[Scraped]:
     namespace = f"e2e-prometheus-{os.getpid()}"
     kubectl("create", "namespace", namespace)
+    # the examples' models volume and claim, as the namespace fixture gives its namespaces
+    kubectl("apply", "-f", "-",
+            input=yaml.safe_dump_all(volumes.for_namespace(REPO, namespace)))  # fmt: skip
     work = tmp_path_factory.mktemp("prometheus-e2e")
     rendered = _rendered(namespace)
     state = dev_cluster.load_state(cluster.layout)
@@ -237,6 +241,7 @@ def scraped(
         for stop in stops:
             stop()
         kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        kubectl("delete", "pv", volumes.volume_name(namespace), "--wait=false", check=False)
 
 
 def _variables(namespace: str) -> dict[str, str]:

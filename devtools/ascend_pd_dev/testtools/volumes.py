@@ -48,6 +48,11 @@ def models_volume(namespace: str, storage_class: str = "") -> dict[str, Any]:
     }
 
 
+def for_namespace(project_root: Path, namespace: str, claim: bool = True) -> list[dict[str, Any]]:
+    """What ``namespace`` gets: its volume and (``claim``) the examples' claim, to apply."""
+    return [models_volume(namespace), *([models_claim(project_root, namespace)] if claim else [])]
+
+
 def models_claim(project_root: Path, namespace: str) -> dict[str, Any]:
     """``examples/models-pvc.yaml`` as a user applies it, in ``namespace``."""
     (claim,) = [
