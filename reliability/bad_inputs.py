@@ -78,8 +78,14 @@ def load_corpus(directory: Path = CORPUS) -> list[Case]:
     return cases
 
 
+def base_document(namespace: str) -> Json:
+    """The deployment every case patches: the users' defaults (the host network included,
+    which some rules are about)."""
+    return pdd(BASE_NAME, namespace, host_network=True)
+
+
 def case_document(case: Case, namespace: str) -> Json:
-    return merged(pdd(BASE_NAME, namespace), case.patch)
+    return merged(base_document(namespace), case.patch)
 
 
 def snapshot(env: Env, namespace: str) -> dict[str, str]:
@@ -145,7 +151,7 @@ def run(
     result = ScenarioResult("bad-input-corpus")
     cases = load_corpus() if cases is None else cases
     cel = env.server_version >= (1, 25)
-    base = pdd(BASE_NAME, namespace)
+    base = base_document(namespace)
     operator = release.operator([namespace], "bad-inputs-operator")
     operator.start()
     messages: dict[str, str] = {}
