@@ -91,7 +91,7 @@ def test_every_pod_field_reaches_the_pods(
 ) -> None:
     for account in ("llm-runtime", "llm-router"):
         kubectl("create", "serviceaccount", account, "-n", namespace)
-    doc = pdd(NAME, namespace)
+    doc = pdd(NAME, namespace, host_network=True)
     for role in ("prefill", "decode"):
         doc["spec"][role].update(copy.deepcopy(ROLE_FIELDS), priorityClassName=priority_class)
     doc["spec"]["router"].update(copy.deepcopy(ROUTER_FIELDS), priorityClassName=priority_class)
@@ -163,7 +163,7 @@ def _snapshot(kubectl: Any, namespace: str) -> dict[str, str]:
 
 def _refusal(kubectl: Any, namespace: str, case: Case, cel: bool, wait_until: Any) -> str:
     """Apply the case onto the Ready deployment; the refusal's message."""
-    doc = merged(pdd(NAME, namespace), case.patch)
+    doc = merged(pdd(NAME, namespace, host_network=True), case.patch)
     done = _apply(kubectl, doc, check=False)
     if case.reject == "schema" or cel:
         assert done.returncode != 0, f"{case.name}: the API server accepted it"
@@ -192,7 +192,7 @@ def test_each_refusal_comes_from_the_api_server_or_the_operator_and_nothing_move
     refused with its message, and no child or pod of the deployment changes."""
     assert len(POD_CASES) >= 20, CORPUS / "pods.yaml"
     cel = cluster.server_version >= (1, 25)
-    base = pdd(NAME, namespace)
+    base = pdd(NAME, namespace, host_network=True)
     _apply(kubectl, base)
     wait_until(lambda: _ready(kubectl, namespace), f"{NAME} Ready")
     failures = []
@@ -324,7 +324,7 @@ def test_a_volume_source_kubernetes_refuses_reaches_no_running_pod(
     refused (ApplyFailed, the API server's verdict on the template) before any pod of the
     deployment is deleted. (A volume with no source is no test: Kubernetes defaults it to
     an emptyDir.)"""
-    base = pdd(NAME, namespace)
+    base = pdd(NAME, namespace, host_network=True)
     _apply(kubectl, base)
     wait_until(lambda: _ready(kubectl, namespace), f"{NAME} Ready")
     pods = {p["metadata"]["uid"] for p in _pods(kubectl, namespace, "ascendpd.io/role")}
