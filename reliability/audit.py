@@ -62,9 +62,12 @@ def covers(desired: Any, live: Any) -> bool:
     if desired is None:
         return True
     if isinstance(desired, dict):
-        # The API server drops empty values (omitempty): "" or {} is the same as absent.
+        # The API server drops empty values (omitempty): "", {} or a false is the same as
+        # absent (``is False``: a 0 is not, and ``False in ("", ...)`` would not match it).
         return isinstance(live, dict) and all(
-            covers(value, live[key]) if key in live else value in ("", [], {}, None)
+            covers(value, live[key])
+            if key in live
+            else value is False or value in ("", [], {}, None)
             for key, value in desired.items()
         )
     if isinstance(desired, list):

@@ -29,6 +29,15 @@ def test_empty_values_equal_absent_and_quantities_equal_strings() -> None:
     assert not covers({"env": [{"name": "X", "value": "1"}]}, {"env": [{"name": "X"}]})
 
 
+def test_a_false_the_api_server_drops_equals_absent() -> None:
+    """A pod template on the pod network: the API server drops ``hostNetwork: false``
+    (omitempty), and the audit waited for it to appear until the scenario's bound."""
+    desired = {"template": {"spec": {"hostNetwork": False, "dnsPolicy": "ClusterFirst"}}}
+    assert covers(desired, {"template": {"spec": {"dnsPolicy": "ClusterFirst"}}})
+    assert not covers(desired, {"template": {"spec": {"hostNetwork": True,
+                                                      "dnsPolicy": "ClusterFirst"}}})  # fmt: skip
+
+
 def test_result_rows_and_table() -> None:
     result = ScenarioResult("drift")
     result.record(True, 1.234)
