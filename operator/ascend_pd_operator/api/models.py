@@ -32,16 +32,19 @@ from ascend_pd_operator.api.rules import (
     ENV_NAME_PATTERN,
     EXTENDED_RESOURCE_MAX_LENGTH,
     EXTENDED_RESOURCE_PATTERN,
+    LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
     MAX_DNS_SUBDOMAIN_LENGTH,
     MAX_DRAIN_TIMEOUT_SECONDS,
     MAX_ENV,
     MAX_ENV_NAME_LENGTH,
     MAX_HCCL_CONNECT_TIMEOUT_SECONDS,
+    MAX_LABEL_KEY_LENGTH,
     MAX_LATENCY_MILLISECONDS,
     MAX_MAP_ENTRIES,
     MAX_NAME_PART_LENGTH,
     MAX_PATH_LENGTH,
+    MAX_PLACEMENT_DOMAINS,
     MAX_PLANNER_SECONDS,
     MAX_POD_ANNOTATIONS_BYTES,
     MAX_POD_LIST,
@@ -913,6 +916,56 @@ class Preflight(_Model):
         return tuple(c for c in ec.PREFLIGHT_CHECKS if on[c])
 
 
+#: A topology domain: a label value that is not empty.
+Domain = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_PART_LENGTH, pattern=LABEL_VALUE_PATTERN)
+]
+
+
+class Placement(_Model):
+    """Where the runtime pods go: into one topology domain (the value of a node label, e.g.
+    a super-pod id or a switch), for the whole deployment or for each instance. The operator
+    chooses the domain when it creates an instance and pins the instance's StatefulSet to
+    it; a running instance is never pinned again, so a change here rolls nothing."""
+
+    topology_key: str = Field(
+        ..., min_length=1, max_length=MAX_LABEL_KEY_LENGTH, pattern=LABEL_KEY_PATTERN,
+        description="The node label whose value is a node's domain, e.g. a super-pod id "
+        f"(A3) or a rack or switch label (A2): {QUALIFIED_NAME}, the prefix in lowercase.",
+    )  # fmt: skip
+    scope: Literal["Deployment", "Instance", "None"] = Field(
+        "Deployment",
+        description="Deployment: every prefill and decode instance in one domain. Instance: "
+        "each instance's pods in one domain, instances in any. None: no domain is chosen; "
+        "with domains, the pods stay on nodes of those domains.",
+    )
+    mode: Literal["Required", "Preferred"] = Field(
+        "Required",
+        description="Required: an instance is created only once a domain can hold it, and "
+        "its pods may run only there. Preferred: the scheduler prefers the chosen domain; "
+        "when none can hold the instance it is created unpinned.",
+    )
+    exclusive: bool = Field(
+        False,
+        description="No other PDDeployment in the chosen domains: a domain with another "
+        "PDDeployment's pods is not chosen, and this deployment's pods are labelled so "
+        "that others keep out of its domains (needs scope Deployment or Instance).",
+    )
+    domains: list[Domain] = _list(
+        "The domains that may be chosen (label values, each once); empty: any.",
+        max_length=MAX_PLACEMENT_DOMAINS,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+
+    @field_validator("domains")
+    @classmethod
+    def _each_domain_once(cls, domains: list[str]) -> list[str]:
+        duplicates = sorted({d for d in domains if domains.count(d) > 1})
+        if duplicates:
+            raise ValueError(f"domains {duplicates} given more than once; list each once")
+        return domains
+
+
 class Scheduling(_Model):
     """Pod scheduling."""
 
@@ -1007,6 +1060,16 @@ class PDDeploymentSpec(_Model):
         "/etc/hccn.conf, hccn_tool) and is skipped where it does not, and the pods are left "
         "as they were; set, every check that is on must pass, a missing file or tool "
         "included. Setting or changing it updates every instance (a rollout).",
+    )
+
+    # No CRD default, as preflight: a spec without it keeps its pods' template.
+    placement: Placement | None = Field(
+        None,
+        description="Place the runtime pods in one topology domain (a node label's value) "
+        "per deployment or per instance, chosen where enough healthy NPUs are free; "
+        "status.placement and the PlacementFeasible condition say where and why. Unset: "
+        "the scheduler places every pod on its own. Applies to instances created after it "
+        "is set; a running instance keeps its nodes.",
     )
 
     def role(self, role: str) -> RoleSpec:
@@ -1133,6 +1196,35 @@ class RecoveryRecord(_Model):
     )
 
 
+class InstancePlacement(_Model):
+    """The domain one instance is pinned to."""
+
+    instance: str = Field(..., description="The instance (its StatefulSet).")
+    domain: str = Field("", description="Its domain; empty: created unpinned.")
+
+
+class DomainCapacity(_Model):
+    """What one domain had free when the operator last chose."""
+
+    domain: str = Field(..., description="The domain (the topology label's value).")
+    nodes: int = Field(0, description="Healthy schedulable nodes in it.")
+    free_npus: int = Field(0, description="NPUs free on those nodes.")
+
+
+class PlacementStatus(_Model):
+    """Where spec.placement put the instances, and why."""
+
+    topology_key: str = Field("", description="The topology label.")
+    scope: str = Field("", description="Deployment, Instance or None.")
+    domain: str = Field("", description="The deployment's domain (scope Deployment).")
+    reason: str = Field("", description="Why the last domain was chosen.")
+    time: str = Field("", description="When it was chosen (RFC 3339).")
+    capacity: list[DomainCapacity] = _list(
+        "The domains as they were when the last domain was chosen (the chosen first)."
+    )
+    instances: list[InstancePlacement] = _list("The domain of each pinned instance.")
+
+
 class RouterStatus(_Model):
     """The router Deployment."""
 
@@ -1149,7 +1241,8 @@ class PDDeploymentStatus(_Model):
     )
     conditions: list[Condition] = _list(
         "Validated, ModelResolved, KVLayoutCompatible, PrefillReady, DecodeReady, "
-        "RouterReady, Ready.",
+        "RouterReady, Ready (and InstancesHealthy, NPUPreflight, RatioConstrained, "
+        "PlacementFeasible where they apply).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     kv_layout: KVLayoutStatus | None = Field(None, description="The computed KV layout.")
@@ -1158,6 +1251,9 @@ class PDDeploymentStatus(_Model):
     router: RouterStatus | None = Field(None, description="Router.")
     rollout: RolloutStatus | None = Field(None, description="The rollout of the current spec.")
     recovery: list[RecoveryRecord] = _list("Instances restarted by group recovery.")
+    placement: PlacementStatus | None = Field(
+        None, description="Where spec.placement put the instances (set with it only)."
+    )
     endpoint: str = Field("", description="Router URL inside the cluster.")
 
 

@@ -111,6 +111,11 @@ ANNOTATION_KEY_PATTERN = f"^({_ANY_CASE_LABEL}([.]{_ANY_CASE_LABEL})*/)?{_NAME}$
 #: The prefix's length, which a regex of DNS labels cannot bound.
 PREFIX_LENGTH_PATTERN = f"^([^/]{{1,{MAX_PREFIX_LENGTH}}}/)?[^/]*$"
 LABEL_VALUE_PATTERN = f"^({_NAME})?$"
+#: A label key's longest form: a DNS-subdomain prefix, '/', a name.
+MAX_LABEL_KEY_LENGTH = MAX_PREFIX_LENGTH + 1 + MAX_NAME_PART_LENGTH
+#: Domains in spec.placement.domains: far more than a cluster's super-pods or racks, and a
+#: bound the CEL cost estimate needs.
+MAX_PLACEMENT_DOMAINS = 64
 #: An extended resource name (IsExtendedResourceName): a qualified name with a prefix of at
 #: most 244 characters, since quota's ``requests.<name>`` must stay a qualified name.
 EXTENDED_RESOURCE_PATTERN = f"^{_DNS_SUBDOMAIN}/{_NAME}$"
@@ -961,6 +966,32 @@ PLANNER_RULES: tuple[Rule, ...] = (
     _positive_rule("latencyQuantile", "latency_quantile", "a quantile such as 0.9"),
 )
 RULES += PLANNER_RULES
+
+
+# --- placement ------------------------------------------------------------------------
+
+
+PLACEMENT_RULES: tuple[Rule, ...] = (
+    Rule(
+        where="Placement",
+        # The schema's pattern checks the form; a regex of DNS labels cannot bound the
+        # prefix's length (as for the nodeSelector's keys).
+        cel=f"self.topologyKey.matches('{PREFIX_LENGTH_PATTERN}')",
+        message=f"placement.topologyKey must be a label key: {QUALIFIED_NAME}",
+        check=lambda p: not _bad_keys(LABEL_KEY_PATTERN, [p.topology_key]),
+        detail=lambda p: f"got {p.topology_key!r}",
+    ),
+    Rule(
+        where="Placement",
+        # has(): the API server evaluates rules on the schema's defaults as written.
+        cel="!has(self.exclusive) || !self.exclusive || !has(self.scope) || self.scope != 'None'",
+        message="placement.exclusive needs scope Deployment or Instance: with scope None the "
+        "deployment holds no domain that could be kept for it",
+        check=lambda p: not (p.exclusive and p.scope == "None"),
+        detail=lambda p: f"got exclusive {str(p.exclusive).lower()}, scope {p.scope}",
+    ),
+)
+RULES += PLACEMENT_RULES
 
 
 def rules_for(where: str, field: str = "") -> list[Rule]:

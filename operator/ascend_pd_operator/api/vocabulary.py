@@ -69,6 +69,14 @@ ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
 #: The PDDeployment generation an inspector Job was started for: a failed inspection is
 #: retried after the next spec change (the user's fix), never in a tight loop.
 ANNOTATION_GENERATION = f"{PREFIX}/generation"
+#: On the StatefulSet of an instance created under ``spec.placement``: the domain it was
+#: pinned to and how (JSON: topologyKey, domain, mode, exclusive). The pin is rebuilt from
+#: it on every apply, so a running instance keeps exactly the affinity it was created with:
+#: a change of spec.placement never re-pins it (no rollout); ``placement`` owns the rule.
+ANNOTATION_PLACEMENT = f"{PREFIX}/placement"
+#: On the pods of an instance created under ``spec.placement.exclusive``: other
+#: PDDeployments see by it that the pod's domain is held exclusively (``placement``).
+LABEL_EXCLUSIVE = f"{PREFIX}/exclusive"
 #: The taint an admin puts on a node that is shut down or lost for good (Kubernetes'
 #: non-graceful node shutdown): its pods may be force-deleted.
 TAINT_OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
@@ -119,6 +127,9 @@ COND_RATIO_CONSTRAINED = "RatioConstrained"
 #: False while a runtime pod's launcher reports a failed NPU preflight check (exit
 #: ``env_contract.EXIT_PREFLIGHT``), until the instances are ready again.
 COND_NPU_PREFLIGHT = "NPUPreflight"
+
+#: With spec.placement: whether a domain can hold the instances to create (``placement``).
+COND_PLACEMENT_FEASIBLE = "PlacementFeasible"
 
 REASON_VALID = "Valid"
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -189,6 +200,17 @@ REASON_RATIO_BOUNDED = "RatioBounded"
 #: period, Warning when forced (the kubelet ended it, cutting what it still held).
 REASON_INSTANCE_DRAINED = "InstanceDrained"
 REASON_WITHIN_BOUNDS = "WithinBounds"
+#: PlacementFeasible (``placement``): True, a domain was chosen (or every instance keeps
+#: its own); True, scope None pins no domain; True, Preferred and no domain fits (the
+#: instances are created unpinned); False: no domain fits, no instance is created.
+REASON_DOMAIN_CHOSEN = "DomainChosen"
+REASON_UNSCOPED = "Unscoped"
+REASON_PREFERRED_DOMAIN_UNAVAILABLE = "PreferredDomainUnavailable"
+REASON_NO_TOPOLOGY_LABEL = "NoTopologyLabel"
+REASON_INSUFFICIENT_DOMAIN_CAPACITY = "InsufficientDomainCapacity"
+REASON_UNHEALTHY_NPUS = "UnhealthyNPUs"
+REASON_DOMAINS_TAKEN = "DomainsTaken"
+REASON_NODE_USAGE_UNKNOWN = "NodeUsageUnknown"
 
 PHASE_PENDING = "Pending"
 PHASE_PROGRESSING = "Progressing"

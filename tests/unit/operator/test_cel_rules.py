@@ -655,6 +655,30 @@ VALID += [
 ]  # fmt: skip
 
 
+def _placement(**fields: Any) -> Mutation:
+    return _set("spec.placement", {"topologyKey": "example.com/super-pod", **fields})
+
+
+#: A label key whose prefix is a DNS subdomain of 254 characters: the pattern passes it.
+LONG_PREFIX_KEY = f"{PREFIX_254}/rack"
+
+INVALID += [
+    ("an exclusive placement without a scope",
+     _placement(scope="None", exclusive=True), _msg("Placement", 1)),
+    ("a topology key with a prefix of 254 characters",
+     _placement(topologyKey=LONG_PREFIX_KEY), _msg("Placement", 0)),
+]  # fmt: skip
+
+VALID += [
+    ("a placement with its defaults", _placement()),
+    ("a placement per instance, preferred, in two domains",
+     _placement(scope="Instance", mode="Preferred", exclusive=True, domains=["sp-0", "sp-1"])),
+    ("a placement without a scope, in one domain", _placement(scope="None", domains=["rack-a"])),
+    ("a topology key with a prefix of 253 characters",
+     _placement(topologyKey=f"{PREFIX_253}/rack")),
+]  # fmt: skip
+
+
 @given(
     plo=st.integers(0, 6), pspan=st.integers(0, 6), dlo=st.integers(0, 6),
     dspan=st.integers(0, 6), lo=st.sampled_from([None, "0", "0.25", "0.4", "0.5", "1", "1.5"]),

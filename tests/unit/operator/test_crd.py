@@ -117,8 +117,13 @@ def test_api_field_names_are_the_contract() -> None:
     spec = openapi_schema()["properties"]["spec"]["properties"]
     assert set(spec) == {
         "model", "runtime", "speculative", "prefill", "decode", "router", "ascend", "scheduling",
-        "rollout", "recovery", "scaling", "preflight",
+        "rollout", "recovery", "scaling", "preflight", "placement",
     }  # fmt: skip
+    assert set(spec["placement"]["properties"]) == {
+        "topologyKey", "scope", "mode", "exclusive", "domains",
+    }  # fmt: skip
+    assert spec["placement"]["required"] == ["topologyKey"]
+    assert "default" not in spec["placement"]  # as preflight: no pod template changes
     assert set(spec["preflight"]["properties"]) == {
         "devices", "hccnConf", "links", "leader", "store", "networkTimeoutSeconds",
     }  # fmt: skip
