@@ -41,6 +41,7 @@ from ascend_pd_operator.builders.disruption import (
     pdb_api_version,
     pod_disruption_budget,
 )
+from ascend_pd_operator.builders.pinning import Pin
 from ascend_pd_operator.builders.router import router_children
 from ascend_pd_operator.builders.workloads import headless_service, podgroup, statefulset
 from ascend_pd_runtime.errors import BadInput
@@ -106,13 +107,15 @@ def with_children(
     indices: Mapping[str, Indices] | None = None,
     serving: str | None = None,
     discovery: str = LABEL_LEADER,
+    pins: Mapping[tuple[str, int], Pin] | None = None,
 ) -> Desired:
     """``desired`` with every child manifest, built once, in apply order (a failed layout has
     none), for a 1.<server_minor> API server (None: not known, a current one). ``indices``:
     per role the instances it keeps and a rollout's surge ones (``drain.roster``,
     ``rollout.decide``; None: 0 to replicas - 1, no surge); ``serving``, the KV-layout
     generation the router routes to (None: this layout's); ``discovery``, the leader label
-    it selects on."""
+    it selects on; ``pins``, per (role, index) the domain an instance is pinned to
+    (``decisions.placement``; an instance without one is unpinned)."""
     if not desired.ok:
         return desired
     layout = desired.layout
@@ -125,7 +128,7 @@ def with_children(
         children += [podgroup(owner, spec, role, i) for role, i in instances]
     children += [headless_service(owner, role, i) for role, i in instances]
     for role, i in instances:
-        sts = statefulset(owner, spec, layout, role, i)
+        sts = statefulset(owner, spec, layout, role, i, (pins or {}).get((role, i)))
         if (role, i) in surge:
             sts["metadata"]["labels"][LABEL_SURGE] = "true"
         children.append(sts)

@@ -29,6 +29,7 @@ from ascend_pd_operator.api.vocabulary import (
     metadata,
     selector,
 )
+from ascend_pd_operator.builders.pinning import Pin, pin_annotations, pin_labels, pinned_affinity
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import layout_fingerprint
 
@@ -262,8 +263,16 @@ def drain_fields(owner: Owner, spec: PDDeploymentSpec, role: str, index: int) ->
 
 
 def pod_template(
-    owner: Owner, spec: PDDeploymentSpec, layout: KVLayout, role: str, index: int
+    owner: Owner,
+    spec: PDDeploymentSpec,
+    layout: KVLayout,
+    role: str,
+    index: int,
+    pin: Pin | None = None,
 ) -> Json:
+    """The pod template of instance ``index``; ``pin``, the domain it was created in
+    (``pinning``): its affinity and labels come from the pin alone, never from
+    ``spec.placement``, so that a placement change leaves the template as it is."""
     r = spec.role(role)
     values = launch_values(owner, spec, layout, role, index)
     volumes, mounts = _volumes(owner, spec)
@@ -303,11 +312,11 @@ def pod_template(
         pod_spec["nodeSelector"] = dict(r.node_selector)
     if r.tolerations:
         pod_spec["tolerations"] = list(r.tolerations)
-    if r.affinity:
-        pod_spec["affinity"] = dict(r.affinity)
+    if r.affinity or pin is not None:
+        pod_spec["affinity"] = pinned_affinity(r.affinity, pin)
     meta = metadata(owner, "", role, index, annotations)
     # Not in the selector (immutable): the label changes with each layout generation.
-    labels = {**meta["labels"], LABEL_FINGERPRINT: values.kv_fingerprint}
+    labels = {**meta["labels"], LABEL_FINGERPRINT: values.kv_fingerprint, **pin_labels(pin)}
     return {
         "metadata": {"labels": labels, "annotations": meta.get("annotations", {})},
         "spec": pod_spec,
@@ -343,8 +352,15 @@ def headless_service(owner: Owner, role: str, index: int) -> Json:
 
 
 def statefulset(
-    owner: Owner, spec: PDDeploymentSpec, layout: KVLayout, role: str, index: int
+    owner: Owner,
+    spec: PDDeploymentSpec,
+    layout: KVLayout,
+    role: str,
+    index: int,
+    pin: Pin | None = None,
 ) -> Json:
+    """The instance's StatefulSet; a pinned one (``pin``) records its pin in an annotation,
+    from which every later apply rebuilds it (``pinning.pin_of``)."""
     workload = {
         "serviceName": instance_name(owner, role, index),
         "replicas": spec.role(role).nodes_per_instance,
@@ -353,9 +369,12 @@ def statefulset(
         # change alone must not roll one pod of a running group.
         "updateStrategy": {"type": "OnDelete"},
         "selector": {"matchLabels": selector(owner, role, index)},
-        "template": pod_template(owner, spec, layout, role, index),
+        "template": pod_template(owner, spec, layout, role, index, pin),
     }
-    return _instance_object("apps/v1", "StatefulSet", owner, role, index, workload)
+    sts = _instance_object("apps/v1", "StatefulSet", owner, role, index, workload)
+    if pin is not None:
+        sts["metadata"]["annotations"] = pin_annotations(pin)
+    return sts
 
 
 def podgroup(owner: Owner, spec: PDDeploymentSpec, role: str, index: int) -> Json:

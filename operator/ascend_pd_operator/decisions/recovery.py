@@ -125,15 +125,43 @@ def out_of_service(node: Json) -> Json | None:
     return None
 
 
+#: Taint effects that keep new pods off a node: placement reads them (and group recovery
+#: the out-of-service taint, NoExecute).
+KEPT_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def _extended(resources: Json | None) -> Json:
+    """The extended resources (``<domain>/<name>``: the NPUs) of a node's capacity or
+    allocatable: cpu, memory and the like are the scheduler's."""
+    return {k: v for k, v in (resources or {}).items() if "/" in k}
+
+
 def slim_node(node: Json) -> Json:
-    """What the node watch keeps of a node: its readiness and the out-of-service taint."""
+    """What the node watch keeps of a node: its readiness and the out-of-service taint
+    (group recovery), and for ``placement`` its labels (the topology label is any of them),
+    whether it is cordoned, its NoSchedule and NoExecute taints and its extended resources'
+    capacity and allocatable (the device plugin lowers allocatable for unhealthy NPUs)."""
     meta = node.get("metadata") or {}
-    taint = out_of_service(node)
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    taints = [
+        {k: t[k] for k in ("key", "value", "effect", "timeAdded") if k in t}
+        for t in spec.get("taints") or []
+        if t.get("effect") in KEPT_TAINT_EFFECTS
+    ]
+    slim_spec: Json = {"taints": taints}
+    if spec.get("unschedulable"):
+        slim_spec["unschedulable"] = True
+    slim_status: Json = {"conditions": [{"type": "Ready", **ready_condition(node)}]}
+    for key in ("capacity", "allocatable"):
+        if found := _extended(status.get(key)):
+            slim_status[key] = found
     return {
         "metadata": {"name": meta.get("name", ""), "namespace": "",
-                     "resourceVersion": meta.get("resourceVersion", "")},
-        "spec": {"taints": [taint] if taint else []},
-        "status": {"conditions": [{"type": "Ready", **ready_condition(node)}]},
+                     "resourceVersion": meta.get("resourceVersion", ""),
+                     "labels": dict(meta.get("labels") or {})},
+        "spec": slim_spec,
+        "status": slim_status,
     }  # fmt: skip
 
 

@@ -448,13 +448,15 @@ def test_an_out_of_service_taint_queues_the_deployments_on_the_node_and_is_kept(
     taint = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
              "effect": "NoExecute", "timeAdded": "2026-12-01T08:05:00Z"}  # fmt: skip
     other = {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}
+    soft = {"key": "example.com/busy", "effect": "PreferNoSchedule"}
     tainted = {**lost, "metadata": {"name": "npu-3", "resourceVersion": "6"},
-               "spec": {"taints": [other, taint]}}  # fmt: skip
+               "spec": {"taints": [other, soft, taint]}}  # fmt: skip
     watch.handle(event("MODIFIED", tainted))
     assert queue.keys == [("ns", "dsv3")] * 2  # an admin took the node out of service
     kept = cache.listed_one("Node", "", "npu-3")
     assert kept is not None
-    assert kept["spec"] == {"taints": [taint]}  # the taint recovery reads, and no other
+    # the taint recovery reads, and those that keep new pods off (placement), no other
+    assert kept["spec"] == {"taints": [other, taint]}
     assert kept["status"]["conditions"] == [
         {"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-12-01T08:00:00Z"}
     ]
