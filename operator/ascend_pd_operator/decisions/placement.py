@@ -288,9 +288,15 @@ class Choice:
 
 
 def _need_text(needs: list[Need], resource: str) -> str:
-    parts = [f"{n.pods} node{'s' if n.pods != 1 else ''} with {n.devices} free {resource}"
-             for n in sorted(needs, key=lambda n: (-n.devices, n.role))]  # fmt: skip
-    return " and ".join(parts)
+    """``6 nodes with 8 free <resource>``: the pods of both roles counted together where
+    they take as many NPUs."""
+    pods: dict[int, int] = {}
+    for n in needs:
+        pods[n.devices] = pods.get(n.devices, 0) + n.pods
+    return " and ".join(
+        f"{count} node{'s' if count != 1 else ''} with {devices} free {resource}"
+        for devices, count in sorted(pods.items(), reverse=True)
+    )
 
 
 def choose(
