@@ -204,6 +204,8 @@ REASON_WITHIN_BOUNDS = "WithinBounds"
 #: its own); True, scope None pins no domain; True, Preferred and no domain fits (the
 #: instances are created unpinned); False: no domain fits, no instance is created.
 REASON_DOMAIN_CHOSEN = "DomainChosen"
+#: PlacementFeasible True with nothing to choose, and no earlier choice to tell.
+REASON_PLACED = "Placed"
 REASON_UNSCOPED = "Unscoped"
 REASON_PREFERRED_DOMAIN_UNAVAILABLE = "PreferredDomainUnavailable"
 REASON_NO_TOPOLOGY_LABEL = "NoTopologyLabel"

@@ -55,6 +55,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_INSUFFICIENT_DOMAIN_CAPACITY,
     REASON_NO_TOPOLOGY_LABEL,
     REASON_NODE_USAGE_UNKNOWN,
+    REASON_PLACED,
     REASON_PREFERRED_DOMAIN_UNAVAILABLE,
     REASON_UNHEALTHY_NPUS,
     REASON_UNSCOPED,
@@ -65,6 +66,9 @@ from ascend_pd_operator.api.vocabulary import (
 from ascend_pd_operator.builders.pinning import Pin
 from ascend_pd_operator.decisions.recovery import ready_condition
 
+#: How often an instance waiting for a domain is decided again (a freed or added node
+#: queues no reconcile of a deployment that has no pod on it).
+RETRY_SECONDS = 30.0
 #: Taint effects that keep a new pod off a node.
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 #: Domains the InsufficientDomainCapacity message names, and status.placement.capacity keeps.
@@ -410,9 +414,11 @@ def decide(
         # nothing to choose: the last choice's word stands while it was a success
         before: Json = next((c for c in previous.get("conditions") or []
                        if c.get("type") == COND_PLACEMENT_FEASIBLE), {})  # fmt: skip
-        said = before.get("status") == "True" and before.get("reason") == REASON_DOMAIN_CHOSEN
-        message = str(before.get("message")) if said else "no instance waits for a domain"
-        return PlacementDecision(domain=kept, message=message)
+        if before.get("status") == "True" and before.get("reason") == REASON_DOMAIN_CHOSEN:
+            return PlacementDecision(domain=kept, message=str(before.get("message")))
+        return PlacementDecision(
+            domain=kept, reason=REASON_PLACED, message="no instance waits for a domain"
+        )
     if usage is None or usage.error:
         why = usage.error if usage is not None else "not read yet"
         return PlacementDecision(

@@ -45,6 +45,7 @@ from ascend_pd_operator.api.vocabulary import (
     COND_KV_LAYOUT_COMPATIBLE,
     COND_MODEL_RESOLVED,
     COND_NPU_PREFLIGHT,
+    COND_PLACEMENT_FEASIBLE,
     COND_RATIO_CONSTRAINED,
     COND_READY,
     COND_VALIDATED,
@@ -61,12 +62,14 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_INSTANCE_RESTARTED,
     REASON_LAUNCH_REFUSED,
     REASON_NOT_READY,
+    REASON_PLACED,
     REASON_PODS_FORCE_DELETED,
     REASON_PRUNE_FAILED,
     ROLES,
     SCALER_KIND,
     Owner,
     inspector_name,
+    instance_name,
     router_name,
     scaler_name,
 )
@@ -87,6 +90,7 @@ from ascend_pd_operator.builders.model_source import (
     model_facts_configmap,
     resolve_facts,
 )
+from ascend_pd_operator.builders.pinning import Pin, pin_of
 from ascend_pd_operator.builders.scaler import scaler, scaler_status
 from ascend_pd_operator.decisions.drain import (
     Roster,
@@ -94,6 +98,13 @@ from ascend_pd_operator.decisions.drain import (
     surge_indices,
 )
 from ascend_pd_operator.decisions.drain import step as drain_step
+from ascend_pd_operator.decisions.placement import (
+    RETRY_SECONDS,
+    PlacementDecision,
+    Usage,
+    placement_status,
+)
+from ascend_pd_operator.decisions.placement import decide as decide_placement
 from ascend_pd_operator.decisions.recovery import (
     DEFAULT_POLICY,
     Recovery,
@@ -132,7 +143,7 @@ KEPT_COMPONENTS = (COMPONENT_FACTS, COMPONENT_INSPECTOR)
 #: Conditions whose False status (with a reason worth telling) posts a Warning Event.
 EVENT_CONDITIONS = (
     COND_VALIDATED, COND_KV_LAYOUT_COMPATIBLE, COND_MODEL_RESOLVED, COND_READY,
-    COND_INSTANCES_HEALTHY, COND_NPU_PREFLIGHT,
+    COND_INSTANCES_HEALTHY, COND_NPU_PREFLIGHT, COND_PLACEMENT_FEASIBLE,
 )  # fmt: skip
 #: Reasons that are progress, not a problem: no Event.
 QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY)
@@ -165,8 +176,12 @@ class Observation:
     our_deletions: frozenset[str] = frozenset()
     #: Those of them it force-deleted: gone from the API server, whatever the watch says.
     our_force_deletions: frozenset[str] = frozenset()
-    #: The nodes of our pods as the node watch keeps them (``recovery.slim_node``).
+    #: The nodes of our pods as the node watch keeps them (``recovery.slim_node``); with
+    #: spec.placement every node the watch keeps (the domains to choose from).
     nodes: Mapping[str, Json] = field(default_factory=dict)
+    #: What the pods on the nodes hold (``placement.usage_of``): read only when an instance
+    #: with spec.placement is to be created (``Plan.needs_usage``); None: not read.
+    node_usage: Usage | None = None
     #: How group recovery backs off (the operator's flags).
     #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
     #: PodDisruptionBudgets' apiVersion depends on it.
@@ -311,11 +326,27 @@ class Plan:
     recovery: Recovery | None = None
     #: Per role the instances it keeps, the one it drains now and the drains under way.
     rosters: Mapping[str, Roster] | None = None
+    #: spec.placement's decision on the instances to create (None: no spec.placement), and
+    #: the pin of every instance built (the running ones' as their StatefulSets record it).
+    placement: PlacementDecision | None = None
+    pins: Mapping[tuple[str, int], Pin] = field(default_factory=dict)
 
     @property
     def requeue_after(self) -> float | None:
-        """Reconcile again after this long (a restart waiting for its backoff)."""
-        return self.recovery.requeue_after if self.recovery else None
+        """Reconcile again after this long (a restart waiting for its backoff; an instance
+        waiting for a placement domain: a node added or freed is seen within it, since no
+        pod of the waiting instance is on a node whose change would queue it)."""
+        waits = [self.recovery.requeue_after if self.recovery else None]
+        if self.placement is not None and self.placement.blocked:
+            waits.append(RETRY_SECONDS)
+        found = [w for w in waits if w is not None]
+        return min(found) if found else None
+
+    @property
+    def needs_usage(self) -> bool:
+        """A placement choice is due and the pods' usage was not read: the reconciler reads
+        it and plans again."""
+        return self.placement is not None and self.placement.needs_usage
 
     @property
     def ok(self) -> bool:
@@ -389,8 +420,16 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
                    surge_indices(seen[r], rosters[r].own, decision.surge.get(r, 0)))
         for r in ROLES
     }  # fmt: skip
+    placed, pins = _placement(obs, spec, indices)
+    if placed is not None and placed.blocked:
+        # no domain fits them: they are not created (the running ones are kept)
+        indices = {
+            r: Indices(tuple(i for i in ix.own if (r, i) not in placed.blocked),
+                       tuple(i for i in ix.surge if (r, i) not in placed.blocked))
+            for r, ix in indices.items()
+        }  # fmt: skip
     desired = with_children(desired, owner, spec, obs.server_minor, indices,
-                            decision.serving, decision.discovery)  # fmt: skip
+                            decision.serving, decision.discovery, pins)  # fmt: skip
     replaced = _selector_changed(obs, desired)
     applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
     applies += tuple(
@@ -413,8 +452,36 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
                                    for pod, keys in decision.routing)  # fmt: skip
     draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
                  restarts, routing, scaler_writes, scale, decision, recovery,
-                 rosters)  # fmt: skip
+                 rosters, placed, pins)  # fmt: skip
     return conclude(draft, Outcome())
+
+
+def _instance_key(sts: Json) -> tuple[str, int] | None:
+    labels = sts["metadata"].get("labels") or {}
+    role, index = labels.get(LABEL_ROLE), str(labels.get(LABEL_INSTANCE, ""))
+    return (str(role), int(index)) if role in ROLES and index.isdigit() else None
+
+
+def _placement(
+    obs: Observation, spec: Any, indices: Mapping[str, Indices]
+) -> tuple[PlacementDecision | None, dict[tuple[str, int], Pin]]:
+    """spec.placement's decision on the instances to create, and the pin of every instance
+    to build. A running instance keeps the pin its StatefulSet records, whatever the spec
+    says now (``pinning``): with spec.placement or without, it is never pinned anew."""
+    running: dict[tuple[str, int], Pin | None] = {}
+    for sts in obs.owned("StatefulSet"):
+        key = _instance_key(sts)
+        if key is not None:
+            running[key] = pin_of(sts)
+    wanted = [(r, i) for r in ROLES for i in indices[r].own + indices[r].surge]
+    pins = {k: pin for k in wanted if (pin := running.get(k)) is not None}
+    if spec.placement is None:
+        return None, pins
+    new = [k for k in wanted if k not in running]
+    placed = decide_placement(obs.owner, spec, new, running, obs.nodes, obs.node_usage,
+                              obs.previous)  # fmt: skip
+    pins.update(placed.pins)
+    return placed, pins
 
 
 #: Workload kinds whose ``spec.selector`` the API server refuses to change.
@@ -553,6 +620,7 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         rollout=draft.rollout,
         recovery=draft.recovery,
         events=obs.events,
+        **_placement_findings(draft, spec),
     )
     status = compute_status(findings, now=draft.now)
     recovery = draft.recovery or Recovery()
@@ -565,6 +633,24 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
     drained = tuple(drained_events(obs.previous, status, draft.now, grace))
     return replace(draft, status=status,
                    events=tuple(events(obs.previous, status)) + restarted + drained)  # fmt: skip
+
+
+def _placement_findings(draft: Plan, spec: Any) -> dict[str, Any]:
+    """What the status says of spec.placement: its condition, status.placement and the
+    instances waiting for a domain."""
+    placed = draft.placement
+    if placed is None or spec is None or spec.placement is None:
+        return {}
+    obs = draft.observation
+    condition = {"type": COND_PLACEMENT_FEASIBLE, "status": placed.status,
+                 "reason": placed.reason, "message": placed.message}  # fmt: skip
+    return {
+        "placement_condition": condition,
+        "placement_status": placement_status(spec, obs.owner, placed, draft.pins,
+                                             obs.previous, draft.now),
+        "placement_blocked": {instance_name(obs.owner, r, i): placed.reason
+                              for r, i in sorted(placed.blocked)},
+    }  # fmt: skip
 
 
 def drained_events(previous: Json, status: Json, now: str, grace: int) -> Iterator[Event]:
@@ -668,6 +754,12 @@ def events(previous: Json, status: Json) -> list[Event]:
     before = {c["type"]: c for c in previous.get("conditions") or []}
     out = []
     for cond in status["conditions"]:
+        if cond["type"] == COND_PLACEMENT_FEASIBLE and cond["status"] == "True":
+            # a domain chosen (or a preference given up): said once, as a Normal Event
+            old = before.get(cond["type"]) or {}
+            if cond["reason"] != REASON_PLACED and old.get("message") != cond["message"]:
+                out.append(Event("Normal", cond["reason"], cond["message"]))
+            continue
         if cond["type"] == COND_RATIO_CONSTRAINED:
             old = before.get(cond["type"]) or {}
             if cond["status"] == "True" and old.get("message") != cond["message"]:

@@ -23,6 +23,7 @@ from ascend_pd_operator.api.vocabulary import (
     COND_KV_LAYOUT_COMPATIBLE,
     COND_MODEL_RESOLVED,
     COND_NPU_PREFLIGHT,
+    COND_PLACEMENT_FEASIBLE,
     COND_PREFILL_READY,
     COND_RATIO_CONSTRAINED,
     COND_READY,
@@ -123,6 +124,11 @@ class Findings:
     rosters: Mapping[str, Roster] | None = None
     #: The router's pods: why its Deployment is not ready.
     router_pods: list[Json] = field(default_factory=list)
+    #: With spec.placement (``placement``): the PlacementFeasible condition, status.placement
+    #: and the instances not created for want of a domain (name -> the condition's reason).
+    placement_condition: Json | None = None
+    placement_status: Json | None = None
+    placement_blocked: Mapping[str, str] = field(default_factory=dict)
 
 
 def _condition(type_: str, status: str, reason: str, message: str) -> Json:
@@ -472,7 +478,10 @@ def role_waits(obs: Findings, spec: PDDeploymentSpec, role: str) -> list[str]:
     for index in own_indices(obs, spec, role):
         name = instance_name(obs.owner, role, index)
         sts = obs.children.get(("StatefulSet", name))
-        if not instance_ready(sts):
+        if sts is None and name in obs.placement_blocked:
+            out.append(f"{name}: not created, no placement domain fits "
+                       f"({obs.placement_blocked[name]})")  # fmt: skip
+        elif not instance_ready(sts):
             group = obs.children.get(("PodGroup", name))
             out.append(instance_wait(name, r.nodes_per_instance, sts, pods.get(str(index), []),
                                      group, obs.events))  # fmt: skip
@@ -734,6 +743,21 @@ def _check_ratio(obs: Findings, spec: PDDeploymentSpec, draft: _Draft) -> None:
                                       f"the asked counts hold: {counts}"))  # fmt: skip
 
 
+def _check_placement(obs: Findings, applied: bool, draft: _Draft) -> None:
+    """PlacementFeasible and status.placement, with spec.placement only; while a change is
+    refused (nothing applied) they stay as the last applied spec left them."""
+    previous = _find(obs.previous.get("conditions") or [], COND_PLACEMENT_FEASIBLE)
+    if obs.placement_condition is not None:
+        draft.conds.append(dict(obs.placement_condition))
+    elif not applied and previous is not None:
+        draft.conds.append({k: previous.get(k, "") for k in ("type", "status", "reason",
+                                                             "message")})  # fmt: skip
+    if obs.placement_status is not None:
+        draft.status["placement"] = obs.placement_status
+    elif applied:
+        draft.status.pop("placement", None)
+
+
 def _check_ready(obs: Findings, rolling: bool, draft: _Draft) -> None:
     """Ready: every instance and the router, with no write failing and no rollout left."""
     if obs.write_error:
@@ -765,7 +789,7 @@ def compute_status(obs: Findings, now: str) -> Json:
     # Children keep running as they were when the spec is rejected, so readiness is
     # reported against the last spec that was applied (carried in the previous status).
     draft = _Draft({"observedGeneration": obs.owner.generation}, now=now)
-    for key in ("kvLayout", "prefill", "decode", "router", "endpoint", "recovery"):
+    for key in ("kvLayout", "prefill", "decode", "router", "endpoint", "recovery", "placement"):
         if key in prev:
             draft.status[key] = prev[key]
     _check_spec(obs, draft)
@@ -783,6 +807,7 @@ def compute_status(obs: Findings, now: str) -> Json:
         _not_applied(prev, draft)
     if applied and obs.recovery is not None:
         _check_recovery(obs.recovery, draft)
+    _check_placement(obs, applied, draft)
     rolling = applied and obs.rollout is not None and not obs.rollout.complete
     if applied and obs.rollout is not None:
         draft.status["rollout"] = {**obs.rollout.summary(),

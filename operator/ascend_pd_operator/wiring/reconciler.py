@@ -37,6 +37,7 @@ from ascend_pd_operator.api.vocabulary import (
     inspector_name,
 )
 from ascend_pd_operator.api.vocabulary import model_facts_name as facts_cm_name
+from ascend_pd_operator.decisions.placement import Usage, usage_of
 from ascend_pd_operator.decisions.planner import (
     PRUNED_KINDS,
     Event,
@@ -48,7 +49,7 @@ from ascend_pd_operator.decisions.planner import (
     conclude,
     plan,
 )
-from ascend_pd_operator.decisions.recovery import DEFAULT_POLICY, RecoveryPolicy
+from ascend_pd_operator.decisions.recovery import DEFAULT_POLICY, RecoveryPolicy, slim_node
 from ascend_pd_operator.decisions.status import merge_patch, status_changed
 from ascend_pd_operator.kubeio.apply_records import digest
 from ascend_pd_operator.kubeio.child_watch import EVENT_FIELD_SELECTOR
@@ -130,6 +131,13 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
                 nodes[str(node)] = watched
     else:
         pods = [*kube.list("Pod", namespace, f"{LABEL_DEPLOYMENT}={name}")]
+    if (resource.get("spec") or {}).get("placement"):
+        # the domains to choose from: every node (the node watch keeps them all)
+        if cache is not None:
+            listed = cache.listed("Node", "", {})
+        else:
+            listed = [slim_node(n) for n in kube.list("Node", None)]
+        nodes = {str(n["metadata"]["name"]): n for n in listed}
     events = _failed_creates(kube, cache, namespace, name, children["StatefulSet"])
     return Observation(
         resource=resource,
@@ -144,6 +152,24 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
         server_minor=kube.server_minor,
         events=events,
     )
+
+
+#: The pods that hold what they request: the scheduler counts every pod not yet ended.
+USAGE_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def observe_usage(kube: Kube, resource_name: str) -> Usage:
+    """What the pods of every namespace hold on their nodes (``placement.usage_of``): one
+    LIST, only when an instance with spec.placement is to be created. Cluster-wide pods
+    ``list`` is the ClusterRole's when the operator watches every namespace; watching some,
+    the chart grants it with ``placement.enabled`` (charts/ascend-pd-operator). A refusal is
+    told in PlacementFeasible (NodeUsageUnknown), and no instance is pinned blind."""
+    try:
+        return usage_of(kube.list("Pod", None, field_selector=USAGE_FIELD_SELECTOR), resource_name)
+    except KubeError as exc:
+        if is_transient(exc):
+            raise
+        return Usage(error=f"listing the pods of every namespace: {exc}")
 
 
 def _failed_creates(
@@ -240,7 +266,13 @@ class Reconciler:
                 our_deletions=self.expected_gone.uids(),
                 our_force_deletions=self.expected_gone.uids(forced_only=True),
             )
-            return self.execute(plan(observation, self.clock(), self.recovery))
+            todo = plan(observation, self.clock(), self.recovery)
+            if todo.needs_usage and todo.validation.spec is not None:
+                # a placement choice is due: read what the pods hold, and plan again
+                usage = observe_usage(self.kube, todo.validation.spec.ascend.resource_name)
+                observation = replace(observation, node_usage=usage)
+                todo = plan(observation, self.clock(), self.recovery)
+            return self.execute(todo)
 
     def execute(self, todo: Plan) -> Result:
         """Carry out ``todo`` step by step; transient API errors propagate (no status)."""
