@@ -89,6 +89,18 @@ def test_namespaced_roles_are_the_namespaced_allow_list(render: Render) -> None:
         assert grants == allowed(cluster_scoped=False, gang=False), key
 
 
+def test_placement_may_list_pods_cluster_wide_only_when_asked(render: Render) -> None:
+    """spec.placement's one LIST of every namespace's pods: the ClusterRole has it when
+    every namespace is watched; watching some, placement.podsClusterWide adds list (and
+    nothing else) to the discovery ClusterRole."""
+    values = CHART / "ci" / "namespaced-values.yaml"
+    plain = grants_by_role(render([values]))[f"ClusterRole/-/{FULLNAME}-discovery"]
+    asked = grants_by_role(render([values], set_values=["placement.podsClusterWide=true"]))
+    assert asked.pop(f"ClusterRole/-/{FULLNAME}-discovery") - plain == {("", "pods", "list")}
+    everywhere = grants_by_role(render(set_values=["placement.podsClusterWide=true"]))
+    assert everywhere[f"ClusterRole/-/{FULLNAME}"] == allowed(cluster_scoped=True, gang=False)
+
+
 def test_leader_election_grants_leases_in_the_release_namespace_only(render: Render) -> None:
     roles = grants_by_role(render(set_values=["leaderElection.enabled=true", "replicaCount=2"]))
     lease_role = roles.pop(f"Role/{NAMESPACE}/{FULLNAME}-leader-election")
