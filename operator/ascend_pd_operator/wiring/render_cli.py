@@ -81,7 +81,21 @@ def render(
         reason, message = (desired.reason, desired.message) if desired else ("", "")
         code = EXIT_BAD_INPUT if reason == REASON_INVALID_LAYOUT else EXIT_INCOMPATIBLE
         return code, [], f"{name}: KV layout {reason}: {message}"
-    return EXIT_OK, [w.manifest for w in todo.applies if w.manifest is not None], ""
+    manifests = [w.manifest for w in todo.applies if w.manifest is not None]
+    placed = todo.placement
+    if placed is not None and placed.blocked:
+        # Offline there are no nodes: the operator chooses a domain from the cluster's.
+        held = ", ".join(sorted(f"{name}-{role}-{index}" for role, index in placed.blocked))
+        return (
+            EXIT_OK,
+            manifests,
+            (
+                f"{name}: note: spec.placement pins each instance to a domain of the cluster's "
+                f"nodes when the operator creates it; offline none is known, so {held} "
+                "are not rendered"
+            ),
+        )
+    return EXIT_OK, manifests, ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
                 resource, args.model_config, args.namespace, configmaps
             )
             if message:
-                print(f"error: {message}", file=sys.stderr)
+                # a note beside rendered manifests is no error
+                print(message if code == EXIT_OK else f"error: {message}", file=sys.stderr)
             worst = max(worst, code)
             out += manifests
     except (OSError, yaml.YAMLError, BadInput) as exc:

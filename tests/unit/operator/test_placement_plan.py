@@ -217,3 +217,15 @@ def test_an_annotation_that_is_not_a_pin_pins_nothing() -> None:
                  '{"topologyKey": "k", "domains": ["a"], "mode": "Soft"}'):  # fmt: skip
         sts = {"metadata": {"annotations": {ANNOTATION_PLACEMENT: text}}}
         assert pin_of(sts) is None, text
+
+
+def test_render_offline_says_which_instances_it_cannot_place(dsv3: Json) -> None:
+    from ascend_pd_operator.wiring.render_cli import render
+
+    code, manifests, message = render(with_placement(dsv3), None, None)
+    assert code == 0 and not [m for m in manifests if m["kind"] == "StatefulSet"]
+    assert message == (
+        "dsv3: note: spec.placement pins each instance to a domain of the cluster's nodes when "
+        "the operator creates it; offline none is known, so dsv3-decode-0, dsv3-prefill-0, "
+        "dsv3-prefill-1 are not rendered"
+    )
