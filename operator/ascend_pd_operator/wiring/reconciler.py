@@ -162,8 +162,10 @@ def observe_usage(kube: Kube, resource_name: str) -> Usage:
     """What the pods of every namespace hold on their nodes (``placement.usage_of``): one
     LIST, only when an instance with spec.placement is to be created. Cluster-wide pods
     ``list`` is the ClusterRole's when the operator watches every namespace; watching some,
-    the chart grants it with ``placement.enabled`` (charts/ascend-pd-operator). A refusal is
-    told in PlacementFeasible (NodeUsageUnknown), and no instance is pinned blind."""
+    the chart grants it with ``placement.podsClusterWide`` (charts/ascend-pd-operator). A
+    refusal is retried while it may be the API server warming up (``denials``), then told in
+    PlacementFeasible (NodeUsageUnknown, and ``/healthz``'s faults name the permission); no
+    instance is pinned blind."""
     try:
         return usage_of(kube.list("Pod", None, field_selector=USAGE_FIELD_SELECTOR), resource_name)
     except KubeError as exc:
