@@ -229,3 +229,28 @@ def test_render_offline_says_which_instances_it_cannot_place(dsv3: Json) -> None
         "the operator creates it; offline none is known, so dsv3-decode-0, dsv3-prefill-0, "
         "dsv3-prefill-1 are not rendered"
     )
+
+
+def test_a_refused_change_keeps_what_the_last_placement_said(dsv3: Json) -> None:
+    cr = with_placement(dsv3)
+    nodes = topology(**{"sp-0": 6})
+    first = plan(observe(cr, nodes=nodes, node_usage=Usage()), NOW)
+    bad = copy.deepcopy(cr)
+    bad["spec"]["prefill"]["devicesPerNode"] = 6  # 8 × 2 is not divisible by 6: refused
+    p = plan(observe(bad, running(first), nodes=nodes), NOW)
+    assert conditions(p)["Validated"]["status"] == "False" and p.applies == ()
+    assert (
+        conditions(p)["PlacementFeasible"]["message"]
+        == (conditions(first)["PlacementFeasible"]["message"])
+    )
+    assert p.status["placement"] == first.status["placement"]
+
+
+def test_a_preference_given_up_is_told_once(dsv3: Json) -> None:
+    cr = with_placement(dsv3, mode="Preferred")
+    nodes = topology(**{"sp-0": 2})
+    p = plan(observe(cr, nodes=nodes, node_usage=Usage()), NOW)
+    assert list(statefulsets(p)) == STATEFULSETS  # created, unpinned
+    assert all(pin_of(m) is None for m in statefulsets(p).values())
+    assert [(e.type, e.reason) for e in p.events] == [("Normal", "PreferredDomainUnavailable")]
+    assert p.requeue_after is None
