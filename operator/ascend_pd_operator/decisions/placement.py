@@ -10,9 +10,10 @@ are kept), the ``PlacementFeasible`` condition and what ``status.placement`` rec
 The rules:
 
 - A domain is a value of the node label ``topologyKey``, restricted to ``domains`` when set.
-- A node can take one runtime pod of this deployment (``hostNetwork`` takes its ports), and
-  only when it is Ready, schedulable, without a NoSchedule or NoExecute taint the role does
-  not tolerate, matches the role's nodeSelector, holds no pod of this deployment yet, and has
+- A node can take one runtime pod of this deployment, and only when it is Ready,
+  schedulable, without a NoSchedule or NoExecute taint the role does not tolerate, matches
+  the role's nodeSelector, runs no runtime pod of this deployment yet (nor, in the host
+  network, of any PDDeployment: each takes port 30000 of its node), and has
   ``devicesPerNode`` of its allocatable NPUs (``ascend.resourceName``) not requested by
   other pods. The roles' own affinity is the scheduler's to judge, not ours.
 - ``scope`` Deployment: every instance in one domain; once chosen it is kept (the previous
@@ -183,7 +184,8 @@ def _needs(spec: PDDeploymentSpec, keys: Iterable[InstanceKey]) -> list[Need]:
 class Slot:
     """One node as a place for a runtime pod: its domain, its labels and taints, its free
     NPUs (allocatable minus requested) and whether it is healthy (Ready, schedulable);
-    ``unhealthy_npus``: NPUs the device plugin withholds (capacity above allocatable)."""
+    ``unhealthy_npus``: NPUs the device plugin withholds (capacity above allocatable);
+    ``taken``: it runs a runtime pod ours cannot share the node with."""
 
     name: str
     domain: str
@@ -192,12 +194,12 @@ class Slot:
     free: int
     healthy: bool
     unhealthy_npus: int
-    ours: bool
+    taken: bool
 
     def takes(self, need: Need, relaxed: bool = False) -> bool:
         """Whether this node can run one pod of ``need``; ``relaxed``: as if it were
         healthy, untainted and every NPU it has were healthy."""
-        if self.ours or any(self.labels.get(k) != v for k, v in need.node_selector):
+        if self.taken or any(self.labels.get(k) != v for k, v in need.node_selector):
             return False
         if relaxed:
             return self.free + self.unhealthy_npus >= need.devices
@@ -205,9 +207,17 @@ class Slot:
         return self.healthy and not untolerated and self.free >= need.devices
 
 
-def slots(nodes: Mapping[str, Json], key: str, resource: str, usage: Usage, me: str) -> list[Slot]:
-    """Every node that carries the label ``key``, as a ``Slot`` (``me``: this deployment's
-    ``namespace/name``, whose pods already hold their nodes)."""
+def slots(
+    nodes: Mapping[str, Json],
+    key: str,
+    resource: str,
+    usage: Usage,
+    me: str,
+    host_network: bool = True,
+) -> list[Slot]:
+    """Every node that carries the label ``key``, as a ``Slot``. ``me``: this deployment's
+    ``namespace/name``, whose pods already hold their nodes; ``host_network``: its pods
+    take their node's ports, so a node with any PDDeployment's runtime pod is taken."""
     out = []
     for name, node in sorted(nodes.items()):
         labels = (node.get("metadata") or {}).get("labels") or {}
@@ -222,9 +232,13 @@ def slots(nodes: Mapping[str, Json], key: str, resource: str, usage: Usage, me: 
             name, str(labels[key]), labels, taints,
             free=max(allocatable - usage.npus.get(name, 0), 0),
             healthy=healthy, unhealthy_npus=max(capacity - allocatable, 0),
-            ours=me in usage.deployments.get(name, frozenset()),
+            taken=_taken(usage.deployments.get(name, frozenset()), me, host_network),
         ))  # fmt: skip
     return out
+
+
+def _taken(runs: frozenset[str], me: str, host_network: bool) -> bool:
+    return me in runs or (host_network and bool(runs))
 
 
 def fit(needs: list[Need], nodes: list[Slot], relaxed: bool = False) -> list[str] | None:
@@ -253,7 +267,7 @@ class Domain:
 
     @property
     def healthy(self) -> list[Slot]:
-        return [s for s in self.nodes if s.healthy and not s.ours]
+        return [s for s in self.nodes if s.healthy and not s.taken]
 
     @property
     def free_npus(self) -> int:
@@ -429,8 +443,8 @@ def decide(
             domain=kept, needs_usage=usage is None,
         )  # fmt: skip
     me = f"{owner.namespace}/{owner.name}"
-    domains = domains_of(slots(nodes, placement.topology_key, resource, usage, me), usage, me,
-                         placement.domains)  # fmt: skip
+    found = slots(nodes, placement.topology_key, resource, usage, me, spec.ascend.host_network)
+    domains = domains_of(found, usage, me, placement.domains)
     by_room = sorted(domains, key=lambda d: (-d.free_npus, d.name))
     capacity = tuple(d.capacity() for d in by_room[:CAPACITY_KEPT])
     if placement.scope == "Deployment":

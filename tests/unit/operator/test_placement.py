@@ -134,6 +134,21 @@ def test_a_node_that_runs_a_pod_of_ours_takes_no_other() -> None:
     assert found.domain == "sp-0"
 
 
+def test_in_the_host_network_a_node_with_another_deployments_pod_is_taken() -> None:
+    # sp-0: 12 nodes of 8 (96 free); sp-1: 6 nodes of 16, one running kimi's 8-NPU runtime
+    # pod on port 30000 (88 free, the best fit if it fits)
+    topology = {**nodes(("sp-0", 12)), **{f"sp-1-n{i}": node(f"sp-1-n{i}", "sp-1", 16)
+                                         for i in range(6)}}  # fmt: skip
+    used = usage_of([pod("sp-1-n0", 8, deployment="kimi")], NPU)
+    assert decide(OWNER, spec(), ALL, {}, topology, used, {}).domain == "sp-0"
+    resource = copy.deepcopy(load_example("deepseek-v3-pp2.yaml"))
+    resource["spec"]["placement"] = {"topologyKey": KEY}
+    resource["spec"]["ascend"] = {"hostNetwork": False}
+    # in the pod network the 8 NPUs left on it are free for a pod of ours: sp-1 fits
+    found = decide(OWNER, parse_spec(resource["spec"]), ALL, {}, topology, used, {})
+    assert found.domain == "sp-1"
+
+
 def test_exclusive_avoids_domains_with_other_deployments() -> None:
     # a pod of another PDDeployment in sp-1 (on a 16-NPU node outside the count)
     topology = {**nodes(("sp-0", 8), ("sp-1", 6)), "sp-1-big": node("sp-1-big", "sp-1", 16)}
