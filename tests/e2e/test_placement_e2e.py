@@ -1,0 +1,206 @@
+"""``spec.placement`` against the real kube-scheduler on a labelled topology of its own.
+
+A control plane of this module's own (nodes are added during the test, which no other test
+may see): kubelet-sim spreads 6 nodes of 8 NPUs over 2 domains (``DOMAIN_LABEL``:
+``sp-<i mod 2>``, 3 nodes each). Every runtime pod takes a whole node (8 NPUs, the host
+network). The expectations are derived by hand from the documented rule (best fit: the
+domain with the fewest free NPUs that still fits, ties by name), and where a pod runs is read
+from the pods kube-scheduler bound and the nodes' own labels, not from the operator.
+
+1. ``a`` (scope Deployment, 2 pods): both domains have 3 free nodes, so the tie goes to
+   ``sp-0``; ``status.placement.domain`` names it and both pods run there.
+2. ``b`` (exclusive): ``sp-0`` holds ``a``'s pods, so ``sp-1``.
+3. ``c`` (scope Deployment, 2 pods): ``sp-0`` has 1 free node, ``sp-1`` is ``b``'s alone:
+   ``PlacementFeasible=False, InsufficientDomainCapacity``, no StatefulSet. Two nodes are
+   added (one per domain): ``c`` comes up in ``sp-0`` by itself.
+4. Changing ``a``'s placement changes none of its StatefulSets (generation and template).
+5. ``d`` (scope Instance, two 2-node prefill instances and a 1-node decode) after ``b`` and
+   ``c`` are gone: each instance's pods in one domain, by best fit in role and index order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pdd_e2e import Operator, apply, condition, status
+
+from ascend_pd_dev.controlplane import cluster as dev_cluster
+from ascend_pd_dev.controlplane import paths
+from ascend_pd_dev.kubelet_sim.nodes import DOMAIN_LABEL
+from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
+from reliability.specs import document
+
+pytestmark = [pytest.mark.local, pytest.mark.timeout(900)]
+
+NODES, NPUS, DOMAINS = 6, 8, 2
+NAMESPACE = "placement"
+CONFIG = {
+    "architecture": "DeepseekV2ForCausalLM", "numHiddenLayers": 27, "numNextnPredictLayers": 0,
+    "kvLoraRank": 512, "qkRopeHeadDim": 64, "indexHeadDim": 0,
+}  # fmt: skip
+
+
+def _progress(message: str) -> None:
+    print(f"placement cluster: {message}", flush=True)
+
+
+class Cluster:
+    """This module's control plane: ``run`` is the ``kubectl(*args, input=, check=)`` the
+    shared helpers take."""
+
+    def __init__(self, layout: dev_cluster.Layout) -> None:
+        self.layout = layout
+
+    def run(self, *args: str, input: str | None = None, check: bool = True) -> Any:
+        done = subprocess.run(
+            [str(kubectl_path()), "--kubeconfig", str(self.layout.kubeconfig), *args],
+            input=input, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        if check:
+            assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run("get", *args, "-o", "json").stdout)
+
+    def domains(self) -> dict[str, str]:
+        """node -> its domain, from the nodes' own labels."""
+        nodes = self.json("nodes")["items"]
+        return {n["metadata"]["name"]: n["metadata"]["labels"].get(DOMAIN_LABEL, "")
+                for n in nodes}  # fmt: skip
+
+    def pod_domains(self, name: str) -> dict[str, str]:
+        """``<role>-<index>`` -> the domains its runtime pods were bound in ("" unbound)."""
+        pods = self.json("pods", "-n", NAMESPACE, "-l", f"ascendpd.io/deployment={name}")
+        where = self.domains()
+        out: dict[str, set[str]] = {}
+        for pod in pods["items"]:
+            labels = pod["metadata"]["labels"]
+            if "ascendpd.io/instance" not in labels or "ascendpd.io/role" not in labels:
+                continue
+            instance = f"{labels['ascendpd.io/role']}-{labels['ascendpd.io/instance']}"
+            out.setdefault(instance, set()).add(where.get(pod["spec"].get("nodeName") or "", ""))
+        return {k: ",".join(sorted(v)) for k, v in sorted(out.items())}
+
+    def statefulsets(self, name: str) -> dict[str, Any]:
+        found = self.json("statefulsets", "-n", NAMESPACE, "-l", f"ascendpd.io/deployment={name}")
+        return {s["metadata"]["name"]: s for s in found["items"]}
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    state = f"{os.environ.get(paths.TEST_CLUSTER_ENV) or 'e2e'}-placement"
+    layout = dev_cluster.Layout(paths.scratch_state_dir(state))
+    dev_cluster.fresh(layout, NODES, NPUS, _progress, domains=DOMAINS)
+    try:
+        install_crd(layout.kubeconfig, with_cel=False, field_manager="e2e-placement")
+        c = Cluster(layout)
+        c.run("create", "namespace", NAMESPACE)
+        log = tmp_path_factory.mktemp("placement") / "operator.log"
+        operator = Operator(layout.kubeconfig, NAMESPACE, log)
+        try:
+            yield c
+        finally:
+            operator.stop()
+    finally:
+        dev_cluster.down(layout, _progress, purge=True)
+
+
+def deployment(name: str, placement: dict[str, Any], prefill: int = 1, prefill_nodes: int = 1,
+               decode: int = 1) -> dict[str, Any]:  # fmt: skip
+    """Whole-node runtime pods (8 NPUs, TP 8 per node) in the host network, no router."""
+
+    def role(replicas: int, nodes: int) -> dict[str, Any]:
+        return {"replicas": replicas, "parallelism": {"tensor": 8 * nodes},
+                "devicesPerNode": NPUS}  # fmt: skip
+
+    return document(name, NAMESPACE, {
+        "model": {"name": name, "path": "/models/m", "config": dict(CONFIG),
+                  "volume": {"hostPath": {"path": "/data/models/m"}}},
+        "runtime": {"image": "registry.example.com/ascend-pd-runtime:e2e"},
+        "prefill": role(prefill, prefill_nodes),
+        "decode": role(decode, 1),
+        "router": {"enabled": False},
+        "placement": {"topologyKey": DOMAIN_LABEL, **placement},
+    })  # fmt: skip
+
+
+def test_placement_on_a_labelled_topology(plane: Cluster, wait_until: Any) -> None:
+    k = plane.run
+
+    def st(name: str) -> dict[str, Any]:
+        return status(k, NAMESPACE, name)
+
+    def is_ready(name: str) -> bool:
+        return condition(st(name), "Ready").get("status") == "True"
+
+    # 1. scope Deployment: the tie between two empty domains goes to sp-0
+    apply(k, [deployment("a", {"scope": "Deployment"})])
+    wait_until(lambda: is_ready("a"), "a Ready", timeout=300)
+    assert st("a")["placement"]["domain"] == "sp-0", st("a").get("placement")
+    assert plane.pod_domains("a") == {"decode-0": "sp-0", "prefill-0": "sp-0"}
+    feasible = condition(st("a"), "PlacementFeasible")
+    assert feasible.get("status") == "True", feasible
+
+    # 2. exclusive: sp-0 holds a's pods
+    apply(k, [deployment("b", {"scope": "Deployment", "exclusive": True})])
+    wait_until(lambda: is_ready("b"), "b Ready", timeout=300)
+    assert st("b")["placement"]["domain"] == "sp-1", st("b").get("placement")
+    assert plane.pod_domains("b") == {"decode-0": "sp-1", "prefill-0": "sp-1"}
+
+    # 3. no domain can hold c: sp-0 has 1 free node, sp-1 is b's alone
+    apply(k, [deployment("c", {"scope": "Deployment"})])
+    refused = wait_until(
+        lambda: (c := condition(st("c"), "PlacementFeasible")).get("status") == "False" and c,
+        "c PlacementFeasible=False",
+    )
+    assert refused["reason"] == "InsufficientDomainCapacity", refused
+    assert "sp-0" in refused["message"], refused
+    assert plane.statefulsets("c") == {}
+    events = plane.json("events", "-n", NAMESPACE, "--field-selector",
+                        "involvedObject.name=c,reason=InsufficientDomainCapacity")  # fmt: skip
+    assert events["items"], "a Warning Event says why c waits"
+    # two nodes join, one per domain (sim-ascend-6 in sp-0): c comes up by itself
+    dev_cluster.up(plane.layout, NODES + 2, NPUS, _progress, domains=DOMAINS)
+    assert plane.domains()["sim-ascend-6"] == "sp-0"
+    wait_until(lambda: is_ready("c"), "c Ready once sp-0 has room", timeout=300)
+    assert st("c")["placement"]["domain"] == "sp-0"
+    assert plane.pod_domains("c") == {"decode-0": "sp-0", "prefill-0": "sp-0"}
+
+    # 4. a placement change on a running deployment changes no StatefulSet
+    before = {n: (s["metadata"]["generation"], s["spec"]["template"])
+              for n, s in plane.statefulsets("a").items()}  # fmt: skip
+    generation = plane.json("pdd", "a", "-n", NAMESPACE)["metadata"]["generation"]
+    plane.run(
+        "patch",
+        "pdd",
+        "a",
+        "-n",
+        NAMESPACE,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"placement": {"scope": "Instance", "domains": ["sp-1"]}}}),
+    )
+    wait_until(lambda: st("a").get("observedGeneration", 0) > generation and is_ready("a"),
+               "a's placement change observed")  # fmt: skip
+    after = {n: (s["metadata"]["generation"], s["spec"]["template"])
+             for n, s in plane.statefulsets("a").items()}  # fmt: skip
+    assert after == before
+    assert plane.pod_domains("a") == {"decode-0": "sp-0", "prefill-0": "sp-0"}
+
+    # 5. scope Instance: b and c go; free: sp-0 2 nodes (4, 6... whichever a left), sp-1 4
+    plane.run("delete", "pdd", "b", "c", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    wait_until(lambda: not plane.json("pods", "-n", NAMESPACE, "-l",
+                                      "ascendpd.io/deployment in (b,c)")["items"],
+               "b's and c's pods gone")  # fmt: skip
+    apply(k, [deployment("d", {"scope": "Instance"}, prefill=2, prefill_nodes=2)])
+    wait_until(lambda: is_ready("d"), "d Ready", timeout=300)
+    # by hand: prefill-0 (2 nodes) best fits sp-0 (2 free); prefill-1 then only fits sp-1
+    # (4 free), leaving it 2; decode-0 (1 node) best fits sp-1 (2 free; sp-0 has none)
+    assert plane.pod_domains("d") == {"decode-0": "sp-1", "prefill-0": "sp-0",
+                                      "prefill-1": "sp-1"}  # fmt: skip
