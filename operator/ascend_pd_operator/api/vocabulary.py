@@ -183,6 +183,8 @@ REASON_HEALTHY = "Healthy"
 REASON_RESTART_LOOP = "RestartLoop"
 #: The Event of each group restart.
 REASON_INSTANCE_RESTARTED = "InstanceRestarted"
+#: Event: kube-scheduler cannot place a pod of an instance (its words, the instance named)
+REASON_INSTANCE_UNSCHEDULABLE = "InstanceUnschedulable"
 #: Why group recovery restarted an instance: a pod's node is not Ready, or an admin took
 #: it out of service (``TAINT_OUT_OF_SERVICE``).
 REASON_NODE_NOT_READY = "NodeNotReady"

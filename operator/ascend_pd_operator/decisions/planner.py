@@ -60,6 +60,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_INSPECTING,
     REASON_INSTANCE_DRAINED,
     REASON_INSTANCE_RESTARTED,
+    REASON_INSTANCE_UNSCHEDULABLE,
     REASON_LAUNCH_REFUSED,
     REASON_NOT_READY,
     REASON_PLACED,
@@ -70,6 +71,7 @@ from ascend_pd_operator.api.vocabulary import (
     Owner,
     inspector_name,
     instance_name,
+    role_ready_condition,
     router_name,
     scaler_name,
 )
@@ -125,6 +127,7 @@ from ascend_pd_operator.decisions.status import (
     compute_status,
     merge_patch,
     status_changed,
+    unscheduled_waits,
     without_empty,
 )
 from ascend_pd_runtime.model_facts import ModelFacts
@@ -631,8 +634,23 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
     # the model's default where the spec was refused (the drain then ran under the last one)
     grace = (spec.scaling if spec is not None else Scaling.model_validate({})).drain_grace_seconds
     drained = tuple(drained_events(obs.previous, status, draft.now, grace))
-    return replace(draft, status=status,
-                   events=tuple(events(obs.previous, status)) + restarted + drained)  # fmt: skip
+    waiting = unscheduled_waits(findings, spec) if spec is not None else {}
+    unplaced = tuple(unscheduled_events(obs.previous, waiting))
+    return replace(draft, status=status, events=tuple(events(obs.previous, status))
+                   + restarted + drained + unplaced)  # fmt: skip
+
+
+def unscheduled_events(previous: Json, waiting: Mapping[str, list[str]]) -> Iterator[Event]:
+    """A Warning ``InstanceUnschedulable`` Event for each instance whose pod kube-scheduler
+    newly cannot place, naming the instance, the pod and the scheduler's words (``waiting``:
+    ``status.unscheduled_waits``), once: a wait the previous role condition already said is
+    not told again."""
+    said = {c["type"]: c.get("message", "") for c in previous.get("conditions") or []}
+    for role, waits in waiting.items():
+        before = said.get(role_ready_condition(role), "")
+        for wait in waits:
+            if wait not in before:
+                yield Event("Warning", REASON_INSTANCE_UNSCHEDULABLE, wait)
 
 
 def _placement_findings(draft: Plan, spec: Any) -> dict[str, Any]:

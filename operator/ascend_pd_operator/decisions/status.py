@@ -488,6 +488,19 @@ def role_waits(obs: Findings, spec: PDDeploymentSpec, role: str) -> list[str]:
     return out
 
 
+#: what ``pod_wait`` says of a pod the scheduler could not place (its condition follows)
+UNSCHEDULED = " not scheduled ("
+
+
+def unscheduled_waits(obs: Findings, spec: PDDeploymentSpec) -> dict[str, list[str]]:
+    """Per role, the waits its Ready condition lists that are the scheduler's: an instance
+    whose most telling cause is a pod kube-scheduler could not place, in its words."""
+    return {
+        role: [w for w in role_waits(obs, spec, role)[:LISTED_INSTANCES] if UNSCHEDULED in w]
+        for role in ROLES
+    }
+
+
 def waits_text(waits: list[str]) -> str:
     """The first ``LISTED_INSTANCES`` waits, the rest counted."""
     text = "; ".join(waits[:LISTED_INSTANCES])

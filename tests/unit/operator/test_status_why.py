@@ -163,6 +163,34 @@ def test_a_missing_pvc_is_named(dsv3: Json) -> None:
     assert f"not scheduled (Unschedulable): {why}" in message
 
 
+def test_an_unschedulable_instance_gets_one_event_naming_it_and_the_scheduler_s_words(
+    dsv3: Json,
+) -> None:
+    from ascend_pd_operator.api.models import PDDeploymentSpec
+    from ascend_pd_operator.decisions.planner import unscheduled_events
+    from ascend_pd_operator.decisions.status import unscheduled_waits
+
+    why = "0/6 nodes are available: 6 Insufficient huawei.com/Ascend910."
+    children, pods = prefill_0_not_ready(
+        unscheduled("dsv3-prefill-0-0", why), unscheduled("dsv3-prefill-0-1", why)
+    )
+    spec = PDDeploymentSpec.model_validate(dsv3["spec"])
+    findings = findings_for(OWNER, dsv3, children, None, pods, [], [])
+    waiting = unscheduled_waits(findings, spec)
+    first = list(unscheduled_events({}, waiting))
+    assert [(e.type, e.reason) for e in first] == [("Warning", "InstanceUnschedulable")]
+    assert first[0].message == (
+        f"dsv3-prefill-0 (0/2 pods ready): pod dsv3-prefill-0-0 not scheduled (Unschedulable): "
+        f"{why} (and 1 more pod not ready)"
+    )
+    # told once: the next reconcile's previous status says it already
+    previous = status_of(dsv3, children, pods)
+    assert list(unscheduled_events(previous, waiting)) == []
+    # every instance ready: nothing waits on the scheduler
+    assert unscheduled_waits(findings_for(OWNER, dsv3, ready_children(), None, [], [], []),
+                             spec) == {"prefill": [], "decode": []}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("waiting", "said"),
     [
