@@ -70,6 +70,15 @@ def test_a_missing_pvc_is_named_and_creating_it_makes_the_deployment_ready(
         "DecodeReady naming the claim for each instance",
     )
     assert decode["reason"] == "InstancesNotReady" and decode["status"] == "False"
+    # and an Event per instance, in the same words, once each
+    told = wait_until(
+        lambda: [e["message"] for e in json.loads(kubectl(
+            "get", "events", "-n", namespace, "--field-selector",
+            "reason=InstanceUnschedulable", "-o", "json").stdout)["items"]],
+        "InstanceUnschedulable Events",
+    )  # fmt: skip
+    assert f"{NAME}-decode-1 (0/1 pods ready): pod {NAME}-decode-1-0 {why}" in told, told
+    assert len(told) == len(set(told)), told
     apply(kubectl, example("models-pvc.yaml", namespace))
     wait_until(lambda: status(kubectl, namespace, NAME).get("phase") == "Ready", "Ready")
 
