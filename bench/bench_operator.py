@@ -55,7 +55,7 @@ from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.testtools.local_run import OperatorProcess, free_port, stop_child_group
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
-from ascend_pd_operator.kubeio.kube import Kube
+from ascend_pd_operator.kubeio.kube import Connection, Kube
 from ascend_pd_operator.wiring.render_cli import render
 from ascend_pd_operator.wiring.run_cli import DEFAULT_WORKERS
 from bench import bare_client
@@ -290,7 +290,7 @@ class Bench:
         self.sizes = sizes
         self.workdir = workdir
         self.api_client = config.new_client_from_config(config_file=str(layout.kubeconfig))  # type: ignore[no-untyped-call]
-        self.kube = Kube(self.api_client)
+        self.kube = Kube(Connection.from_kubeconfig(layout.kubeconfig))
         suffix = uuid.uuid4().hex[:5]
         self.ns_one = f"bench-one-{suffix}"
         self.ns_scale = {n: f"bench-scale-{n}-{suffix}" for n in sizes.scales}

@@ -39,7 +39,7 @@ from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.testtools.local_run import OperatorProcess
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.access import resource_for
-from ascend_pd_operator.kubeio.kube import Kube, KubeError, path
+from ascend_pd_operator.kubeio.kube import Connection, Kube, KubeError, path
 from bench.bench_operator import config_map, pddeployment
 from bench.rows import median_row, row, summary
 
@@ -149,13 +149,10 @@ class Churn:
 class Bench:
     def __init__(self, layout: dev_cluster.Layout, sizes: Sizes) -> None:
         self.sizes = sizes
-        from kubernetes import config
-
         self.layout = layout
         self.workdir = layout.root / "bench-run"
         self.workdir.mkdir(parents=True, exist_ok=True)
-        api_client = config.new_client_from_config(config_file=str(layout.kubeconfig))  # type: ignore[no-untyped-call]
-        self.kube = Kube(api_client)
+        self.kube = Kube(Connection.from_kubeconfig(layout.kubeconfig))
         suffix = uuid.uuid4().hex[:5]
         self.namespaces = [f"bench-unrelated-a-{suffix}", f"bench-unrelated-b-{suffix}"]
         self.targets: list[tuple[str, str, str]] = []

@@ -138,7 +138,7 @@ def run(env: Env, release: Release, namespace: str, kills: int = 4) -> ScenarioR
         if not ok:
             result.problems.append(f"decode never ran {HIGH} Ready instances")
             return result
-        with DrainSampler(env.kube.api, namespace) as sampler:
+        with DrainSampler(env.api_client, namespace) as sampler:
             # each kill at a seeded moment within a round's drains (or scale-up)
             for round_, converged, seconds in crash_rounds(
                 operator, rng, kills, (0.3, 3.0), change, settled, BOUND_SECONDS

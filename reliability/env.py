@@ -28,7 +28,7 @@ from ascend_pd_dev.testtools.helm import ensure_helm
 from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.testtools.local_run import LocalOperator
 from ascend_pd_dev.testtools.rbac import service_account_kubeconfig
-from ascend_pd_operator.kubeio.kube import Kube
+from ascend_pd_operator.kubeio.kube import Connection, Kube
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "ascend-pd-operator"
@@ -72,13 +72,16 @@ class Env:
     kubeconfig: Path
     workdir: Path
     kube: Kube = field(init=False)
+    #: The kubernetes client library's client, for the samplers' typed reads.
+    api_client: Any = field(init=False)
     server_version: tuple[int, int] = field(init=False)
 
     def __post_init__(self) -> None:
         from kubernetes import client, config
 
         api_client = config.new_client_from_config(config_file=str(self.kubeconfig))
-        self.kube = Kube(api_client)
+        self.api_client = api_client
+        self.kube = Kube(Connection.from_kubeconfig(self.kubeconfig))
         info = client.VersionApi(api_client).get_code()
         self.server_version = (int(info.major), int("".join(c for c in info.minor if c.isdigit())))
         self.workdir.mkdir(parents=True, exist_ok=True)

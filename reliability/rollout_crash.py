@@ -61,7 +61,7 @@ def run(env: Env, release: Release, namespace: str, kills: int = 3) -> ScenarioR
         operator.start()
         env.apply([doc])
         wait_for(complete, BOUND_SECONDS, 0.5)
-        with Sampler(env.kube.api, namespace, "rolling", {"prefill": 2, "decode": 1}) as s:
+        with Sampler(env.api_client, namespace, "rolling", {"prefill": 2, "decode": 1}) as s:
             # each kill at a seeded moment inside the rollout
             rounds = crash_rounds(operator, rng, kills, (0.5, 4.0), change, complete, BOUND_SECONDS)
             for round_, ok, seconds in rounds:

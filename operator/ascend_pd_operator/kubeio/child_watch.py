@@ -28,7 +28,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import (
@@ -42,7 +42,7 @@ from ascend_pd_operator.api.vocabulary import (
 from ascend_pd_operator.decisions.status import launch_refusal
 from ascend_pd_operator.kubeio.backoff import Streak
 from ascend_pd_operator.kubeio.errors import KubeError, wait_at_least
-from ascend_pd_operator.kubeio.kube import Listing
+from ascend_pd_operator.kubeio.kube import Connection, Listing
 from ascend_pd_operator.kubeio.ledger import EventLedger, Ledger, NodeLedger, Queue
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 
@@ -315,21 +315,21 @@ def child_watches(
 def start_child_watches(
     kinds: Iterable[str],
     namespaces: Iterable[str] | None,
-    api_client: Any,
+    connection: Connection,
     queue: Queue,
     cache: LiveCache | None,
 ) -> list[ChildWatch]:
     """Every child watch, on a connection pool of their own sized for them (each watch
     holds a connection; the reconciler's pool stays free). The caller runs each one as a
     supervised unit (``ChildWatch.supervised``)."""
-    from ascend_pd_operator.kubeio.kube import Kube, watch_client
+    from ascend_pd_operator.kubeio.kube import Kube
 
     kinds = list(kinds)
     namespaces = list(namespaces) if namespaces else None
     scopes: list[str | None] = list(namespaces) if namespaces else [None]
     # One connection per watch: the children's and the Events' per scope, and the nodes'.
     count = (len(kinds) + 1) * len(scopes)
-    transport = Kube(watch_client(api_client, count + 1))
+    transport = Kube(connection.with_pool(count + 1, "watches"))
     watches = child_watches(kinds, namespaces, transport, queue, cache)
     if cache is not None:
         watches.append(NodeWatch(transport, queue, cache))

@@ -55,12 +55,8 @@ def is_transient(exc: BaseException) -> bool:
 
     The work is retried later; it never becomes a condition on the PDDeployment.
     """
-    from kubernetes.client.exceptions import ApiException
-
     if isinstance(exc, Denied):
         return not exc.lasting
     if isinstance(exc, KubeError):
         return exc.status in TRANSIENT_STATUSES or exc.status >= 500 or exc.reason == "NotLeader"
-    if isinstance(exc, ApiException):  # the generated clients (leader election)
-        return exc.status in TRANSIENT_STATUSES or not exc.status or exc.status >= 500
     return isinstance(exc, OSError | urllib3.exceptions.HTTPError)

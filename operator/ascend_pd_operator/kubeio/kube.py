@@ -18,8 +18,6 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import quote
 
-from kubernetes import client
-
 from ascend_pd_operator.api.access import Resource, resource_for
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import FIELD_MANAGER
@@ -40,11 +38,12 @@ from ascend_pd_operator.kubeio.sender import (
     iter_lines,
     retry_after,
 )
-from ascend_pd_operator.kubeio.wire import Query, Wire, load_config, new_client, watch_client
+from ascend_pd_operator.kubeio.wire import Connection, Query, Wire
 
 __all__ = [
     "MAX_RETRY_AFTER_SECONDS",
     "THROTTLE_ATTEMPTS",
+    "Connection",
     "Denied",
     "Kube",
     "KubeError",
@@ -52,13 +51,10 @@ __all__ = [
     "NotFound",
     "is_transient",
     "iter_lines",
-    "load_config",
-    "new_client",
     "path",
     "retry_after",
     "server_minor",
     "wait_at_least",
-    "watch_client",
 ]
 
 
@@ -135,12 +131,12 @@ class Kube:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        connection: Connection,
         may_write: Callable[[], bool] | None = None,
         denials: Denials = DENIALS,
     ) -> None:
-        self.api = api_client
-        self.sender = Sender(Wire(api_client), may_write, denials)
+        self.connection = connection
+        self.sender = Sender(Wire(connection), may_write, denials)
         self.version = ServerVersion(lambda url: self.sender.request("GET", url))
         self.request = self.sender.request
 
@@ -274,6 +270,11 @@ class Kube:
         return self.request(
             "PATCH", url, body={"status": status}, content_type="application/merge-patch+json"
         )
+
+    def replace(self, kind: str, namespace: str, name: str, body: Json) -> Json:
+        """Replace ``name`` with ``body``; its ``metadata.resourceVersion`` makes it
+        conditional (409 when the object changed since)."""
+        return self.request("PUT", path(self.resource(kind), namespace, name), body=body)
 
     def create(self, kind: str, namespace: str, body: Json, dry_run: bool = False) -> Json:
         """Create ``body``; with ``dry_run`` the API server validates and admits it as it

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from ascend_pd_operator.decisions.lease import LeaseView, acting, decide, lease_body
+from ascend_pd_operator.kubeio.errors import KubeError
 
 if TYPE_CHECKING:
     from ascend_pd_operator.kubeio.supervisor import Unit
@@ -29,43 +30,38 @@ def _now() -> dt.datetime:
 
 
 class Leases:
-    """The Lease ``namespace``/``name`` through coordination/v1 (``api``): read it, write it."""
+    """The Lease ``namespace``/``name`` through ``kube`` (``get``, ``create``, ``replace``):
+    read it, write it. Its own ``Kube``, not the fenced one: a standby writes the Lease."""
 
-    def __init__(self, api: Any, namespace: str, name: str, default_seconds: int) -> None:
-        self.api = api
+    def __init__(self, kube: Any, namespace: str, name: str, default_seconds: int) -> None:
+        self.kube = kube
         self.namespace = namespace
         self.name = name
         #: The duration of a Lease that does not say.
         self.default_seconds = default_seconds
 
     def read(self) -> LeaseView | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        spec = lease.spec
+        lease = self.kube.get("Lease", self.namespace, self.name)
+        if lease is None:
+            return None
+        spec = lease.get("spec") or {}
+        renewed = spec.get("renewTime")
         return LeaseView(
-            holder=spec.holder_identity or "",
-            renew_time=spec.renew_time,
-            duration_seconds=spec.lease_duration_seconds or self.default_seconds,
-            resource_version=lease.metadata.resource_version,
-            transitions=spec.lease_transitions or 0,
+            holder=spec.get("holderIdentity") or "",
+            renew_time=dt.datetime.fromisoformat(renewed) if renewed else None,
+            duration_seconds=spec.get("leaseDurationSeconds") or self.default_seconds,
+            resource_version=str(lease["metadata"].get("resourceVersion", "")),
+            transitions=spec.get("leaseTransitions") or 0,
         )
 
     def write(self, create: bool, body: dict[str, Any]) -> bool:
         """Create or replace the Lease; False when another replica wrote first."""
-        from kubernetes.client.exceptions import ApiException
-
         try:
             if create:
-                self.api.create_namespaced_lease(self.namespace, body)
+                self.kube.create("Lease", self.namespace, body)
             else:
-                self.api.replace_namespaced_lease(self.name, self.namespace, body)
-        except ApiException as exc:
+                self.kube.replace("Lease", self.namespace, self.name, body)
+        except KubeError as exc:
             if exc.status in (409, 422):  # another replica wrote first: re-read next round
                 return False
             raise
@@ -86,7 +82,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        coordination_api: Any,
+        kube: Any,
         namespace: str,
         name: str,
         identity: str,
@@ -98,7 +94,7 @@ class LeaderElector:
                 f"renew interval {renew_seconds}s must be at most half the lease "
                 f"duration {lease_seconds}s, or a healthy leader could lose its lease"
             )
-        self.leases = Leases(coordination_api, namespace, name, lease_seconds)
+        self.leases = Leases(kube, namespace, name, lease_seconds)
         self.identity = identity
         self.lease_seconds = lease_seconds
         self.renew_seconds = renew_seconds

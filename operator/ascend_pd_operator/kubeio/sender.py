@@ -94,30 +94,32 @@ class Sender:
             raise KubeError(0, "NotLeader", "this replica does not hold the leader lease")
         for attempt in range(1, THROTTLE_ATTEMPTS + 1):
             response = self.wire.send(method, url, query, body, content_type)
-            response.read()  # type: ignore[no-untyped-call]
-            wait = retry_after(response.status, response.getheader("Retry-After"))  # type: ignore[no-untyped-call]
+            try:
+                data = response.data
+            finally:
+                response.release_conn()
+            wait = retry_after(response.status, response.headers.get("Retry-After"))
             if wait is None or attempt == THROTTLE_ATTEMPTS:
                 break
             # The API server asked us to come back later: do so, not sooner (client-go too).
             log.debug("%s %s: %d, retrying after %.0fs", method, url, response.status, wait)
             time.sleep(wait)
         # Still throttled after the last attempt: whoever retries the work waits ``wait``.
-        self._judge(method, url, query, response.status, response.data or b"")
-        return decoded(response.status, response.data, wait)
+        self._judge(method, url, query, response.status, data or b"")
+        return decoded(response.status, data, wait)
 
     def stream(self, url: str, query: Query, timeout: tuple[float, float]) -> Iterator[Json]:
         """The events of the watch GET ``url`` ``query``, as the server sends them, until it
         ends the watch; a watch refused raises as ``request`` would (once: no retry)."""
-        response = self.wire.send("GET", url, query, timeout=timeout)
-        raw = response.response  # the urllib3 response, not read yet
+        raw = self.wire.send("GET", url, query, timeout=timeout)  # not read yet
         finished = False
         try:
-            if response.status >= 400:  # raises KubeError naming the status
-                wait = retry_after(response.status, response.getheader("Retry-After"))  # type: ignore[no-untyped-call]
+            if raw.status >= 400:  # raises KubeError naming the status
+                wait = retry_after(raw.status, raw.headers.get("Retry-After"))
                 data = raw.data
-                self._judge("GET", url, query, response.status, data)
-                decoded(response.status, data, wait)
-            self._judge("GET", url, query, response.status, b"")
+                self._judge("GET", url, query, raw.status, data)
+                decoded(raw.status, data, wait)
+            self._judge("GET", url, query, raw.status, b"")
             for line in iter_lines(raw.stream(amt=None, decode_content=True)):
                 event: Json = json.loads(line)
                 yield event

@@ -30,7 +30,7 @@ from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.backoff import Backoff, Streak
 from ascend_pd_operator.kubeio.child_watch import WATCH_SILENCE_SECONDS, start_child_watches
 from ascend_pd_operator.kubeio.denials import Denials, access_of
-from ascend_pd_operator.kubeio.kube import Kube, KubeError, is_transient, wait_at_least
+from ascend_pd_operator.kubeio.kube import Connection, Kube, KubeError, is_transient, wait_at_least
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 from ascend_pd_operator.kubeio.memory import release_free_memory
 from ascend_pd_operator.kubeio.pd_planner import PDPlanner
@@ -137,6 +137,25 @@ class KopfDenials(logging.Handler):
             self.denials.denied(access, status, found["message"])
 
 
+def login_info(connection: Connection) -> kopf.ConnectionInfo:
+    """kopf's connection settings: ``connection``'s server, trust and credentials."""
+    creds, bearer = connection.credentials, connection.bearer
+    bearer.refresh()
+    token = bearer.token() if bearer.refreshes else creds.token
+    cert = (creds.cert_pem, creds.key_pem) if creds.cert_pem else bearer.exec_cert
+    return kopf.ConnectionInfo(
+        server=creds.server,
+        ca_data=creds.ca_pem,
+        insecure=creds.insecure or None,
+        username=creds.username,
+        password=creds.password,
+        token=token,
+        certificate_data=cert[0] if cert else None,
+        private_key_data=cert[1] if cert else None,
+        default_namespace=creds.namespace,
+    )
+
+
 def build_registry(
     queue: WorkQueue,
     kube: Kube,
@@ -149,11 +168,11 @@ def build_registry(
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
-    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        # A private registry has none of kopf's default login handlers: use the same
-        # in-cluster service account or $KUBECONFIG as the reconciler's client.
-        info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
-        return info
+    def _login(**_: Any) -> kopf.ConnectionInfo:
+        # A private registry has none of kopf's default login handlers: kopf talks to the
+        # server the reconciler does, as the same user. kopf calls this again after a 401:
+        # the token is read again then.
+        return login_info(kube.connection)
 
     stop = supervisor.stop
     watches = WatchCheck()
@@ -170,7 +189,8 @@ def build_registry(
         )
         supervisor.start("watch", lambda unit: watches.run(unit, stop), period=WATCH_CHECK_SECONDS)
         # Children: our own watches, filtered by the API server (child_watch.py).
-        for watch in start_child_watches(WATCHED_CHILDREN, namespaces, kube.api, queue, cache):
+        children = start_child_watches(WATCHED_CHILDREN, namespaces, kube.connection, queue, cache)
+        for watch in children:
             supervisor.start(watch.name, watch.supervised(stop), period=WATCH_SILENCE_SECONDS)
 
     @kopf.on.event(models.GROUP, models.VERSION, models.PLURAL, registry=registry)

@@ -29,6 +29,7 @@ from ascend_pd_operator.kubeio.supervisor import DEFAULT_GRACE_SECONDS
 
 if TYPE_CHECKING:
     from ascend_pd_operator.kubeio.leader import LeaderElector
+    from ascend_pd_operator.kubeio.wire import Connection
 
 #: Reconcile threads. Applying 100 new deployments' children one deployment at a time
 #: left the API server idle between requests (bench/operator.md); 4 keep it busy.
@@ -116,12 +117,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ascend_pd_operator.decisions.recovery import RecoveryPolicy
     from ascend_pd_operator.kubeio import health, metrics
+    from ascend_pd_operator.kubeio.credentials import ConfigError
     from ascend_pd_operator.kubeio.denials import DENIALS
     from ascend_pd_operator.kubeio.kube import (
+        Connection,
         Denied,
         Kube,
         is_transient,
-        load_config,
         wait_at_least,
     )
     from ascend_pd_operator.kubeio.leader_metrics import LeaderMetrics
@@ -153,7 +155,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
     # kopf's requests are seen only in its log: a 401/403 there is judged like ours
     logging.getLogger("kopf").addHandler(KopfDenials(DENIALS))
-    kube = Kube(load_config(), denials=DENIALS)
+    try:
+        connection = Connection.from_environment()
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    kube = Kube(connection, denials=DENIALS)
     stop = threading.Event()
     supervisor = Supervisor(
         stop,
@@ -180,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     leading = None
     if args.leader_elect:
         # A standby watches (and answers its liveness probe) but never writes.
-        elector = _elector()
+        elector = _elector(connection)
         kube.may_write = elector.holds
         leading = elector.is_leader.is_set
         supervisor.start("leader-election", lambda unit: elector.run(unit, stop),
@@ -216,9 +223,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _elector() -> LeaderElector:
-    from kubernetes import client
-
+def _elector(connection: Connection) -> LeaderElector:
+    from ascend_pd_operator.kubeio.kube import Kube
     from ascend_pd_operator.kubeio.leader import LeaderElector
 
     namespace = os.environ.get("POD_NAMESPACE", "default")
@@ -227,7 +233,8 @@ def _elector() -> LeaderElector:
         "leader election: waiting for lease %s/ascend-pd-operator", namespace
     )
     return LeaderElector(
-        client.CoordinationV1Api(),
+        # not the fenced client: a standby must write the Lease to take it over
+        Kube(connection.with_pool(1, "leader-election")),
         namespace=namespace,
         name="ascend-pd-operator",
         identity=os.environ.get("POD_NAME", socket.gethostname()),

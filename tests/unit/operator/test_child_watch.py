@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
@@ -29,7 +28,7 @@ from ascend_pd_operator.kubeio.child_watch import (
     selector_for,
 )
 from ascend_pd_operator.kubeio.kept import slim_pod
-from ascend_pd_operator.kubeio.kube import Kube, KubeError, Listing, iter_lines
+from ascend_pd_operator.kubeio.kube import Connection, Kube, KubeError, Listing, iter_lines
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 from tests.json_server import Chunked, serving
 
@@ -373,9 +372,7 @@ def watch_server() -> Iterator[tuple[str, list[dict[str, list[str]]], list[int]]
 
 
 def _kube(url: str) -> Kube:
-    config = client.Configuration()
-    config.host = url
-    return Kube(client.ApiClient(config))
+    return Kube(Connection.for_url(url))
 
 
 def test_kube_watch_sends_selector_version_and_bookmarks_and_parses_chunks(
@@ -562,7 +559,7 @@ def test_kube_list_and_watch_send_a_field_selector(
 def test_the_operator_watches_failed_creates_once_per_scope_beside_its_children() -> None:
     from ascend_pd_operator.kubeio.child_watch import start_child_watches
 
-    api = client.ApiClient(client.Configuration())
+    api = Connection.for_url("http://127.0.0.1:9")
     scoped = start_child_watches(["Pod", "Job"], ["a", "b"], api, Queue(), LiveCache())
     assert sorted((w.kind, w.namespace) for w in scoped if isinstance(w, EventWatch)) == [
         ("Event", "a"), ("Event", "b")]  # fmt: skip

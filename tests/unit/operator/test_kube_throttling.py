@@ -88,14 +88,14 @@ def test_a_get_still_throttled_hands_retry_after_to_whoever_retries(
     assert slept == [1.0] * (sender.THROTTLE_ATTEMPTS - 1)
 
 
-def test_load_config_clients_leave_throttling_to_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire.config, "load_incluster_config", lambda: None)
-    api_client = wire.load_config()
-    watches = wire.watch_client(api_client, 3)
-    for each in (api_client, watches):
-        assert each.configuration.retries.respect_retry_after_header is False
+def test_the_operator_connections_leave_throttling_to_request() -> None:
+    reconciler = wire.Connection.for_url("http://127.0.0.1:9")
+    watches = reconciler.with_pool(3, "watches")
+    for each in (reconciler, watches):
+        assert each.http.connection_pool_kw["retries"].respect_retry_after_header is False
+    assert watches.http.connection_pool_kw["maxsize"] == 5  # one per watch, and room
     # two parts of the operator that may send the same request say who they are
-    assert api_client.user_agent == "ascend-pd-operator (reconciler)"
+    assert reconciler.user_agent == "ascend-pd-operator (reconciler)"
     assert watches.user_agent == "ascend-pd-operator (watches)"
 
 

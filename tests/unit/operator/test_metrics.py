@@ -13,12 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.kubeio import metrics
-from ascend_pd_operator.kubeio.kube import Kube, KubeError
+from ascend_pd_operator.kubeio.kube import Connection, Kube, KubeError
 from ascend_pd_operator.kubeio.metrics import REGISTRY, DeploymentCollector
 from ascend_pd_operator.kubeio.workqueue import RateLimitedQueue
 from ascend_pd_operator.wiring.handlers import worker
@@ -76,9 +75,7 @@ def throttling_server() -> Iterator[str]:
 
 
 def _kube(url: str) -> Kube:
-    config = client.Configuration()
-    config.host = url
-    return Kube(client.ApiClient(config))
+    return Kube(Connection.for_url(url))
 
 
 def test_kube_requests_counted_by_verb_kind_and_code(

@@ -11,7 +11,6 @@ import copy
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
 
 from ascend_pd_operator.api.access import resource_for, served_api_version
 from ascend_pd_operator.api.json_object import Json
@@ -20,7 +19,7 @@ from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.desired import desired_state
 from ascend_pd_operator.builders.disruption import pdb_api_version, pod_disruption_budget
 from ascend_pd_operator.builders.model_source import resolve_facts
-from ascend_pd_operator.kubeio.kube import Kube, new_client, path, server_minor
+from ascend_pd_operator.kubeio.kube import Connection, Kube, path, server_minor
 from tests.json_server import serving
 
 OWNER = Owner("dsv3", "llm", uid="0b6f8d4e-0000-4000-8000-000000000001", generation=3)
@@ -199,9 +198,7 @@ def test_the_client_asks_the_server_its_version_once_and_uses_its_budget_version
     server_1_20: tuple[str, list[str]],
 ) -> None:
     url, paths = server_1_20
-    config = client.Configuration()
-    config.host = url
-    kube = Kube(new_client(config))
+    kube = Kube(Connection.for_url(url))
     [*kube.list("Deployment", "llm")]  # no server-dependent kind: no /version
     assert paths == ["/apis/apps/v1/namespaces/llm/deployments"]
     [*kube.list("PodDisruptionBudget", "llm")]

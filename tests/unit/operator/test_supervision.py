@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from ascend_pd_operator.api import models
 from ascend_pd_operator.kubeio import health
 from ascend_pd_operator.kubeio import supervisor as supervisor_module
 from ascend_pd_operator.kubeio.backoff import Backoff
+from ascend_pd_operator.kubeio.errors import KubeError
 from ascend_pd_operator.kubeio.leader import LeaderElector
 from ascend_pd_operator.kubeio.live_cache import LiveCache
 from ascend_pd_operator.kubeio.supervisor import Supervisor, Unit
@@ -122,39 +122,26 @@ def test_a_body_that_returns_is_restarted_too(stop: threading.Event) -> None:
 
 
 class FlakyLeases:
-    """A CoordinationV1Api whose reads fail with the given exceptions first."""
+    """The Lease verbs of ``Kube``, whose reads fail with the given exceptions first."""
 
     def __init__(self, failures: list[BaseException]) -> None:
         self.failures = failures
         self.lease: Any = None
 
-    def read_namespaced_lease(self, name: str, namespace: str) -> Any:
+    def get(self, kind: str, namespace: str, name: str) -> Any:
         if self.failures:
             raise self.failures.pop(0)
-        if self.lease is None:
-            raise ApiException(status=404)
         return self.lease
 
-    def create_namespaced_lease(self, namespace: str, body: dict[str, Any]) -> None:
-        from types import SimpleNamespace
+    def create(self, kind: str, namespace: str, body: dict[str, Any]) -> None:
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
 
-        spec = body["spec"]
-        self.lease = SimpleNamespace(
-            spec=SimpleNamespace(
-                holder_identity=spec["holderIdentity"],
-                renew_time=None,
-                lease_duration_seconds=spec["leaseDurationSeconds"],
-                lease_transitions=0,
-            ),
-            metadata=SimpleNamespace(resource_version="1"),
-        )
-
-    replace_namespaced_lease = None  # a renewal is not part of this test
+    replace = None  # a renewal is not part of this test
 
 
 @pytest.mark.parametrize(
     "error",
-    [refused(), ApiException(status=500), RuntimeError("bug")],
+    [refused(), KubeError(500, "InternalError", "etcd"), RuntimeError("bug")],
     ids=["MaxRetryError", "500", "RuntimeError"],
 )
 def test_leader_election_that_raises_is_restarted(

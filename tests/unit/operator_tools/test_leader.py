@@ -50,7 +50,7 @@ def test_a_leader_may_write_only_while_its_renewal_is_fresh():
 
 
 class FakeLeases:
-    """The three calls the elector makes on coordination/v1, over one Lease in memory."""
+    """The three Lease verbs the elector uses on ``Kube``, over one Lease in memory."""
 
     def __init__(self) -> None:
         self.body: dict | None = None
@@ -61,34 +61,23 @@ class FakeLeases:
         if not self.reachable:
             raise ConnectionRefusedError("the API server is down")
 
-    def read_namespaced_lease(self, name, namespace):
-        from types import SimpleNamespace as NS
-
-        from kubernetes.client.exceptions import ApiException
-
+    def get(self, kind, namespace, name):
         self._check()
         if self.body is None:
-            raise ApiException(status=404)
-        spec = self.body["spec"]
-        renew = spec["renewTime"]
-        return NS(
-            spec=NS(holder_identity=spec["holderIdentity"],
-                    renew_time=dt.datetime.fromisoformat(renew.replace("Z", "+00:00")),
-                    lease_duration_seconds=spec["leaseDurationSeconds"],
-                    lease_transitions=spec.get("leaseTransitions", 0)),
-            metadata=NS(resource_version=str(self.version)),
-        )  # fmt: skip
+            return None
+        return {**self.body, "metadata": {**self.body["metadata"],
+                                          "resourceVersion": str(self.version)}}  # fmt: skip
 
-    def create_namespaced_lease(self, namespace, body):
+    def create(self, kind, namespace, body):
         self._check()
         self.body, self.version = body, self.version + 1
 
-    def replace_namespaced_lease(self, name, namespace, body):
-        from kubernetes.client.exceptions import ApiException
+    def replace(self, kind, namespace, name, body):
+        from ascend_pd_operator.kubeio.errors import KubeError
 
         self._check()
         if body["metadata"].get("resourceVersion") != str(self.version):
-            raise ApiException(status=409)
+            raise KubeError(409, "Conflict", "the object has been modified")
         self.body, self.version = body, self.version + 1
 
     def take(self, holder: str) -> None:
