@@ -115,7 +115,7 @@ def test_script_reads_validated_of_the_current_generation() -> None:
 
 
 def test_script_waits_out_rbac_propagation_but_not_a_real_denial() -> None:
-    from kubernetes.client.exceptions import ApiException
+    from ascend_pd_operator.kubeio.kube import KubeError
 
     script = load_script()
     calls: list[int] = []
@@ -123,20 +123,20 @@ def test_script_waits_out_rbac_propagation_but_not_a_real_denial() -> None:
     def refused_twice() -> str:
         calls.append(1)
         if len(calls) <= 2:
-            raise ApiException(status=403)
+            raise KubeError(403, "Forbidden", "no")
         return "ok"
 
     assert script.retry_forbidden(refused_twice, seconds=30, pause=0) == "ok"
     assert len(calls) == 3
 
     def always_refused() -> None:
-        raise ApiException(status=403)
+        raise KubeError(403, "Forbidden", "no")
 
-    with pytest.raises(ApiException):
+    with pytest.raises(KubeError):
         script.retry_forbidden(always_refused, seconds=0, pause=0)
 
     def not_found() -> None:
-        raise ApiException(status=404)
+        raise KubeError(404, "NotFound", "no")
 
-    with pytest.raises(ApiException):  # only 403 is waited out
+    with pytest.raises(KubeError):  # only 403 is waited out
         script.retry_forbidden(not_found, seconds=30, pause=0)

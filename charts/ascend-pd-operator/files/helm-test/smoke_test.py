@@ -1,6 +1,6 @@
 """`helm test` for the ascend-pd operator: apply a tiny PDDeployment, wait for Validated=True.
 
-Runs in the operator image (which has the kubernetes client) as the chart's test Job,
+Runs in the operator image as the chart's test Job, with the operator's own API client,
 or as a local process with KUBECONFIG set (the project's e2e tests do that on a control
 plane whose kubelet runs no containers). The resource has an inline model config and zero
 replicas, so a passing test proves the CRD, the operator's watch, its RBAC and its
@@ -17,10 +17,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import yaml
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
+from ascend_pd_operator.kubeio.denials import Denials
+from ascend_pd_operator.kubeio.kube import Connection, Kube, KubeError
+
+KIND = "PDDeployment"
 PLURAL = "pddeployments"
 #: how long a 403 may be the authorizer's cache catching up with the hook's RoleBinding
 RBAC_SETTLE_SECONDS = 30.0
@@ -29,13 +30,6 @@ T = TypeVar("T")
 
 def log(message: str) -> None:
     print(f"helm-test: {message}", flush=True)
-
-
-def load_config() -> None:
-    try:
-        config.load_incluster_config()
-    except ConfigException:
-        config.load_kube_config()
 
 
 def validated(resource: dict[str, Any]) -> dict[str, Any] | None:
@@ -62,7 +56,7 @@ def retry_forbidden(call: Callable[[], T], seconds: float, pause: float = 1.0) -
     while True:
         try:
             return call()
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status != 403 or time.monotonic() > deadline:
                 raise
             log("refused (403); waiting for the hook's RoleBinding to take effect")
@@ -76,25 +70,19 @@ def main() -> int:
     with open(os.environ["TEST_RESOURCE_FILE"], encoding="utf-8") as handle:
         body = yaml.safe_load(handle)
     body["metadata"] = {**body.get("metadata", {}), "name": name, "namespace": namespace}
-    group, version = body["apiVersion"].split("/")
-
-    load_config()
-    api = client.CustomObjectsApi()
+    # the pod's service account, else $KUBECONFIG; 403s are ours to judge (retry_forbidden)
+    kube = Kube(Connection.from_environment(), denials=Denials())
 
     def delete() -> None:
-        try:
-            api.delete_namespaced_custom_object(group, version, namespace, PLURAL, name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        kube.delete(KIND, namespace, name)  # a 404 is no error
 
     retry_forbidden(delete, RBAC_SETTLE_SECONDS)  # also removes a leftover of an earlier run
     deadline = time.monotonic() + timeout
     while True:
         try:
-            api.create_namespaced_custom_object(group, version, namespace, PLURAL, body)
+            kube.create(KIND, namespace, body)
             break
-        except ApiException as exc:
+        except KubeError as exc:
             # 409: the earlier copy is still being deleted
             if exc.status != 409 or time.monotonic() > deadline:
                 raise
@@ -102,8 +90,8 @@ def main() -> int:
     log(f"created {PLURAL}/{name} in {namespace}; waiting for Validated=True")
     try:
         while time.monotonic() < deadline:
-            resource = api.get_namespaced_custom_object(group, version, namespace, PLURAL, name)
-            condition = validated(resource)
+            resource = kube.get(KIND, namespace, name)
+            condition = validated(resource) if resource else None
             if condition is not None:
                 state = f"Validated={condition.get('status')} ({condition.get('reason')})"
                 if condition.get("status") == "True":
