@@ -53,6 +53,7 @@ from ascend_pd_dev.controlplane.certs import Pki
 from ascend_pd_dev.testtools.faultproxy import STATS_PATH
 from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.testtools.local_run import OperatorProcess, free_port, stop_child_group
+from ascend_pd_dev.testtools.operator_venv import operator_python
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 from ascend_pd_operator.kubeio.kube import Connection, Kube
@@ -344,7 +345,10 @@ class Bench:
         args = ["--namespace", self.ns_one, "--resync-seconds", str(self.sizes.resync_seconds)]
         for ns in self.ns_scale.values():
             args += ["--namespace", ns]
-        self.operator = OperatorProcess(args, kubeconfig, self.workdir / "operator.log")
+        # the image's packages, not the dev venv's (kopf would import the kubernetes library)
+        python = operator_python()
+        self.operator = OperatorProcess(args, kubeconfig, self.workdir / "operator.log",
+                                        python=python)  # fmt: skip
         _until(self.operator.healthy, "the operator's liveness endpoint", 120)
 
     @staticmethod

@@ -23,6 +23,8 @@ from typing import Any
 from ascend_pd_dev.testtools.rbac import local_operator_command
 from ascend_pd_operator.api.access import HEALTH_PATH, METRICS_PATH
 
+CLI = "ascend_pd_operator.wiring.cli"
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -36,6 +38,7 @@ class OperatorProcess:
     It gets a free health port and a free metrics port of its own (any ``--health-port`` or
     ``--metrics-port`` in ``args`` is replaced: operators run side by side here),
     its output goes to ``log``, and ``env`` is added to this process's environment.
+    ``python``: the interpreter (default: this one; ``operator_venv`` has the image's).
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class OperatorProcess:
         kubeconfig: Path,
         log: Path,
         env: Mapping[str, str] | None = None,
+        python: Path | None = None,
     ) -> None:
         self.health_port = free_port()
         self.metrics_port = free_port()
@@ -57,7 +61,7 @@ class OperatorProcess:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "ascend_pd_operator.wiring.cli", "run", *self.args],
+                [str(python or sys.executable), "-m", CLI, "run", *self.args],
                 env={**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
