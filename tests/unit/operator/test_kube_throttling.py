@@ -145,3 +145,40 @@ def test_two_callers_of_a_throttled_version_ask_once_within_retry_after(
             caller.join(10)
     assert asked == ["/version"]
     assert len(failures) == 2 and all((f.retry_after or 0) > 25 for f in failures)
+
+
+def test_a_kind_whose_api_is_not_served_is_not_listed_again_every_reconcile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every reconcile lists the PodGroups it may prune; without Volcano each LIST was a 404
+    round trip (one request in ~18 per deployment). Now one 404 stands for a while, an
+    apply of the kind (Volcano installed meanwhile) asks again at once, and so does the
+    passing of ``ABSENT_RECHECK_SECONDS``."""
+    from ascend_pd_operator.kubeio import kube as kube_module
+
+    seen: list[dict[str, Any]] = []
+    served = [False]
+
+    def answer(method: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        if "podgroups" in path and not served[0]:
+            return 404, {}, b"404 page not found"
+        if method == "PATCH":
+            return 200, {}, {"kind": "PodGroup", "metadata": {"name": "x"}}
+        return 200, {}, {"kind": "List", "items": [{"metadata": {"name": path}}],
+                         "metadata": {"resourceVersion": "7"}}  # fmt: skip
+
+    now = [1000.0]
+    monkeypatch.setattr(kube_module.time, "monotonic", lambda: now[0])
+    with serving(answer, seen=seen) as url:
+        kube = _kube(url)
+        gets = lambda: sum(1 for s in seen if s["method"] == "GET")  # noqa: E731
+        assert [*kube.list("PodGroup", "llm")] == [] and gets() == 1
+        assert [*kube.list("PodGroup", "llm")] == [] and gets() == 1  # not asked again
+        assert len([*kube.list("StatefulSet", "llm")]) == 1 and gets() == 2  # others are
+        now[0] += kube_module.ABSENT_RECHECK_SECONDS
+        assert [*kube.list("PodGroup", "llm")] == [] and gets() == 3  # asked again
+        served[0] = True
+        pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+              "metadata": {"name": "x", "namespace": "llm"}}  # fmt: skip
+        kube.apply(pg)  # Volcano is there now
+        assert len([*kube.list("PodGroup", "llm")]) == 1 and gets() == 4
