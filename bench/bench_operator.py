@@ -50,10 +50,10 @@ import yaml
 from ascend_pd_dev.controlplane import cluster as dev_cluster
 from ascend_pd_dev.controlplane import paths
 from ascend_pd_dev.controlplane.certs import Pki
+from ascend_pd_dev.controlplane.operator_venv import operator_python
 from ascend_pd_dev.testtools.faultproxy import STATS_PATH
 from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.testtools.local_run import OperatorProcess, free_port, stop_child_group
-from ascend_pd_dev.testtools.operator_venv import operator_python
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
 from ascend_pd_operator.kubeio.kube import Connection, Kube

@@ -171,29 +171,21 @@ class Wire:
         verb = metrics.request_verb(method, url, query, content_type)
         kind = metrics.request_kind(url)
         timeout = timeout or REQUEST_TIMEOUT
-        response = self._send(verb, kind, method, target, body, headers, timeout)
+
+        def once() -> Response:
+            try:
+                answer = self.connection.request(method, target, body, headers, timeout)
+            except Exception:
+                metrics.observe_request(verb, kind, "error")
+                raise
+            metrics.observe_request(verb, kind, answer.status)
+            return answer
+
+        response = once()
         if response.status == 401 and self.connection.bearer.refreshes:
             # The kubelet rotated our token (or a plugin's expired early): read it again.
             response.drain_conn()
             response.release_conn()
             self.connection.bearer.refresh()
-            response = self._send(verb, kind, method, target, body, headers, timeout)
-        return response
-
-    def _send(
-        self,
-        verb: str,
-        kind: str,
-        method: str,
-        target: str,
-        body: bytes | None,
-        headers: dict[str, str],
-        timeout: tuple[float, float],
-    ) -> Response:
-        try:
-            response = self.connection.request(method, target, body, headers, timeout)
-        except Exception:
-            metrics.observe_request(verb, kind, "error")
-            raise
-        metrics.observe_request(verb, kind, response.status)
+            response = once()
         return response

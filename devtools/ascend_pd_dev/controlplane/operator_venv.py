@@ -10,31 +10,18 @@ changes; concurrent callers wait on a file lock.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import ascend_pd_operator
+from ascend_pd_dev.controlplane.build import file_lock
 
 
 def checkout() -> Path:
     """The checkout the operator package is installed from (editable: its ``operator/``)."""
     return Path(ascend_pd_operator.__file__).resolve().parents[2]
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def operator_python(root: Path | None = None) -> Path:
@@ -44,7 +31,7 @@ def operator_python(root: Path | None = None) -> Path:
     digest = hashlib.sha256((root / "pyproject.toml").read_bytes()).hexdigest()[:12]
     stamp = venv / f".installed-{digest}"
     python = venv / "bin" / "python"
-    with _locked(root / ".dev" / "operator-venv.lock"):
+    with file_lock(root / ".dev" / "operator-venv.lock"):
         if stamp.is_file() and python.is_file():
             return python
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
