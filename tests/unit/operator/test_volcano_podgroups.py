@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
-import yaml
 
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import (
@@ -37,48 +34,10 @@ from ascend_pd_operator.wiring.reconciler import observe_podgroup_subgroups
 from .test_placement import KEY
 from .test_placement_plan import observe, running, statefulsets, topology
 from .test_planner import NOW, resource
+from .volcano_schema import CURRENT, WITHOUT_SUBGROUPS, crd, errors
 
 Json = dict[str, Any]
-FIXTURES = Path(__file__).parent / "fixtures" / "volcano"
-CURRENT = "podgroups-v1.15.1.yaml"
-WITHOUT_SUBGROUPS = "podgroups-v1.13.3.yaml"
 OWNER = Owner("dsv3", "llm", uid="0b6f8d4e-0000-4000-8000-000000000001", generation=1)
-
-
-def crd(name: str) -> Json:
-    doc = yaml.safe_load((FIXTURES / name).read_text())
-    assert isinstance(doc, dict)
-    return doc
-
-
-def _strict(node: Any) -> Any:
-    """The schema with every object that lists its properties closed to others: what
-    ``kubectl apply --validate=strict`` (fieldValidation=Strict) makes of a structural
-    schema, which otherwise prunes an unknown field silently."""
-    if isinstance(node, list):
-        return [_strict(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _strict(v) for k, v in node.items()}
-    if (
-        "properties" in out
-        and "additionalProperties" not in out
-        and not out.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        out["additionalProperties"] = False
-    return out
-
-
-def validator(name: str) -> jsonschema.Draft4Validator:
-    """A validator of ``name``'s served v1beta1 schema (OpenAPI v3's schema object is JSON
-    Schema draft 4's, with nullable and the x-kubernetes extensions, which it ignores)."""
-    (version,) = [v for v in crd(name)["spec"]["versions"] if v["name"] == "v1beta1"]
-    return jsonschema.Draft4Validator(_strict(version["schema"]["openAPIV3Schema"]))
-
-
-def errors(name: str, manifest: Json) -> list[str]:
-    found = validator(name).iter_errors(manifest)
-    return sorted(f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in found)
 
 
 # --- what Volcano's CRD says -------------------------------------------------------------
