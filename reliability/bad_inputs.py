@@ -34,7 +34,7 @@ CONFIGMAP = "bad-model-config"
 #: A message names the field it is about.
 #: (The layout core speaks of the layer partition, the pipeline size, the transfer backend.)
 FIELD = re.compile(
-    r"(spec|metadata)\.[a-zA-Z]|(prefill|decode|model|runtime|speculative)\.[a-z]|"
+    r"(spec|metadata)\.[a-zA-Z]|(prefill|decode|model|runtime|speculative|placement)\.[a-z]|"
     r"key '[a-z_]+'|config\.json|layer partition|pipeline size|transfer ?[bB]ackend"
 )
 

@@ -80,7 +80,8 @@ RESOURCES: tuple[Resource, ...] = (
     # Group recovery restarts an instance whose pod's node is NotReady or out of service
     # (its taint), and times a node's loss by its Ready condition: read-only.
     Resource("Node", "", "v1", "nodes", ("get", "list", "watch"), namespaced=False),
-    # kopf checks the CRD exists and lists namespaces with --all-namespaces.
+    # kopf checks the CRD exists and lists namespaces with --all-namespaces; the reconciler
+    # reads Volcano's PodGroup CRD for subGroupPolicy (placement scope Deployment).
     Resource(
         "CustomResourceDefinition",
         "apiextensions.k8s.io",

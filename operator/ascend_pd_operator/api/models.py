@@ -53,6 +53,7 @@ from ascend_pd_operator.api.rules import (
     MAX_REPLICAS,
     MAX_SHARE_LENGTH,
     MIN_HCCL_CONNECT_TIMEOUT_SECONDS,
+    MIN_VOLCANO_TIER,
     MOUNT_PATH_PATTERN,
     OPTIONAL_DNS_SUBDOMAIN_PATTERN,
     OWNED_ANNOTATIONS,
@@ -951,6 +952,19 @@ class Placement(_Model):
         "PDDeployment's pods is not chosen, and this deployment's pods are labelled so "
         "that others keep out of its domains (needs scope Deployment or Instance).",
     )
+    # No CRD default: Volcano reads a networkTopology without a tier differently by release
+    # (v1.12 and v1.13 default it to 1, later ones bound nothing), so none is written
+    # unless the user names the tier their domains are.
+    highest_tier_allowed: int | None = Field(
+        None, ge=MIN_VOLCANO_TIER,
+        description="With scheduling.gang volcano: the Volcano HyperNode tier whose HyperNodes "
+        "are this topologyKey's domains (1: the leaf tier). The PodGroups then carry "
+        "networkTopology {mode: hard (Required) or soft (Preferred), highestTierAllowed: "
+        "this}: Volcano keeps each instance's pods (scope Instance), or the whole deployment "
+        "(scope Deployment, where the installed Volcano has subGroupPolicy: status.placement."
+        "gang says) within one HyperNode of at most this tier. Unset: no networkTopology. "
+        "Needs scope Deployment or Instance.",
+    )  # fmt: skip
     domains: list[Domain] = _list(
         "The domains that may be chosen (label values, each once); empty: any.",
         max_length=MAX_PLACEMENT_DOMAINS,
@@ -1223,6 +1237,12 @@ class PlacementStatus(_Model):
         "The domains as they were when the last domain was chosen (the chosen first)."
     )
     instances: list[InstancePlacement] = _list("The domain of each pinned instance.")
+    gang: str = Field(
+        "", description="With scheduling.gang volcano and scope Deployment: how Volcano "
+        "gangs the instances, the deployment's PodGroup with a subgroup per instance, or "
+        "each instance's own PodGroup and why (the installed PodGroup CRD has no "
+        "subGroupPolicy, Volcano before 1.14)."
+    )  # fmt: skip
 
 
 class RouterStatus(_Model):

@@ -116,6 +116,9 @@ MAX_LABEL_KEY_LENGTH = MAX_PREFIX_LENGTH + 1 + MAX_NAME_PART_LENGTH
 #: Domains in spec.placement.domains: far more than a cluster's super-pods or racks, and a
 #: bound the CEL cost estimate needs.
 MAX_PLACEMENT_DOMAINS = 64
+#: Volcano numbers HyperNode tiers from 1, the leaf tier next to the nodes (its scheduler's
+#: virtual cluster-wide HyperNode is the highest tier + 1); a bound of 0 holds no HyperNode.
+MIN_VOLCANO_TIER = 1
 #: An extended resource name (IsExtendedResourceName): a qualified name with a prefix of at
 #: most 244 characters, since quota's ``requests.<name>`` must stay a qualified name.
 EXTENDED_RESOURCE_PATTERN = f"^{_DNS_SUBDOMAIN}/{_NAME}$"
@@ -989,6 +992,29 @@ PLACEMENT_RULES: tuple[Rule, ...] = (
         "deployment holds no domain that could be kept for it",
         check=lambda p: not (p.exclusive and p.scope == "None"),
         detail=lambda p: f"got exclusive {str(p.exclusive).lower()}, scope {p.scope}",
+    ),
+    Rule(
+        where="Placement",
+        cel="!has(self.highestTierAllowed) || !has(self.scope) || self.scope != 'None'",
+        message="placement.highestTierAllowed needs scope Deployment or Instance: with scope "
+        "None no group of pods is kept within one domain",
+        check=lambda p: p.highest_tier_allowed is None or p.scope != "None",
+        detail=lambda p: f"got highestTierAllowed {p.highest_tier_allowed}, scope {p.scope}",
+    ),
+    Rule(
+        where="PDDeploymentSpec",
+        # has(): scheduling defaults to {} and its gang to none, but a rule may meet the
+        # object before the defaults (render, the operator's own parse).
+        cel="!has(self.placement) || !has(self.placement.highestTierAllowed) || "
+        "(has(self.scheduling) && has(self.scheduling.gang) && self.scheduling.gang == 'volcano')",
+        message="placement.highestTierAllowed needs scheduling.gang volcano: it is the Volcano "
+        "PodGroups' networkTopology, which nothing else reads",
+        check=lambda s: (
+            s.placement is None
+            or s.placement.highest_tier_allowed is None
+            or s.scheduling.gang == "volcano"
+        ),
+        detail=lambda s: f"got scheduling.gang {s.scheduling.gang}",
     ),
 )
 RULES += PLACEMENT_RULES

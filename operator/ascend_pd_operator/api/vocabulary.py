@@ -89,6 +89,8 @@ COMPONENT_FACTS = "model-facts"
 COMPONENT_KV_LAYOUT = "kv-layout"
 #: A role's PDRoleScaler, the scale target of an HPA, KEDA or the built-in planner.
 COMPONENT_SCALER = "scaler"
+#: The deployment's Volcano PodGroup (spec.placement scope Deployment, ``gang_name``).
+COMPONENT_GANG = "gang"
 
 #: Ports inside runtime pods (the host's ports under hostNetwork).
 HTTP_PORT = 30000
@@ -255,6 +257,12 @@ class Owner:
 def instance_name(owner: Owner, role: str, index: int) -> str:
     """StatefulSet, headless Service and PodGroup of one instance."""
     return f"{owner.name}-{role}-{index}"
+
+
+def gang_name(owner: Owner) -> str:
+    """The deployment's Volcano PodGroup, one gang of its instances (placement scope
+    Deployment); an instance's own PodGroup is named after the instance."""
+    return f"{owner.name}-gang"
 
 
 def leader_host(owner: Owner, role: str, index: int) -> str:

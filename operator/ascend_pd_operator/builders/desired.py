@@ -43,7 +43,13 @@ from ascend_pd_operator.builders.disruption import (
 )
 from ascend_pd_operator.builders.pinning import Pin
 from ascend_pd_operator.builders.router import router_children
-from ascend_pd_operator.builders.workloads import headless_service, podgroup, statefulset
+from ascend_pd_operator.builders.volcano import deployment_podgroup
+from ascend_pd_operator.builders.workloads import (
+    headless_service,
+    podgroup,
+    scheduling_fields,
+    statefulset,
+)
 from ascend_pd_runtime.errors import BadInput
 from ascend_pd_runtime.layout import KVLayout, LayoutRequest, compute_layout
 from ascend_pd_runtime.model_facts import ModelFacts
@@ -125,7 +131,14 @@ def with_children(
     instances = [(role, i) for role in ROLES for i in chosen[role].own + chosen[role].surge]
     surge = {(role, i) for role in ROLES for i in chosen[role].surge}
     if spec.scheduling.gang == "volcano":
-        children += [podgroup(owner, spec, role, i) for role, i in instances]
+        # An instance whose pin names the deployment's gang joins it; any other has its own.
+        ganged = [(role, i) for role, i in instances
+                  if (pin := (pins or {}).get((role, i))) is not None and pin.gang]  # fmt: skip
+        if ganged:
+            priority = str(scheduling_fields(spec).get("priorityClassName", ""))
+            children.append(deployment_podgroup(owner, spec, ganged, priority))
+        children += [podgroup(owner, spec, role, i) for role, i in instances
+                     if (role, i) not in ganged]  # fmt: skip
     children += [headless_service(owner, role, i) for role, i in instances]
     for role, i in instances:
         sts = statefulset(owner, spec, layout, role, i, (pins or {}).get((role, i)))

@@ -32,12 +32,18 @@ class Pin:
     domains: tuple[str, ...]
     mode: str = "Required"
     exclusive: bool = False
+    #: The Volcano PodGroup the instance's pods join when it is not the instance's own: the
+    #: deployment's gang (``vocabulary.gang_name``). Recorded with the pin because the pods'
+    #: group annotation is in their template: a later change must not roll them.
+    gang: str = ""
 
     def annotation(self) -> str:
         """The annotation's value: compact JSON with sorted keys, so equal pins give equal
-        manifests."""
+        manifests (``gang`` only when set: a pin made before it existed reads back equal)."""
         doc = {"topologyKey": self.topology_key, "domains": list(self.domains),
                "mode": self.mode, "exclusive": self.exclusive}  # fmt: skip
+        if self.gang:
+            doc["gang"] = self.gang
         return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
     @property
@@ -61,6 +67,7 @@ def pin_of(statefulset: Json | None) -> Pin | None:
             domains=tuple(str(d) for d in doc["domains"]),
             mode=str(doc.get("mode", "Required")),
             exclusive=bool(doc.get("exclusive", False)),
+            gang=str(doc.get("gang", "")),
         )
     except (ValueError, KeyError, TypeError):
         return None

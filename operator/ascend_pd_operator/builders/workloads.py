@@ -30,6 +30,7 @@ from ascend_pd_operator.api.vocabulary import (
     selector,
 )
 from ascend_pd_operator.builders.pinning import Pin, pin_annotations, pin_labels, pinned_affinity
+from ascend_pd_operator.builders.volcano import VOLCANO_SCHEDULER, instance_podgroup
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import layout_fingerprint
 
@@ -38,8 +39,6 @@ CONTAINER = "sglang"
 #: sglang-router 0.3 drops a worker on the watch event of its pod's deletionTimestamp,
 #: well within this; a request it routes meanwhile is one SGLang still takes.
 ROUTER_LEAVE_SECONDS = 5
-VOLCANO_SCHEDULER = "volcano"
-PODGROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
 
 
 def launch_values(
@@ -282,7 +281,9 @@ def pod_template(
         # The router's service discovery reads the bootstrap port it hands decode here.
         annotations[ANNOTATION_BOOTSTRAP_PORT] = str(bootstrap_port(index))
     if spec.scheduling.gang == "volcano":
-        annotations[ANNOTATION_VOLCANO_GROUP] = instance_name(owner, role, index)
+        # The deployment's gang when the pin names it, else the instance's own group.
+        gang = pin.gang if pin is not None else ""
+        annotations[ANNOTATION_VOLCANO_GROUP] = gang or instance_name(owner, role, index)
     drain = drain_fields(owner, spec, role, index)
     container: Json = {
         "name": CONTAINER,
@@ -379,11 +380,5 @@ def statefulset(
 
 def podgroup(owner: Owner, spec: PDDeploymentSpec, role: str, index: int) -> Json:
     """Volcano gang: the instance starts only when all its nodes can."""
-    r = spec.role(role)
-    group: Json = {
-        "minMember": r.nodes_per_instance,
-        "minResources": {spec.ascend.resource_name: str(r.nodes_per_instance * r.devices_per_node)},
-    }
-    if priority := scheduling_fields(spec, r).get("priorityClassName"):
-        group["priorityClassName"] = priority
-    return _instance_object(PODGROUP_API_VERSION, "PodGroup", owner, role, index, group)
+    priority = str(scheduling_fields(spec, spec.role(role)).get("priorityClassName", ""))
+    return instance_podgroup(owner, spec, role, index, priority)

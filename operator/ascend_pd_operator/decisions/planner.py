@@ -69,6 +69,7 @@ from ascend_pd_operator.api.vocabulary import (
     ROLES,
     SCALER_KIND,
     Owner,
+    gang_name,
     inspector_name,
     instance_name,
     role_ready_condition,
@@ -94,6 +95,7 @@ from ascend_pd_operator.builders.model_source import (
 )
 from ascend_pd_operator.builders.pinning import Pin, pin_of
 from ascend_pd_operator.builders.scaler import scaler, scaler_status
+from ascend_pd_operator.builders.volcano import PODGROUP_CRD
 from ascend_pd_operator.decisions.drain import (
     Roster,
     roster,
@@ -189,6 +191,10 @@ class Observation:
     #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
     #: PodDisruptionBudgets' apiVersion depends on it.
     server_minor: int | None = None
+    #: Whether the installed Volcano PodGroup CRD has spec.subGroupPolicy (``volcano.
+    #: podgroup_subgroups``), read only with scheduling.gang volcano and placement scope
+    #: Deployment; None: not read, or no PodGroup CRD.
+    podgroup_subgroups: bool | None = None
     #: The StatefulSet controller's FailedCreate Events of our instances (the status names
     #: why an instance has too few pods; ``child_watch.EventWatch``).
     events: list[Json] = field(default_factory=list)
@@ -483,8 +489,35 @@ def _placement(
     new = [k for k in wanted if k not in running]
     placed = decide_placement(obs.owner, spec, new, running, obs.nodes, obs.node_usage,
                               obs.previous)  # fmt: skip
-    pins.update(placed.pins)
+    gang = gang_name(obs.owner) if deployment_gang(spec, obs.podgroup_subgroups) else ""
+    # Only a pin made now joins the deployment's gang: a running instance keeps its group.
+    pins.update({k: replace(pin, gang=gang) for k, pin in placed.pins.items()})
     return placed, pins
+
+
+def deployment_gang(spec: Any, subgroups: bool | None) -> bool:
+    """Whether new instances join the deployment's Volcano PodGroup: placement scope
+    Deployment with scheduling.gang volcano, where the installed CRD has subGroupPolicy."""
+    placement = spec.placement
+    return bool(spec.scheduling.gang == "volcano" and placement is not None
+                and placement.scope == "Deployment" and subgroups)  # fmt: skip
+
+
+def gang_note(spec: Any, owner: Owner, subgroups: bool | None) -> str:
+    """status.placement.gang: how Volcano gangs a scope Deployment (empty otherwise)."""
+    placement = spec.placement
+    if spec.scheduling.gang != "volcano" or placement is None or placement.scope != "Deployment":
+        return ""
+    if subgroups:
+        return (f"new instances join PodGroup {gang_name(owner)}, one gang of the deployment "
+                "with a subgroup per instance")  # fmt: skip
+    if subgroups is False:
+        why = ("the installed PodGroup CRD (scheduling.volcano.sh/v1beta1) has no "
+               "spec.subGroupPolicy (Volcano before 1.14)")  # fmt: skip
+    else:
+        why = f"the PodGroup CRD {PODGROUP_CRD} is not installed or could not be read"
+    return (f"each instance has its own PodGroup, not one of the deployment: {why}; the "
+            "deployment's domain is kept by node affinity alone")  # fmt: skip
 
 
 #: Workload kinds whose ``spec.selector`` the API server refuses to change.
@@ -662,10 +695,12 @@ def _placement_findings(draft: Plan, spec: Any) -> dict[str, Any]:
     obs = draft.observation
     condition = {"type": COND_PLACEMENT_FEASIBLE, "status": placed.status,
                  "reason": placed.reason, "message": placed.message}  # fmt: skip
+    status = placement_status(spec, obs.owner, placed, draft.pins, obs.previous, draft.now)
+    if note := gang_note(spec, obs.owner, obs.podgroup_subgroups):
+        status["gang"] = note
     return {
         "placement_condition": condition,
-        "placement_status": placement_status(spec, obs.owner, placed, draft.pins,
-                                             obs.previous, draft.now),
+        "placement_status": status,
         "placement_blocked": {instance_name(obs.owner, r, i): placed.reason
                               for r, i in sorted(placed.blocked)},
     }  # fmt: skip

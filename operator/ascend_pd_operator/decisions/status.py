@@ -71,6 +71,7 @@ from ascend_pd_operator.api.vocabulary import (
 )
 from ascend_pd_operator.builders.desired import Desired
 from ascend_pd_operator.builders.model_source import FactsResolution
+from ascend_pd_operator.builders.pinning import pin_of
 from ascend_pd_operator.decisions.drain import Roster
 from ascend_pd_operator.decisions.recovery import Recovery
 from ascend_pd_operator.decisions.rollout import Decision
@@ -482,7 +483,9 @@ def role_waits(obs: Findings, spec: PDDeploymentSpec, role: str) -> list[str]:
             out.append(f"{name}: not created, no placement domain fits "
                        f"({obs.placement_blocked[name]})")  # fmt: skip
         elif not instance_ready(sts):
-            group = obs.children.get(("PodGroup", name))
+            # An instance in the deployment's gang waits on that PodGroup (its pin says).
+            pin = pin_of(sts)
+            group = obs.children.get(("PodGroup", pin.gang if pin and pin.gang else name))
             out.append(instance_wait(name, r.nodes_per_instance, sts, pods.get(str(index), []),
                                      group, obs.events))  # fmt: skip
     return out

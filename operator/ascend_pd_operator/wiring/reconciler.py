@@ -37,6 +37,7 @@ from ascend_pd_operator.api.vocabulary import (
     inspector_name,
 )
 from ascend_pd_operator.api.vocabulary import model_facts_name as facts_cm_name
+from ascend_pd_operator.builders.volcano import PODGROUP_CRD, podgroup_subgroups
 from ascend_pd_operator.decisions.placement import Usage, usage_of
 from ascend_pd_operator.decisions.planner import (
     PRUNED_KINDS,
@@ -151,7 +152,28 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
         nodes=nodes,
         server_minor=kube.server_minor,
         events=events,
+        podgroup_subgroups=observe_podgroup_subgroups(kube, resource),
     )
+
+
+def observe_podgroup_subgroups(kube: Kube, resource: Json) -> bool | None:
+    """Whether the installed Volcano PodGroup CRD has spec.subGroupPolicy: one GET of the
+    CRD (the operator's ClusterRole reads CRDs), only for a PDDeployment whose Volcano gang
+    could span the deployment (gang volcano, placement scope Deployment); read each
+    reconcile, so that upgrading Volcano counts from the next one. None: not asked, or no
+    CRD to read (an error that is not transient is told in status.placement.gang)."""
+    spec = resource.get("spec") or {}
+    placement = spec.get("placement")
+    if not isinstance(placement, dict) or (spec.get("scheduling") or {}).get("gang") != "volcano":
+        return None
+    if placement.get("scope", "Deployment") != "Deployment":
+        return None
+    try:
+        return podgroup_subgroups(kube.get("CustomResourceDefinition", "", PODGROUP_CRD))
+    except KubeError as exc:
+        if is_transient(exc):
+            raise
+        return None
 
 
 #: The pods that hold what they request: the scheduler counts every pod not yet ended.

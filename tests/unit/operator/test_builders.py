@@ -27,6 +27,8 @@ from ascend_pd_runtime.model_facts import parse_model_facts
 from ascend_pd_runtime.plan import plan_document
 
 from .conftest import EXAMPLES, load_example
+from .volcano_schema import CURRENT as VOLCANO_CRD
+from .volcano_schema import errors as volcano_errors
 
 ALL_EXAMPLES = sorted(EXAMPLES.glob("*.yaml"))
 #: the examples holding a PDDeployment (the others: the models PVC and its download Job)
@@ -118,8 +120,9 @@ def test_render_cli_renders_every_example(name: str, capsys: pytest.CaptureFixtu
     kinds = [d["kind"] for d in docs]
     assert kinds[0] == "ConfigMap" and "StatefulSet" in kinds
     for doc in docs:
-        if doc["kind"] == "PodGroup":
-            continue  # a Volcano CRD, not in the Kubernetes schemas
+        if doc["kind"] == "PodGroup":  # Volcano's, not in the Kubernetes schemas: its CRD
+            assert volcano_errors(VOLCANO_CRD, doc) == []
+            continue
         if doc["kind"] == "PDRoleScaler":  # ours: its CRD's schema, by a JSON-schema validator
             jsonschema.validate(doc, openapi_schema(kind=PDROLESCALER))
             continue

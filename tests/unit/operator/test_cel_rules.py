@@ -17,7 +17,13 @@ import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.crd import openapi_schema
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import SpecError, check_name, parse_spec
-from ascend_pd_operator.api.rules import RULES, rules_for, violations
+from ascend_pd_operator.api.rules import (
+    PLACEMENT_RULES,
+    RULES,
+    SCALING_RULES,
+    rules_for,
+    violations,
+)
 
 from .conftest import apply_defaults, load_example
 
@@ -579,7 +585,7 @@ VALID += [
 
 SCALER_BOUNDS = _msg("RoleScaling")
 RATIO_ORDER = _msg("RatioBounds")
-SCALING_FEASIBLE = rules_for("PDDeploymentSpec")[-1].message
+SCALING_FEASIBLE = next(r.message for r in SCALING_RULES if r.where == "PDDeploymentSpec")
 
 
 def _scaled(role: str, lo: int, hi: int, mode: str = "External") -> Mutation:
@@ -659,6 +665,7 @@ def _placement(**fields: Any) -> Mutation:
     return _set("spec.placement", {"topologyKey": "example.com/super-pod", **fields})
 
 
+VOLCANO = _set("spec.scheduling.gang", "volcano")
 #: A label key whose prefix is a DNS subdomain of 254 characters: the pattern passes it.
 LONG_PREFIX_KEY = f"{PREFIX_254}/rack"
 
@@ -667,6 +674,10 @@ INVALID += [
      _placement(scope="None", exclusive=True), _msg("Placement", 1)),
     ("a topology key with a prefix of 254 characters",
      _placement(topologyKey=LONG_PREFIX_KEY), _msg("Placement", 0)),
+    ("a Volcano tier without a scope",
+     _all(_placement(scope="None", highestTierAllowed=2), VOLCANO), _msg("Placement", 2)),
+    ("a Volcano tier without Volcano", _placement(highestTierAllowed=1),
+     next(r.message for r in PLACEMENT_RULES if r.where == "PDDeploymentSpec")),
 ]  # fmt: skip
 
 VALID += [
@@ -676,6 +687,10 @@ VALID += [
     ("a placement without a scope, in one domain", _placement(scope="None", domains=["rack-a"])),
     ("a topology key with a prefix of 253 characters",
      _placement(topologyKey=f"{PREFIX_253}/rack")),
+    ("a Volcano tier per instance, with Volcano",
+     _all(_placement(scope="Instance", highestTierAllowed=1), VOLCANO)),
+    ("a Volcano tier for the deployment, preferred",
+     _all(_placement(mode="Preferred", highestTierAllowed=3), VOLCANO)),
 ]  # fmt: skip
 
 

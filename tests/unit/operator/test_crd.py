@@ -120,7 +120,7 @@ def test_api_field_names_are_the_contract() -> None:
         "rollout", "recovery", "scaling", "preflight", "placement",
     }  # fmt: skip
     assert set(spec["placement"]["properties"]) == {
-        "topologyKey", "scope", "mode", "exclusive", "domains",
+        "topologyKey", "scope", "mode", "exclusive", "domains", "highestTierAllowed",
     }  # fmt: skip
     assert spec["placement"]["required"] == ["topologyKey"]
     assert "default" not in spec["placement"]  # as preflight: no pod template changes

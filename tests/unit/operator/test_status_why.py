@@ -13,6 +13,7 @@ import pytest
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import Owner
+from ascend_pd_operator.builders.pinning import Pin, pin_annotations
 from ascend_pd_operator.decisions.planner import events as planned_events
 from ascend_pd_operator.decisions.status import (
     LISTED_INSTANCES,
@@ -345,6 +346,25 @@ def test_a_pending_podgroup_is_named_before_its_pods(dsv3: Json) -> None:
     children[("PodGroup", "dsv3-prefill-0")] = {"metadata": {"name": "dsv3-prefill-0"}}
     message = prefill_message(gang, children, pods)
     assert "PodGroup dsv3-prefill-0 has no phase yet: is Volcano's scheduler running?" in message
+
+
+def test_an_instance_in_the_deployment_s_gang_names_that_podgroup(dsv3: Json) -> None:
+    """With placement scope Deployment on a Volcano with subgroups, the instance's pin names
+    the deployment's PodGroup, which is the one Volcano holds its pods by."""
+    gang = copy.deepcopy(dsv3)
+    gang["spec"]["scheduling"] = {"gang": "volcano"}
+    children, pods = prefill_0_not_ready(
+        unscheduled("dsv3-prefill-0-0", "pod group is not ready"),
+        unscheduled("dsv3-prefill-0-1", "pod group is not ready"),
+    )
+    pin = Pin("example.com/super-pod", ("sp-0",), gang="dsv3-gang")
+    children[("StatefulSet", "dsv3-prefill-0")]["metadata"]["annotations"] = pin_annotations(pin)
+    children[("PodGroup", "dsv3-gang")] = {
+        "metadata": {"name": "dsv3-gang"},
+        "status": {"phase": "Pending"},
+    }
+    message = prefill_message(gang, children, pods)
+    assert "dsv3-prefill-0 (0/2 pods ready): PodGroup dsv3-gang Pending" in message
 
 
 def test_a_pod_on_a_lost_node(dsv3: Json) -> None:
