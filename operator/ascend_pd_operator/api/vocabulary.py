@@ -216,6 +216,14 @@ REASON_UNHEALTHY_NPUS = "UnhealthyNPUs"
 REASON_DOMAINS_TAKEN = "DomainsTaken"
 REASON_NODE_USAGE_UNKNOWN = "NodeUsageUnknown"
 
+#: MindCluster's device plugin publishes each node's NPU health in a ConfigMap
+#: ``mindx-dl-deviceinfo-<node>`` in ``kube-system``, data key ``DeviceInfoCfg``
+#: (``decisions.device_info`` records where this was verified). Read only with
+#: ``ascend-pd run --placement-device-info`` (chart value ``placement.deviceInfo``).
+DEVICE_INFO_NAMESPACE = "kube-system"
+DEVICE_INFO_PREFIX = "mindx-dl-deviceinfo-"
+DEVICE_INFO_KEY = "DeviceInfoCfg"
+
 PHASE_PENDING = "Pending"
 PHASE_PROGRESSING = "Progressing"
 PHASE_READY = "Ready"
