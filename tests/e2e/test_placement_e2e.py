@@ -112,8 +112,10 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def deployment(name: str, placement: dict[str, Any], prefill: int = 1, prefill_nodes: int = 1,
-               decode: int = 1) -> dict[str, Any]:  # fmt: skip
-    """Whole-node runtime pods (8 NPUs, TP 8 per node) in the host network, no router."""
+               decode: int = 1, protocol: str = "") -> dict[str, Any]:  # fmt: skip
+    """Whole-node runtime pods (8 NPUs, TP 8 per node) in the host network, no router;
+    ``protocol``: ascend.transferProtocol (default sdma, which reaches only within a
+    domain: a scope that may spread the roles needs one that crosses domains)."""
 
     def role(replicas: int, nodes: int) -> dict[str, Any]:
         return {"replicas": replicas, "parallelism": {"tensor": 8 * nodes},
@@ -127,6 +129,7 @@ def deployment(name: str, placement: dict[str, Any], prefill: int = 1, prefill_n
         "decode": role(decode, 1),
         "router": {"enabled": False},
         "placement": {"topologyKey": DOMAIN_LABEL, **placement},
+        **({"ascend": {"transferProtocol": protocol}} if protocol else {}),
     })  # fmt: skip
 
 
@@ -198,7 +201,8 @@ def test_placement_on_a_labelled_topology(plane: Cluster, wait_until: Any) -> No
     wait_until(lambda: not plane.json("pods", "-n", NAMESPACE, "-l",
                                       "ascendpd.io/deployment in (b,c)")["items"],
                "b's and c's pods gone")  # fmt: skip
-    apply(k, [deployment("d", {"scope": "Instance"}, prefill=2, prefill_nodes=2)])
+    apply(k, [deployment("d", {"scope": "Instance"}, prefill=2, prefill_nodes=2,
+                         protocol="device_rdma")])  # fmt: skip
     wait_until(lambda: is_ready("d"), "d Ready", timeout=300)
     # by hand: prefill-0 (2 nodes) best fits sp-0 (2 free); prefill-1 then only fits sp-1
     # (4 free), leaving it 2; decode-0 (1 node) best fits sp-1 (2 free; sp-0 has none)

@@ -16,6 +16,14 @@ The rules:
   network, of any PDDeployment: each takes port 30000 of its node), and has
   ``devicesPerNode`` of its allocatable NPUs (``ascend.resourceName``) not requested by
   other pods. The roles' own affinity is the scheduler's to judge, not ours.
+- The KV transfer must reach from every prefill to every decode instance. Memfabric's
+  ``sdma`` (the default ``ascend.transferProtocol`` of the ``ascend`` transfer backend)
+  moves the KV over the HCCS/UB fabric, which a topology domain (a super-pod) bounds: with
+  it, a placement that lets prefill and decode land in different domains (scope Instance
+  or None, unless ``domains`` names one domain) is refused, ``TransferProtocolMismatch``
+  (``transfer_mismatch``), whatever the capacity; no instance is created, running ones are
+  kept. Scope Deployment keeps both roles in one domain. Other protocols (e.g. RDMA over
+  the NICs) and the mooncake backend are taken to cross domains.
 - ``scope`` Deployment: every instance in one domain; once chosen it is kept (the previous
   status, or the running instances' pins) while any instance exists, and the new instances
   must fit in it. With none running the domain is chosen for all instances to create.
@@ -66,6 +74,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_NODE_USAGE_UNKNOWN,
     REASON_PLACED,
     REASON_PREFERRED_DOMAIN_UNAVAILABLE,
+    REASON_TRANSFER_PROTOCOL_MISMATCH,
     REASON_UNHEALTHY_NPUS,
     REASON_UNSCOPED,
     ROLES,
@@ -410,6 +419,40 @@ class PlacementDecision:
     needs_usage: bool = False
 
 
+#: Memfabric transfer protocols (``ascend.transferProtocol``, compared without case) that
+#: reach only within one topology domain: ``sdma`` runs over the HCCS/UB fabric of one
+#: super-pod. A protocol not named here is taken to cross domains (RDMA over the NICs does):
+#: what is not known to fail is not refused.
+SINGLE_DOMAIN_PROTOCOLS = frozenset({"sdma"})
+
+
+def transfer_mismatch(spec: PDDeploymentSpec) -> str:
+    """Why the KV transfer cannot cross the domains ``spec.placement`` may spread prefill and
+    decode over ("" when it can): the ``ascend`` backend with a single-domain protocol, and
+    a scope other than Deployment that more than one domain may serve."""
+    placement = spec.placement
+    if placement is None or spec.runtime.transfer_backend != "ascend":
+        return ""
+    protocol = spec.ascend.transfer_protocol
+    if protocol.lower() not in SINGLE_DOMAIN_PROTOCOLS:
+        return ""
+    if placement.scope == "Deployment" or len(placement.domains) == 1:
+        return ""
+    spread = {
+        "Instance": "scope Instance keeps each instance in one domain, not the prefill and "
+        "decode instances together",
+        "None": "scope None chooses no domain",
+    }[placement.scope]
+    where = (f"any of domains {', '.join(placement.domains)}" if placement.domains
+             else f"any value of {placement.topology_key}")  # fmt: skip
+    return (
+        f"ascend.transferProtocol {protocol} moves the KV only within one {placement.topology_key} "
+        f"domain, but {spread}, so prefill and decode may land in {where}; use scope "
+        "Deployment, name one domain in placement.domains, or a transfer protocol that "
+        "crosses domains (e.g. device_rdma)"
+    )
+
+
 def _kept_domain(
     placement: Placement, existing: Mapping[InstanceKey, Pin | None], previous: Json
 ) -> str:
@@ -444,6 +487,13 @@ def decide(
     assert placement is not None
     resource = spec.ascend.resource_name
     kept = _kept_domain(placement, existing, previous) if placement.scope == "Deployment" else ""
+    if mismatch := transfer_mismatch(spec):
+        # a spec that cannot work anywhere: no capacity read, nothing created in any mode
+        # (a Preferred placement would only move the failure to the first KV transfer)
+        return PlacementDecision(
+            blocked=frozenset(new), status="False", reason=REASON_TRANSFER_PROTOCOL_MISMATCH,
+            message=mismatch,
+        )  # fmt: skip
     if placement.scope == "None":
         pin = None
         if placement.domains:
