@@ -101,6 +101,39 @@ def test_placement_may_list_pods_cluster_wide_only_when_asked(render: Render) ->
     assert everywhere[f"ClusterRole/-/{FULLNAME}"] == allowed(cluster_scoped=True, gang=False)
 
 
+def test_device_info_lists_configmaps_of_kube_system_only_when_asked(render: Render) -> None:
+    """placement.deviceInfo: the operator runs with --placement-device-info and, watching
+    some namespaces, a Role in kube-system grants list on ConfigMaps and nothing else (the
+    device plugin's mindx-dl-deviceinfo-<node>); watching every namespace the ClusterRole
+    has it already. Off (the default): neither the flag nor the Role."""
+    values = CHART / "ci" / "namespaced-values.yaml"
+
+    def args(manifests: list[dict]) -> list[str]:
+        (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+        return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    plain = render([values])
+    assert "--placement-device-info" not in args(plain)
+    assert not any(k.startswith("Role/kube-system/") for k in grants_by_role(plain))
+    asked = render([values], set_values=["placement.deviceInfo=true"])
+    assert "--placement-device-info" in args(asked)
+    roles = grants_by_role(asked)
+    assert roles.pop(f"Role/kube-system/{FULLNAME}-device-info") == {("", "configmaps", "list")}
+    assert roles == grants_by_role(plain)  # nothing else changed
+    (binding,) = [m for m in asked if m["kind"] == "RoleBinding"
+                  and m["metadata"]["namespace"] == "kube-system"]  # fmt: skip
+    assert binding["roleRef"]["name"] == f"{FULLNAME}-device-info"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+    ]
+    everywhere = render(set_values=["placement.deviceInfo=true"])
+    assert "--placement-device-info" in args(everywhere)
+    roles = grants_by_role(everywhere)
+    assert ("", "configmaps", "list") in roles[f"ClusterRole/-/{FULLNAME}"]
+    assert not any(k.startswith("Role/kube-system/") for k in roles)
+    assert roles == grants_by_role(render())
+
+
 def test_leader_election_grants_leases_in_the_release_namespace_only(render: Render) -> None:
     roles = grants_by_role(render(set_values=["leaderElection.enabled=true", "replicaCount=2"]))
     lease_role = roles.pop(f"Role/{NAMESPACE}/{FULLNAME}-leader-election")

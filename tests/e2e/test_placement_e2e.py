@@ -16,6 +16,12 @@ from the pods kube-scheduler bound and the nodes' own labels, not from the opera
 4. Changing ``a``'s placement changes none of its StatefulSets (generation and template).
 5. ``d`` (scope Instance, two 2-node prefill instances and a 1-node decode) after ``b`` and
    ``c`` are gone: each instance's pods in one domain, by best fit in role and index order.
+6. MindCluster's device info (the operator runs with ``--placement-device-info``; until now
+   kube-system held no device-info ConfigMap, so steps 1-5 are placement without it): with
+   ``d`` gone ``sp-1`` has 4 free nodes; a ConfigMap ``mindx-dl-deviceinfo-<node>`` in the
+   device plugin's format says one of them has a chip whose network is down, so ``e``
+   (scope Deployment, 4 pods) gets ``UnhealthyNPUs`` naming that node and chip, and no
+   StatefulSet; once the ConfigMap says the chip is healthy again, ``e`` comes up there.
 """
 
 from __future__ import annotations
@@ -102,7 +108,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c = Cluster(layout)
         c.run("create", "namespace", NAMESPACE)
         log = tmp_path_factory.mktemp("placement") / "operator.log"
-        operator = Operator(layout.kubeconfig, NAMESPACE, log)
+        operator = Operator(layout.kubeconfig, NAMESPACE, log, "--placement-device-info")
         try:
             yield c
         finally:
@@ -112,8 +118,10 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def deployment(name: str, placement: dict[str, Any], prefill: int = 1, prefill_nodes: int = 1,
-               decode: int = 1) -> dict[str, Any]:  # fmt: skip
-    """Whole-node runtime pods (8 NPUs, TP 8 per node) in the host network, no router."""
+               decode: int = 1, protocol: str = "") -> dict[str, Any]:  # fmt: skip
+    """Whole-node runtime pods (8 NPUs, TP 8 per node) in the host network, no router;
+    ``protocol``: ascend.transferProtocol (default sdma, which reaches only within a
+    domain: a scope that may spread the roles needs one that crosses domains)."""
 
     def role(replicas: int, nodes: int) -> dict[str, Any]:
         return {"replicas": replicas, "parallelism": {"tensor": 8 * nodes},
@@ -127,6 +135,7 @@ def deployment(name: str, placement: dict[str, Any], prefill: int = 1, prefill_n
         "decode": role(decode, 1),
         "router": {"enabled": False},
         "placement": {"topologyKey": DOMAIN_LABEL, **placement},
+        **({"ascend": {"transferProtocol": protocol}} if protocol else {}),
     })  # fmt: skip
 
 
@@ -198,9 +207,50 @@ def test_placement_on_a_labelled_topology(plane: Cluster, wait_until: Any) -> No
     wait_until(lambda: not plane.json("pods", "-n", NAMESPACE, "-l",
                                       "ascendpd.io/deployment in (b,c)")["items"],
                "b's and c's pods gone")  # fmt: skip
-    apply(k, [deployment("d", {"scope": "Instance"}, prefill=2, prefill_nodes=2)])
+    apply(k, [deployment("d", {"scope": "Instance"}, prefill=2, prefill_nodes=2,
+                         protocol="device_rdma")])  # fmt: skip
     wait_until(lambda: is_ready("d"), "d Ready", timeout=300)
     # by hand: prefill-0 (2 nodes) best fits sp-0 (2 free); prefill-1 then only fits sp-1
     # (4 free), leaving it 2; decode-0 (1 node) best fits sp-1 (2 free; sp-0 has none)
     assert plane.pod_domains("d") == {"decode-0": "sp-1", "prefill-0": "sp-0",
                                       "prefill-1": "sp-1"}  # fmt: skip
+
+    # 6. MindCluster's device info: a chip of one sp-1 node has its network down
+    plane.run("delete", "pdd", "d", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    wait_until(lambda: not plane.json("pods", "-n", NAMESPACE, "-l",
+                                      "ascendpd.io/deployment=d")["items"],
+               "d's pods gone")  # fmt: skip
+    sick = min(n for n, d in plane.domains().items() if d == "sp-1")
+
+    def device_info(network_unhealthy: str) -> str:
+        chips = {
+            "huawei.com/Ascend910": ",".join(f"Ascend910-{i}" for i in range(NPUS)),
+            "huawei.com/Ascend910-NetworkUnhealthy": network_unhealthy,
+            "huawei.com/Ascend910-Unhealthy": "",
+            "huawei.com/Ascend910-Recovering": "",
+            "huawei.com/Ascend910-Fault": "[]",
+        }
+        cfg = {"DeviceInfo": {"DeviceList": chips, "UpdateTime": 1796198400},
+               "SuperPodID": 1, "ServerIndex": 0, "CheckCode": "e2e"}  # fmt: skip
+        return json.dumps({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"mindx-dl-deviceinfo-{sick}", "namespace": "kube-system",
+                         "labels": {"mx-consumer-cim": "true"}},
+            "data": {"DeviceInfoCfg": json.dumps(cfg)},
+        })  # fmt: skip
+
+    plane.run("apply", "-f", "-", input=device_info("Ascend910-3"))
+    apply(k, [deployment("e", {"scope": "Deployment"}, prefill=3)])
+
+    def placement_says(reason: str) -> bool:
+        return condition(st("e"), "PlacementFeasible").get("reason") == reason
+
+    wait_until(lambda: placement_says("UnhealthyNPUs"), "e: UnhealthyNPUs")
+    message = condition(st("e"), "PlacementFeasible")["message"]
+    assert f"MindCluster reports {sick}: Ascend910-3 network-unhealthy" in message, message
+    assert plane.statefulsets("e") == {}
+    # the device plugin reports the chip healthy again: e comes up in sp-1 by itself
+    plane.run("apply", "-f", "-", input=device_info(""))
+    wait_until(lambda: is_ready("e"), "e Ready", timeout=300)
+    assert st("e")["placement"]["domain"] == "sp-1"
+    assert set(plane.pod_domains("e").values()) == {"sp-1"}

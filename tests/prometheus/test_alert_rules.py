@@ -29,7 +29,7 @@ EXPECTED_ALERTS = {
     "AscendPDReconcileErrors", "AscendPDOperatorAPIErrors", "AscendPDDeploymentNotReady",
     "AscendPDRoleNoReadyInstance", "AscendPDInstanceRestartLoop", "AscendPDRolloutStuck",
     "AscendPDRatioConstrained", "AscendPDDrainForced", "AscendPDKVLayoutIncompatible",
-    "AscendPDDecodeKVCacheFull", "AscendPDPrefillQueueGrowing",
+    "AscendPDDecodeKVCacheFull", "AscendPDPrefillQueueGrowing", "AscendPDNPUPreflightFailed",
 }  # fmt: skip
 OPERATOR_ALERTS = {a for a in EXPECTED_ALERTS if a.startswith("AscendPDOperator")} | {
     "AscendPDReconcileErrors"
@@ -162,9 +162,11 @@ def test_deployment_alerts_name_the_deployment_and_role(rule: dict[str, Any]) ->
         if name in OPERATOR_ALERTS:
             continue
         assert re.search(r"by \(namespace, pddeployment\b", alert["expr"]), name
-        # a layout pairs both roles; a restart loop is the operator's verdict on the whole
-        # PDDeployment (its condition names the instance)
-        if name not in ("AscendPDKVLayoutIncompatible", "AscendPDInstanceRestartLoop"):
+        # a layout pairs both roles; a restart loop and a failed preflight are the
+        # operator's verdicts on the whole PDDeployment (their conditions name the pod)
+        if name in ("AscendPDNPUPreflightFailed",):
+            assert "by (namespace, pddeployment, reason)" in alert["expr"], name
+        elif name not in ("AscendPDKVLayoutIncompatible", "AscendPDInstanceRestartLoop"):
             assert "by (namespace, pddeployment, role" in alert["expr"], name
 
 

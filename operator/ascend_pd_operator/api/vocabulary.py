@@ -217,6 +217,18 @@ REASON_INSUFFICIENT_DOMAIN_CAPACITY = "InsufficientDomainCapacity"
 REASON_UNHEALTHY_NPUS = "UnhealthyNPUs"
 REASON_DOMAINS_TAKEN = "DomainsTaken"
 REASON_NODE_USAGE_UNKNOWN = "NodeUsageUnknown"
+#: PlacementFeasible False: the KV transfer protocol reaches only within one topology
+#: domain, and the placement lets prefill and decode land in different ones
+#: (``placement.transfer_mismatch``).
+REASON_TRANSFER_PROTOCOL_MISMATCH = "TransferProtocolMismatch"
+
+#: MindCluster's device plugin publishes each node's NPU health in a ConfigMap
+#: ``mindx-dl-deviceinfo-<node>`` in ``kube-system``, data key ``DeviceInfoCfg``
+#: (``decisions.device_info`` records where this was verified). Read only with
+#: ``ascend-pd run --placement-device-info`` (chart value ``placement.deviceInfo``).
+DEVICE_INFO_NAMESPACE = "kube-system"
+DEVICE_INFO_PREFIX = "mindx-dl-deviceinfo-"
+DEVICE_INFO_KEY = "DeviceInfoCfg"
 
 PHASE_PENDING = "Pending"
 PHASE_PROGRESSING = "Progressing"

@@ -16,6 +16,14 @@ The rules:
   network, of any PDDeployment: each takes port 30000 of its node), and has
   ``devicesPerNode`` of its allocatable NPUs (``ascend.resourceName``) not requested by
   other pods. The roles' own affinity is the scheduler's to judge, not ours.
+- The KV transfer must reach from every prefill to every decode instance. Memfabric's
+  ``sdma`` (the default ``ascend.transferProtocol`` of the ``ascend`` transfer backend)
+  moves the KV over the HCCS/UB fabric, which a topology domain (a super-pod) bounds: with
+  it, a placement that lets prefill and decode land in different domains (scope Instance
+  or None, unless ``domains`` names one domain) is refused, ``TransferProtocolMismatch``
+  (``transfer_mismatch``), whatever the capacity; no instance is created, running ones are
+  kept. Scope Deployment keeps both roles in one domain. Other protocols (e.g. RDMA over
+  the NICs) and the mooncake backend are taken to cross domains.
 - ``scope`` Deployment: every instance in one domain; once chosen it is kept (the previous
   status, or the running instances' pins) while any instance exists, and the new instances
   must fit in it. With none running the domain is chosen for all instances to create.
@@ -28,10 +36,18 @@ The rules:
   pods labelled ``LABEL_EXCLUSIVE`` by another deployment is never chosen by anyone. (Pods
   not yet bound to a node are not seen: two deployments created in the same instant may
   still meet.)
+- A node's healthy NPUs: its allocatable, less the chips MindCluster's device plugin
+  reports unhealthy or network-unhealthy (``device_info``, read only when the operator runs
+  with ``--placement-device-info`` and the node has such a ConfigMap): its capacity less
+  those chips when that is below allocatable (the kubelet already withholds the unhealthy
+  ones it was told about, and a chip is never subtracted twice). A chip a pod holds and
+  MindCluster reports bad is counted both as held and as bad: placement errs on the side
+  of a domain too full, never of one too sick.
 - Nothing fits: ``NoTopologyLabel`` when no node carries the label (in the allowed
   domains), ``DomainsTaken`` when a domain would fit but is held by others,
   ``UnhealthyNPUs`` when one would fit were its NotReady, cordoned or tainted nodes and its
-  unhealthy NPUs (capacity above allocatable) usable, else ``InsufficientDomainCapacity``
+  unhealthy NPUs (capacity above allocatable, or reported bad by MindCluster: the message
+  names those nodes and chips) usable, else ``InsufficientDomainCapacity``
   naming the need and the best domains. ``mode`` Required: the instance waits
   (PlacementFeasible False); Preferred: it is created unpinned (True,
   ``PreferredDomainUnavailable``), since a preference that cannot be met must not stop it.
@@ -58,6 +74,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_NODE_USAGE_UNKNOWN,
     REASON_PLACED,
     REASON_PREFERRED_DOMAIN_UNAVAILABLE,
+    REASON_TRANSFER_PROTOCOL_MISMATCH,
     REASON_UNHEALTHY_NPUS,
     REASON_UNSCOPED,
     ROLES,
@@ -65,6 +82,7 @@ from ascend_pd_operator.api.vocabulary import (
     instance_name,
 )
 from ascend_pd_operator.builders.pinning import Pin
+from ascend_pd_operator.decisions.device_info import NodeDevices
 from ascend_pd_operator.decisions.recovery import ready_condition
 
 #: How often an instance waiting for a domain is decided again (a freed or added node
@@ -83,12 +101,14 @@ InstanceKey = tuple[str, int]
 class Usage:
     """What the pods on each node hold: the NPUs they request, the PDDeployments
     (``namespace/name``) with pods there and those of them that hold it exclusively.
-    ``error``: the pods could not be listed (then nothing is known)."""
+    ``error``: the pods could not be listed (then nothing is known). ``devices``: per node,
+    the chips MindCluster reports bad (``device_info``; empty when not read)."""
 
     npus: Mapping[str, int] = field(default_factory=dict)
     deployments: Mapping[str, frozenset[str]] = field(default_factory=dict)
     exclusive: Mapping[str, frozenset[str]] = field(default_factory=dict)
     error: str = ""
+    devices: Mapping[str, NodeDevices] = field(default_factory=dict)
 
 
 def _quantity_int(value: object) -> int:
@@ -184,7 +204,8 @@ def _needs(spec: PDDeploymentSpec, keys: Iterable[InstanceKey]) -> list[Need]:
 class Slot:
     """One node as a place for a runtime pod: its domain, its labels and taints, its free
     NPUs (allocatable minus requested) and whether it is healthy (Ready, schedulable);
-    ``unhealthy_npus``: NPUs the device plugin withholds (capacity above allocatable);
+    ``unhealthy_npus``: NPUs the device plugin withholds (capacity above allocatable) or
+    MindCluster reports bad; ``bad``: those MindCluster named (None: it named none);
     ``taken``: it runs a runtime pod ours cannot share the node with."""
 
     name: str
@@ -195,6 +216,7 @@ class Slot:
     healthy: bool
     unhealthy_npus: int
     taken: bool
+    bad: NodeDevices | None = None
 
     def takes(self, need: Need, relaxed: bool = False) -> bool:
         """Whether this node can run one pod of ``need``; ``relaxed``: as if it were
@@ -228,11 +250,15 @@ def slots(
         capacity = _quantity_int((status.get("capacity") or {}).get(resource, allocatable))
         taints = tuple(t for t in spec.get("taints") or [] if t.get("effect") in BLOCKING_EFFECTS)
         healthy = ready_condition(node).get("status") == "True" and not spec.get("unschedulable")
+        bad = usage.devices.get(name)
+        if bad is not None:
+            allocatable = min(allocatable, max(capacity - len(bad.bad), 0))
         out.append(Slot(
             name, str(labels[key]), labels, taints,
             free=max(allocatable - usage.npus.get(name, 0), 0),
             healthy=healthy, unhealthy_npus=max(capacity - allocatable, 0),
             taken=_taken(usage.deployments.get(name, frozenset()), me, host_network),
+            bad=bad,
         ))  # fmt: skip
     return out
 
@@ -348,17 +374,29 @@ def choose(
         ]
         return Choice(None, REASON_DOMAINS_TAKEN,
                       f"{need}; the domains that fit are taken: {'; '.join(taken)}")  # fmt: skip
-    sick = [d.name for d in candidates if fit(needs, list(d.nodes), relaxed=True)]
+    sick = [d for d in candidates if fit(needs, list(d.nodes), relaxed=True)]
     if sick:
         return Choice(
             None, REASON_UNHEALTHY_NPUS,
-            f"{need}; only unhealthy capacity would fit ({', '.join(sick)}: nodes not Ready, "
-            "cordoned or tainted, or NPUs the device plugin reports unhealthy)",
+            f"{need}; only unhealthy capacity would fit ({', '.join(d.name for d in sick)}: "
+            "nodes not Ready, cordoned or tainted, or NPUs the device plugin reports "
+            f"unhealthy){_bad_chips(sick)}",
         )  # fmt: skip
     widest = max(needs, key=lambda n: n.devices)
     ranked = sorted(candidates, key=lambda d: (-d.takers(widest), d.name))[:BEST_SHOWN]
     shown = ", ".join(f"{d.name} has {d.takers(widest)}" for d in ranked)
     return Choice(None, REASON_INSUFFICIENT_DOMAIN_CAPACITY, f"{need}; best: {shown}")
+
+
+def _bad_chips(domains: list[Domain]) -> str:
+    """``; MindCluster reports n1: Ascend910-4 unhealthy; ...``: the nodes of ``domains``
+    with chips MindCluster reports bad (the first ``BEST_SHOWN``), or ""."""
+    named = [s for d in domains for s in d.nodes if s.bad is not None and s.bad.bad]
+    if not named:
+        return ""
+    shown = "; ".join(f"{s.name}: {s.bad.describe()}" for s in named[:BEST_SHOWN] if s.bad)
+    more = f"; and {len(named) - BEST_SHOWN} more nodes" if len(named) > BEST_SHOWN else ""
+    return f"; MindCluster reports {shown}{more}"
 
 
 @dataclass(frozen=True)
@@ -379,6 +417,40 @@ class PlacementDecision:
     capacity: tuple[Json, ...] = ()
     #: a choice is due and the pods' usage was not read: read it, then decide again
     needs_usage: bool = False
+
+
+#: Memfabric transfer protocols (``ascend.transferProtocol``, compared without case) that
+#: reach only within one topology domain: ``sdma`` runs over the HCCS/UB fabric of one
+#: super-pod. A protocol not named here is taken to cross domains (RDMA over the NICs does):
+#: what is not known to fail is not refused.
+SINGLE_DOMAIN_PROTOCOLS = frozenset({"sdma"})
+
+
+def transfer_mismatch(spec: PDDeploymentSpec) -> str:
+    """Why the KV transfer cannot cross the domains ``spec.placement`` may spread prefill and
+    decode over ("" when it can): the ``ascend`` backend with a single-domain protocol, and
+    a scope other than Deployment that more than one domain may serve."""
+    placement = spec.placement
+    if placement is None or spec.runtime.transfer_backend != "ascend":
+        return ""
+    protocol = spec.ascend.transfer_protocol
+    if protocol.lower() not in SINGLE_DOMAIN_PROTOCOLS:
+        return ""
+    if placement.scope == "Deployment" or len(placement.domains) == 1:
+        return ""
+    spread = {
+        "Instance": "scope Instance keeps each instance in one domain, not the prefill and "
+        "decode instances together",
+        "None": "scope None chooses no domain",
+    }[placement.scope]
+    where = (f"any of domains {', '.join(placement.domains)}" if placement.domains
+             else f"any value of {placement.topology_key}")  # fmt: skip
+    return (
+        f"ascend.transferProtocol {protocol} moves the KV only within one {placement.topology_key} "
+        f"domain, but {spread}, so prefill and decode may land in {where}; use scope "
+        "Deployment, name one domain in placement.domains, or a transfer protocol that "
+        "crosses domains (e.g. device_rdma)"
+    )
 
 
 def _kept_domain(
@@ -415,6 +487,13 @@ def decide(
     assert placement is not None
     resource = spec.ascend.resource_name
     kept = _kept_domain(placement, existing, previous) if placement.scope == "Deployment" else ""
+    if mismatch := transfer_mismatch(spec):
+        # a spec that cannot work anywhere: no capacity read, nothing created in any mode
+        # (a Preferred placement would only move the failure to the first KV transfer)
+        return PlacementDecision(
+            blocked=frozenset(new), status="False", reason=REASON_TRANSFER_PROTOCOL_MISMATCH,
+            message=mismatch,
+        )  # fmt: skip
     if placement.scope == "None":
         pin = None
         if placement.domains:

@@ -29,6 +29,7 @@ from ascend_pd_operator.api import models
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_INSPECTOR,
+    DEVICE_INFO_NAMESPACE,
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
     LABEL_MANAGED_BY,
@@ -38,6 +39,7 @@ from ascend_pd_operator.api.vocabulary import (
 )
 from ascend_pd_operator.api.vocabulary import model_facts_name as facts_cm_name
 from ascend_pd_operator.builders.volcano import PODGROUP_CRD, podgroup_subgroups
+from ascend_pd_operator.decisions.device_info import device_info
 from ascend_pd_operator.decisions.placement import Usage, usage_of
 from ascend_pd_operator.decisions.planner import (
     PRUNED_KINDS,
@@ -180,20 +182,41 @@ def observe_podgroup_subgroups(kube: Kube, resource: Json) -> bool | None:
 USAGE_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 
-def observe_usage(kube: Kube, resource_name: str) -> Usage:
+def observe_usage(kube: Kube, resource_name: str, read_device_info: bool = False) -> Usage:
     """What the pods of every namespace hold on their nodes (``placement.usage_of``): one
     LIST, only when an instance with spec.placement is to be created. Cluster-wide pods
     ``list`` is the ClusterRole's when the operator watches every namespace; watching some,
     the chart grants it with ``placement.podsClusterWide`` (charts/ascend-pd-operator). A
     refusal is retried while it may be the API server warming up (``denials``), then told in
     PlacementFeasible (NodeUsageUnknown, and ``/healthz``'s faults name the permission); no
-    instance is pinned blind."""
+    instance is pinned blind.
+
+    ``read_device_info`` (``--placement-device-info``): also the chips MindCluster reports
+    bad, from one LIST of the ConfigMaps of kube-system at the same moment
+    (``device_info``; the chart value ``placement.deviceInfo`` grants it). Without them (none
+    there, or the LIST refused) placement counts what the nodes report, as without the flag;
+    a refusal or an unreadable ConfigMap is logged, and a lasting refusal is named by
+    ``/healthz``'s faults."""
     try:
-        return usage_of(kube.list("Pod", None, field_selector=USAGE_FIELD_SELECTOR), resource_name)
+        usage = usage_of(kube.list("Pod", None, field_selector=USAGE_FIELD_SELECTOR), resource_name)
     except KubeError as exc:
         if is_transient(exc):
             raise
         return Usage(error=f"listing the pods of every namespace: {exc}")
+    if not read_device_info:
+        return usage
+    try:
+        found = device_info(kube.list("ConfigMap", DEVICE_INFO_NAMESPACE), resource_name)
+    except KubeError as exc:
+        if is_transient(exc):
+            raise
+        log.warning("placement: MindCluster's device info not read (counting what the "
+                    "nodes report): listing ConfigMaps in %s: %s",
+                    DEVICE_INFO_NAMESPACE, exc)  # fmt: skip
+        return usage
+    for problem in found.problems:
+        log.warning("placement: %s (its node counted as it reports itself)", problem)
+    return replace(usage, devices=found.nodes)
 
 
 def _failed_creates(
@@ -263,8 +286,11 @@ class Reconciler:
         clock: Callable[[], str] = utc_now,
         cache: LiveCache | None = None,
         recovery: RecoveryPolicy = DEFAULT_POLICY,
+        read_device_info: bool = False,
     ) -> None:
         self.recovery = recovery
+        #: placement also reads MindCluster's device info (``observe_usage``)
+        self.read_device_info = read_device_info
         self.kube = kube
         self.clock = clock
         #: Fed by the watches; without it every child is applied on every reconcile.
@@ -293,7 +319,8 @@ class Reconciler:
             todo = plan(observation, self.clock(), self.recovery)
             if todo.needs_usage and todo.validation.spec is not None:
                 # a placement choice is due: read what the pods hold, and plan again
-                usage = observe_usage(self.kube, todo.validation.spec.ascend.resource_name)
+                usage = observe_usage(self.kube, todo.validation.spec.ascend.resource_name,
+                                      self.read_device_info)  # fmt: skip
                 observation = replace(observation, node_usage=usage)
                 todo = plan(observation, self.clock(), self.recovery)
             return self.execute(todo)

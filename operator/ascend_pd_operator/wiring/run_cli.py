@@ -111,6 +111,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="reconcile only while holding the Lease ascend-pd-operator in $POD_NAMESPACE",
     )
+    parser.add_argument(
+        "--placement-device-info",
+        action="store_true",
+        help="spec.placement: also leave out the NPUs MindCluster's device plugin reports "
+        "unhealthy or network-unhealthy (ConfigMaps mindx-dl-deviceinfo-<node> in "
+        "kube-system; needs list on configmaps there)",
+    )
     parser.add_argument("--debug", action="store_true", help="debug logging")
 
 
@@ -198,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
         failure_limit=args.restart_loop_limit,
         window_seconds=args.restart_loop_window_seconds,
     )
-    reconciler = Reconciler(kube, cache=cache, recovery=policy)
+    reconciler = Reconciler(
+        kube, cache=cache, recovery=policy, read_device_info=args.placement_device_info
+    )
     # Reconciles wait on the API server most of the time: several workers let the children
     # of different deployments be written at once (the queue keeps each key on one worker).
     for index in range(args.workers):

@@ -26,10 +26,18 @@ OWNER = Owner("dsv3", "llm", "uid-1", 1)
 ALL = [("prefill", 0), ("prefill", 1), ("decode", 0)]
 
 
-def spec(**placement: Any) -> Any:
+def spec(protocol: str = "", **placement: Any) -> Any:
+    """The example's spec with ``placement``; ``protocol``: its ascend.transferProtocol
+    (the example's is sdma, which reaches only within a domain)."""
     resource = copy.deepcopy(load_example("deepseek-v3-pp2.yaml"))
     resource["spec"]["placement"] = {"topologyKey": KEY, **placement}
+    if protocol:
+        resource["spec"]["ascend"]["transferProtocol"] = protocol
     return parse_spec(resource["spec"])
+
+
+#: a transfer protocol that crosses domains, for the scopes that may spread the roles
+RDMA = "device_rdma"
 
 
 def node(
@@ -223,7 +231,7 @@ def test_a_taint_the_role_tolerates_is_no_obstacle() -> None:
 
 def test_scope_instance_gives_each_instance_its_own_best_domain() -> None:
     # sp-1 (2 nodes) is the best fit for prefill-0; then it is full: the rest go to sp-0
-    found = decide(OWNER, spec(scope="Instance"), ALL, {}, nodes(("sp-0", 4), ("sp-1", 2)),
+    found = decide(OWNER, spec(RDMA, scope="Instance"), ALL, {}, nodes(("sp-0", 4), ("sp-1", 2)),
                    NONE_USED, {})  # fmt: skip
     assert found.status == "True" and found.domain == ""
     assert {k: p.domains for k, p in found.pins.items()} == {
@@ -232,7 +240,7 @@ def test_scope_instance_gives_each_instance_its_own_best_domain() -> None:
 
 
 def test_scope_instance_blocks_only_the_instances_that_do_not_fit() -> None:
-    found = decide(OWNER, spec(scope="Instance"), ALL, {}, nodes(("sp-0", 2), ("sp-1", 2)),
+    found = decide(OWNER, spec(RDMA, scope="Instance"), ALL, {}, nodes(("sp-0", 2), ("sp-1", 2)),
                    NONE_USED, {})  # fmt: skip
     assert set(found.pins) == {("prefill", 0), ("prefill", 1)}
     assert found.blocked == frozenset({("decode", 0)})
@@ -288,10 +296,11 @@ def test_a_choice_waits_for_the_pods_usage() -> None:
 
 
 def test_scope_none_holds_pods_to_the_allowed_domains_only() -> None:
-    free = decide(OWNER, spec(scope="None"), ALL, {}, {}, None, {})
+    free = decide(OWNER, spec(RDMA, scope="None"), ALL, {}, {}, None, {})
     assert (free.status, free.reason, free.pins, free.needs_usage) == ("True", "Unscoped", {},
                                                                        False)  # fmt: skip
-    held = decide(OWNER, spec(scope="None", domains=["sp-0", "sp-1"]), ALL, {}, {}, None, {})
+    held = decide(OWNER, spec(RDMA, scope="None", domains=["sp-0", "sp-1"]), ALL, {}, {}, None,
+                  {})  # fmt: skip
     assert held.pins[("decode", 0)] == Pin(KEY, ("sp-0", "sp-1"), "Required", False)
 
 
@@ -305,3 +314,85 @@ def test_the_npus_a_pod_requests(containers: list[Json], init: list[Json], npus:
     pod_ = {"spec": {"containers": [{"name": "c", "resources": r} for r in containers],
                      "initContainers": [{"name": "i", "resources": r} for r in init]}}  # fmt: skip
     assert pod_npus(pod_, NPU) == npus
+
+
+# --- the KV transfer protocol against the domains -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("placement", "spreads"),
+    [
+        ({"scope": "Instance"}, "scope Instance keeps each instance in one domain, not the "
+         "prefill and decode instances together, so prefill and decode may land in any value "
+         f"of {KEY}"),
+        ({"scope": "None"}, f"scope None chooses no domain, so prefill and decode may land in "
+         f"any value of {KEY}"),
+        ({"scope": "Instance", "domains": ["sp-0", "sp-1"], "mode": "Preferred"},
+         "may land in any of domains sp-0, sp-1"),
+    ],
+)  # fmt: skip
+def test_sdma_is_refused_where_prefill_and_decode_may_land_in_different_domains(
+    placement: dict[str, Any], spreads: str
+) -> None:
+    # room for everything in one domain: the refusal is the protocol's, not the capacity's
+    found = decide(OWNER, spec(**placement), ALL, {}, nodes(("sp-0", 8), ("sp-1", 8)), None, {})
+    assert (found.status, found.reason) == ("False", "TransferProtocolMismatch")
+    assert found.blocked == frozenset(ALL) and found.pins == {}
+    assert not found.needs_usage  # nothing is read for a spec that cannot work anywhere
+    assert found.message.startswith(
+        f"ascend.transferProtocol sdma moves the KV only within one {KEY} domain, but "
+    )
+    assert spreads in found.message
+    assert found.message.endswith(
+        "; use scope Deployment, name one domain in placement.domains, or a transfer protocol "
+        "that crosses domains (e.g. device_rdma)"
+    )
+
+
+def test_the_running_instances_are_kept_and_nothing_is_created() -> None:
+    running = {("prefill", 0): Pin(KEY, ("sp-0",))}
+    found = decide(OWNER, spec(scope="Instance"), [("decode", 0)], running, nodes(("sp-0", 8)),
+                   Usage(), {})  # fmt: skip
+    assert (found.status, found.reason, found.blocked) == (
+        "False", "TransferProtocolMismatch", frozenset({("decode", 0)}))  # fmt: skip
+    # with nothing to create the condition still says why the spec cannot work
+    idle = decide(OWNER, spec(scope="Instance"), [], running, nodes(("sp-0", 8)), None, {})
+    assert (idle.status, idle.reason, idle.blocked) == (
+        "False", "TransferProtocolMismatch", frozenset())  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("protocol", "placement"),
+    [
+        ("", {"scope": "Deployment"}),  # both roles in one domain
+        ("", {"scope": "Deployment", "mode": "Preferred"}),
+        ("", {"scope": "Instance", "domains": ["sp-0"]}),  # one domain for everything
+        ("", {"scope": "None", "domains": ["sp-0"]}),
+        ("SDMA", {"scope": "Deployment"}),
+        (RDMA, {"scope": "Instance"}),  # RDMA over the NICs crosses domains
+        ("host_rdma", {"scope": "None"}),
+    ],
+)
+def test_a_plan_the_protocol_can_serve_is_not_refused(
+    protocol: str, placement: dict[str, Any]
+) -> None:
+    found = decide(OWNER, spec(protocol, **placement), ALL, {}, nodes(("sp-0", 8)), Usage(), {})
+    assert found.reason != "TransferProtocolMismatch" and found.status == "True", found
+
+
+def test_sdma_in_any_case_is_the_single_domain_protocol() -> None:
+    found = decide(OWNER, spec("SDMA", scope="Instance"), ALL, {}, nodes(("sp-0", 8)),
+                   Usage(), {})  # fmt: skip
+    assert found.reason == "TransferProtocolMismatch"
+    assert found.message.startswith("ascend.transferProtocol SDMA moves the KV only within")
+
+
+def test_the_mooncake_backend_is_not_judged_by_memfabric_protocol() -> None:
+    resource = copy.deepcopy(load_example("deepseek-v3-pp2.yaml"))
+    resource["spec"]["placement"] = {"topologyKey": KEY, "scope": "Instance"}
+    resource["spec"]["runtime"]["transferBackend"] = "mooncake"
+    # mooncake pairs no pipelined MLA prefill: the prefill instances one node each
+    resource["spec"]["prefill"]["parallelism"]["pipeline"] = 1
+    resource["spec"]["prefill"].pop("layerPartition", None)
+    found = decide(OWNER, parse_spec(resource["spec"]), ALL, {}, nodes(("sp-0", 8)), Usage(), {})
+    assert found.reason == "DomainChosen"

@@ -160,6 +160,7 @@ def test_placement_added_to_a_running_deployment_pins_none_of_its_instances(dsv3
 
 def test_a_recreated_instance_is_pinned_anew(dsv3: Json) -> None:
     cr = with_placement(dsv3, scope="Instance")
+    cr["spec"]["ascend"]["transferProtocol"] = "device_rdma"  # sdma would not cross domains
     nodes = topology(**{"sp-0": 4, "sp-1": 2})
     first = plan(observe(cr, nodes=nodes, node_usage=Usage()), NOW)
     pins = {n: pin_of(m) for n, m in statefulsets(first).items()}
@@ -254,3 +255,37 @@ def test_a_preference_given_up_is_told_once(dsv3: Json) -> None:
     assert all(pin_of(m) is None for m in statefulsets(p).values())
     assert [(e.type, e.reason) for e in p.events] == [("Normal", "PreferredDomainUnavailable")]
     assert p.requeue_after is None
+
+
+def test_a_protocol_that_cannot_cross_the_domains_creates_nothing_and_says_why(
+    dsv3: Json,
+) -> None:
+    cr = with_placement(dsv3, scope="Instance")  # the example's transferProtocol is sdma
+    p = plan(observe(cr, nodes=topology(**{"sp-0": 8, "sp-1": 8})), NOW)
+    assert not p.needs_usage  # refused before anything is read
+    assert statefulsets(p) == {}
+    cond = conditions(p)["PlacementFeasible"]
+    assert (cond["status"], cond["reason"]) == ("False", "TransferProtocolMismatch")
+    assert cond["message"].startswith("ascend.transferProtocol sdma moves the KV only within "
+                                      f"one {KEY} domain")  # fmt: skip
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "TransferProtocolMismatch")]
+    # scope Deployment keeps prefill and decode together: created and pinned
+    nodes = topology(**{"sp-0": 8, "sp-1": 8})
+    together = plan(
+        observe(with_placement(dsv3, scope="Deployment"), nodes=nodes, node_usage=Usage()), NOW
+    )
+    assert conditions(together)["PlacementFeasible"]["reason"] == "DomainChosen"
+    assert len(statefulsets(together)) == 3
+
+
+def test_a_running_deployment_changed_to_a_spreading_scope_keeps_its_instances(
+    dsv3: Json,
+) -> None:
+    cr = with_placement(dsv3)
+    nodes = topology(**{"sp-0": 8})
+    first = plan(observe(cr, nodes=nodes, node_usage=Usage()), NOW)
+    cr["spec"]["placement"]["scope"] = "None"
+    p = plan(observe(cr, running(first), nodes=nodes, node_usage=Usage()), NOW)
+    assert statefulsets(p) == statefulsets(first)
+    cond = conditions(p)["PlacementFeasible"]
+    assert (cond["status"], cond["reason"]) == ("False", "TransferProtocolMismatch")
