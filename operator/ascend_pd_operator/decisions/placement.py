@@ -19,11 +19,13 @@ The rules:
 - The KV transfer must reach from every prefill to every decode instance. Memfabric's
   ``sdma`` (the default ``ascend.transferProtocol`` of the ``ascend`` transfer backend)
   moves the KV over the HCCS/UB fabric, which a topology domain (a super-pod) bounds: with
-  it, a placement that lets prefill and decode land in different domains (scope Instance
-  or None, unless ``domains`` names one domain) is refused, ``TransferProtocolMismatch``
-  (``transfer_mismatch``), whatever the capacity; no instance is created, running ones are
-  kept. Scope Deployment keeps both roles in one domain. Other protocols (e.g. RDMA over
-  the NICs) and the mooncake backend are taken to cross domains.
+  it, scope Instance puts every instance of the deployment in the same domain (each still
+  pinned on its own), the one its running instances use, else the best fit for all the new
+  ones. When only instances spread over several domains would fit, or the running ones
+  already are spread, the plan needs the protocol to cross domains: ``TransferProtocolMismatch``,
+  no instance is created (in either mode: a preference would only move the failure to the
+  first transfer), running ones are kept. Other protocols (e.g. RDMA over the NICs) and the
+  mooncake backend are taken to cross domains; scope None chooses nothing and is not judged.
 - ``scope`` Deployment: every instance in one domain; once chosen it is kept (the previous
   status, or the running instances' pins) while any instance exists, and the new instances
   must fit in it. With none running the domain is chosen for all instances to create.
@@ -426,31 +428,27 @@ class PlacementDecision:
 SINGLE_DOMAIN_PROTOCOLS = frozenset({"sdma"})
 
 
-def transfer_mismatch(spec: PDDeploymentSpec) -> str:
-    """Why the KV transfer cannot cross the domains ``spec.placement`` may spread prefill and
-    decode over ("" when it can): the ``ascend`` backend with a single-domain protocol, and
-    a scope other than Deployment that more than one domain may serve."""
-    placement = spec.placement
-    if placement is None or spec.runtime.transfer_backend != "ascend":
-        return ""
+def single_domain_protocol(spec: PDDeploymentSpec) -> str:
+    """The transfer protocol when it reaches only within one domain ("" when it crosses)."""
     protocol = spec.ascend.transfer_protocol
-    if protocol.lower() not in SINGLE_DOMAIN_PROTOCOLS:
+    if spec.runtime.transfer_backend != "ascend":
         return ""
-    if placement.scope == "Deployment" or len(placement.domains) == 1:
-        return ""
-    spread = {
-        "Instance": "scope Instance keeps each instance in one domain, not the prefill and "
-        "decode instances together",
-        "None": "scope None chooses no domain",
-    }[placement.scope]
-    where = (f"any of domains {', '.join(placement.domains)}" if placement.domains
-             else f"any value of {placement.topology_key}")  # fmt: skip
+    return protocol if protocol.lower() in SINGLE_DOMAIN_PROTOCOLS else ""
+
+
+def transfer_mismatch(spec: PDDeploymentSpec, protocol: str, spread: str) -> str:
+    """Why the plan needs ``protocol`` to cross domains: ``spread`` says where it would."""
+    key = spec.placement.topology_key if spec.placement else ""
     return (
-        f"ascend.transferProtocol {protocol} moves the KV only within one {placement.topology_key} "
-        f"domain, but {spread}, so prefill and decode may land in {where}; use scope "
-        "Deployment, name one domain in placement.domains, or a transfer protocol that "
-        "crosses domains (e.g. device_rdma)"
+        f"ascend.transferProtocol {protocol} moves the KV only within one {key} domain, but "
+        f"{spread}; use a transfer protocol that crosses domains (e.g. device_rdma), or free "
+        "or add capacity in one domain"
     )
+
+
+def _used_domains(placement: Placement, existing: Mapping[InstanceKey, Pin | None]) -> list[str]:
+    return sorted({p.domain for p in existing.values()
+                   if p is not None and p.topology_key == placement.topology_key})  # fmt: skip
 
 
 def _kept_domain(
@@ -487,13 +485,18 @@ def decide(
     assert placement is not None
     resource = spec.ascend.resource_name
     kept = _kept_domain(placement, existing, previous) if placement.scope == "Deployment" else ""
-    if mismatch := transfer_mismatch(spec):
-        # a spec that cannot work anywhere: no capacity read, nothing created in any mode
-        # (a Preferred placement would only move the failure to the first KV transfer)
-        return PlacementDecision(
-            blocked=frozenset(new), status="False", reason=REASON_TRANSFER_PROTOCOL_MISMATCH,
-            message=mismatch,
-        )  # fmt: skip
+    protocol = single_domain_protocol(spec) if placement.scope == "Instance" else ""
+    # With a single-domain protocol every instance goes where the others are (``together``).
+    together = placement.scope == "Deployment" or bool(protocol)
+    if protocol:
+        used = _used_domains(placement, existing)
+        if len(used) > 1:  # spread already (the protocol or the scope changed): keep, add none
+            spread = f"the running instances are in {', '.join(used)}"
+            return PlacementDecision(
+                blocked=frozenset(new), status="False", reason=REASON_TRANSFER_PROTOCOL_MISMATCH,
+                message=transfer_mismatch(spec, protocol, spread),
+            )  # fmt: skip
+        kept = used[0] if used else ""
     if placement.scope == "None":
         pin = None
         if placement.domains:
@@ -526,16 +529,23 @@ def decide(
     domains = domains_of(found, usage, me, placement.domains)
     by_room = sorted(domains, key=lambda d: (-d.free_npus, d.name))
     capacity = tuple(d.capacity() for d in by_room[:CAPACITY_KEPT])
-    if placement.scope == "Deployment":
+    if together:
         choice = choose(_needs(spec, new), domains, placement, resource, only=kept)
         groups = [(list(new), choice)]
+        if protocol and choice.domain is None:
+            apart = _apart(spec, new, domains, resource)
+            if all(c.domain is not None for _, c in apart):
+                where = sorted({c.domain.name for _, c in apart if c.domain is not None})
+                spread = (f"the deployment {choice.message}, and only {', '.join(where)} "
+                          "together would hold its instances")  # fmt: skip
+                return PlacementDecision(
+                    blocked=frozenset(new), status="False",
+                    reason=REASON_TRANSFER_PROTOCOL_MISMATCH,
+                    message=transfer_mismatch(spec, protocol, spread), domain=kept,
+                    capacity=capacity,
+                )  # fmt: skip
     else:
-        groups = []
-        for key in new:
-            choice = choose(_needs(spec, [key]), domains, placement, resource)
-            groups.append(([key], choice))
-            if choice.domain is not None:  # its nodes are taken for the next instance
-                domains = [_without(d, choice.nodes) for d in domains]
+        groups = _apart(spec, new, domains, resource)
     pins: dict[InstanceKey, Pin] = {}
     blocked: set[InstanceKey] = set()
     failed: list[tuple[list[InstanceKey], Choice]] = []
@@ -549,7 +559,7 @@ def decide(
             if placement.mode == "Required":
                 blocked.update(keys)
     chosen = [c.domain.name for _, c in groups if c.domain is not None]
-    domain = kept or (chosen[0] if chosen and placement.scope == "Deployment" else "")
+    domain = kept or (chosen[0] if chosen and together else "")
     ordered = _chosen_first(capacity, chosen)
     if not failed:
         message = "; ".join(
@@ -572,6 +582,21 @@ def decide(
         f"{names} not created: {first.message}{more}", domain, chosen=bool(chosen),
         capacity=ordered,
     )  # fmt: skip
+
+
+def _apart(
+    spec: PDDeploymentSpec, new: list[InstanceKey], domains: list[Domain], resource: str
+) -> list[tuple[list[InstanceKey], Choice]]:
+    """Each new instance in the domain that fits it best, in role and index order, each
+    taking its nodes before the next chooses."""
+    assert spec.placement is not None
+    groups: list[tuple[list[InstanceKey], Choice]] = []
+    for key in new:
+        choice = choose(_needs(spec, [key]), domains, spec.placement, resource)
+        groups.append(([key], choice))
+        if choice.domain is not None:  # its nodes are taken for the next instance
+            domains = [_without(d, choice.nodes) for d in domains]
+    return groups
 
 
 def _without(domain: Domain, taken: Iterable[str]) -> Domain:

@@ -319,43 +319,55 @@ def test_the_npus_a_pod_requests(containers: list[Json], init: list[Json], npus:
 # --- the KV transfer protocol against the domains -----------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("placement", "spreads"),
-    [
-        ({"scope": "Instance"}, "scope Instance keeps each instance in one domain, not the "
-         "prefill and decode instances together, so prefill and decode may land in any value "
-         f"of {KEY}"),
-        ({"scope": "None"}, f"scope None chooses no domain, so prefill and decode may land in "
-         f"any value of {KEY}"),
-        ({"scope": "Instance", "domains": ["sp-0", "sp-1"], "mode": "Preferred"},
-         "may land in any of domains sp-0, sp-1"),
-    ],
-)  # fmt: skip
-def test_sdma_is_refused_where_prefill_and_decode_may_land_in_different_domains(
-    placement: dict[str, Any], spreads: str
-) -> None:
-    # room for everything in one domain: the refusal is the protocol's, not the capacity's
-    found = decide(OWNER, spec(**placement), ALL, {}, nodes(("sp-0", 8), ("sp-1", 8)), None, {})
+def test_sdma_keeps_every_instance_of_scope_instance_in_one_domain() -> None:
+    # sp-0 holds all 6 nodes, sp-1 only 4: apart, prefill-0 (2 nodes) would best fit sp-1;
+    # with sdma the KV never leaves a domain, so all three go to sp-0, each pinned on its own
+    found = decide(OWNER, spec(scope="Instance"), ALL, {}, nodes(("sp-0", 6), ("sp-1", 4)),
+                   NONE_USED, {})  # fmt: skip
+    assert (found.status, found.reason, found.domain) == ("True", "DomainChosen", "sp-0")
+    assert found.pins == dict.fromkeys(ALL, Pin(KEY, ("sp-0",), "Required", False))
+    # a protocol that crosses domains: each instance where it fits best
+    apart = decide(OWNER, spec(RDMA, scope="Instance"), ALL, {},
+                   nodes(("sp-0", 6), ("sp-1", 4)), NONE_USED, {})  # fmt: skip
+    assert {k: p.domain for k, p in apart.pins.items()} == {
+        ("prefill", 0): "sp-1", ("prefill", 1): "sp-1", ("decode", 0): "sp-0"}  # fmt: skip
+
+
+def test_sdma_joins_the_domain_the_running_instances_use() -> None:
+    running = {("prefill", 0): Pin(KEY, ("sp-1",)), ("prefill", 1): Pin(KEY, ("sp-1",))}
+    found = decide(OWNER, spec(scope="Instance"), [("decode", 0)], running,
+                   nodes(("sp-0", 6), ("sp-1", 6)), NONE_USED, {})  # fmt: skip
+    assert found.pins == {("decode", 0): Pin(KEY, ("sp-1",), "Required", False)}
+
+
+@pytest.mark.parametrize("mode", ["Required", "Preferred"])
+def test_sdma_refuses_a_plan_that_only_spread_instances_would_fit(mode: str) -> None:
+    # 4 nodes in each domain: no domain holds all 6 nodes, the two together would
+    found = decide(OWNER, spec(scope="Instance", mode=mode), ALL, {},
+                   nodes(("sp-0", 4), ("sp-1", 4)), NONE_USED, {})  # fmt: skip
     assert (found.status, found.reason) == ("False", "TransferProtocolMismatch")
     assert found.blocked == frozenset(ALL) and found.pins == {}
-    assert not found.needs_usage  # nothing is read for a spec that cannot work anywhere
-    assert found.message.startswith(
-        f"ascend.transferProtocol sdma moves the KV only within one {KEY} domain, but "
+    assert found.message == (
+        f"ascend.transferProtocol sdma moves the KV only within one {KEY} domain, but the "
+        f"deployment needs 6 nodes with 8 free {NPU} in one domain; best: sp-0 has 4, sp-1 has "
+        "4, and only sp-0, sp-1 together would hold its instances; use a transfer protocol "
+        "that crosses domains (e.g. device_rdma), or free or add capacity in one domain"
     )
-    assert spreads in found.message
-    assert found.message.endswith(
-        "; use scope Deployment, name one domain in placement.domains, or a transfer protocol "
-        "that crosses domains (e.g. device_rdma)"
-    )
+    # when not even spread instances fit, it is capacity that is missing, not the protocol
+    short = decide(OWNER, spec(scope="Instance"), ALL, {}, nodes(("sp-0", 2), ("sp-1", 2)),
+                   NONE_USED, {})  # fmt: skip
+    assert (short.status, short.reason) == ("False", "InsufficientDomainCapacity")
 
 
-def test_the_running_instances_are_kept_and_nothing_is_created() -> None:
-    running = {("prefill", 0): Pin(KEY, ("sp-0",))}
-    found = decide(OWNER, spec(scope="Instance"), [("decode", 0)], running, nodes(("sp-0", 8)),
-                   Usage(), {})  # fmt: skip
+def test_running_instances_spread_over_domains_are_kept_and_nothing_is_added() -> None:
+    running = {("prefill", 0): Pin(KEY, ("sp-0",)), ("prefill", 1): Pin(KEY, ("sp-1",))}
+    found = decide(OWNER, spec(scope="Instance"), [("decode", 0)], running,
+                   nodes(("sp-0", 8), ("sp-1", 8)), None, {})  # fmt: skip
     assert (found.status, found.reason, found.blocked) == (
         "False", "TransferProtocolMismatch", frozenset({("decode", 0)}))  # fmt: skip
-    # with nothing to create the condition still says why the spec cannot work
+    assert "the running instances are in sp-0, sp-1" in found.message
+    assert not found.needs_usage  # nothing is read for it
+    # with nothing to create the condition still says why the plan cannot work
     idle = decide(OWNER, spec(scope="Instance"), [], running, nodes(("sp-0", 8)), None, {})
     assert (idle.status, idle.reason, idle.blocked) == (
         "False", "TransferProtocolMismatch", frozenset())  # fmt: skip
@@ -381,8 +393,8 @@ def test_a_plan_the_protocol_can_serve_is_not_refused(
 
 
 def test_sdma_in_any_case_is_the_single_domain_protocol() -> None:
-    found = decide(OWNER, spec("SDMA", scope="Instance"), ALL, {}, nodes(("sp-0", 8)),
-                   Usage(), {})  # fmt: skip
+    found = decide(OWNER, spec("SDMA", scope="Instance"), ALL, {},
+                   nodes(("sp-0", 4), ("sp-1", 4)), Usage(), {})  # fmt: skip
     assert found.reason == "TransferProtocolMismatch"
     assert found.message.startswith("ascend.transferProtocol SDMA moves the KV only within")
 

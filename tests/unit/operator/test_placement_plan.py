@@ -260,32 +260,33 @@ def test_a_preference_given_up_is_told_once(dsv3: Json) -> None:
 def test_a_protocol_that_cannot_cross_the_domains_creates_nothing_and_says_why(
     dsv3: Json,
 ) -> None:
-    cr = with_placement(dsv3, scope="Instance")  # the example's transferProtocol is sdma
-    p = plan(observe(cr, nodes=topology(**{"sp-0": 8, "sp-1": 8})), NOW)
-    assert not p.needs_usage  # refused before anything is read
+    # the example's transferProtocol is sdma; 4 nodes a domain: only spread instances fit
+    cr = with_placement(dsv3, scope="Instance")
+    p = plan(observe(cr, nodes=topology(**{"sp-0": 4, "sp-1": 4}), node_usage=Usage()), NOW)
     assert statefulsets(p) == {}
     cond = conditions(p)["PlacementFeasible"]
     assert (cond["status"], cond["reason"]) == ("False", "TransferProtocolMismatch")
     assert cond["message"].startswith("ascend.transferProtocol sdma moves the KV only within "
                                       f"one {KEY} domain")  # fmt: skip
     assert [(e.type, e.reason) for e in p.events] == [("Warning", "TransferProtocolMismatch")]
-    # scope Deployment keeps prefill and decode together: created and pinned
-    nodes = topology(**{"sp-0": 8, "sp-1": 8})
-    together = plan(
-        observe(with_placement(dsv3, scope="Deployment"), nodes=nodes, node_usage=Usage()), NOW
-    )
+    # with room in one domain every instance goes there, each pinned on its own
+    nodes = topology(**{"sp-0": 4, "sp-1": 6})
+    together = plan(observe(cr, nodes=nodes, node_usage=Usage()), NOW)
     assert conditions(together)["PlacementFeasible"]["reason"] == "DomainChosen"
-    assert len(statefulsets(together)) == 3
+    assert {n: pin_of(m) for n, m in statefulsets(together).items()} == dict.fromkeys(
+        ("dsv3-prefill-0", "dsv3-prefill-1", "dsv3-decode-0"), Pin(KEY, ("sp-1",)))  # fmt: skip
 
 
-def test_a_running_deployment_changed_to_a_spreading_scope_keeps_its_instances(
-    dsv3: Json,
-) -> None:
-    cr = with_placement(dsv3)
-    nodes = topology(**{"sp-0": 8})
+def test_a_running_deployment_spread_over_domains_keeps_its_instances(dsv3: Json) -> None:
+    cr = with_placement(dsv3, scope="Instance")
+    cr["spec"]["ascend"]["transferProtocol"] = "device_rdma"
+    nodes = topology(**{"sp-0": 4, "sp-1": 2})
     first = plan(observe(cr, nodes=nodes, node_usage=Usage()), NOW)
-    cr["spec"]["placement"]["scope"] = "None"
+    assert len({pin_of(m) for m in statefulsets(first).values()}) == 2  # spread, over RDMA
+    cr["spec"]["ascend"]["transferProtocol"] = "sdma"  # now the KV cannot cross domains
     p = plan(observe(cr, running(first), nodes=nodes, node_usage=Usage()), NOW)
-    assert statefulsets(p) == statefulsets(first)
+    pins = {n: pin_of(m) for n, m in statefulsets(p).items() if n in statefulsets(first)}
+    assert pins == {n: pin_of(m) for n, m in statefulsets(first).items()}
     cond = conditions(p)["PlacementFeasible"]
     assert (cond["status"], cond["reason"]) == ("False", "TransferProtocolMismatch")
+    assert "the running instances are in sp-0, sp-1" in cond["message"]
