@@ -13,6 +13,8 @@ The engine is SGLang's own ``AscendTransferEngine`` around the real ``memfabric_
 ``batch_transfer_sync_write`` converts the three int sequences (pybind11) and then fails fast
 ("handle is null", status -1) with no NPU or RDMA NIC. What is timed is therefore everything
 ``send_kvcache`` does before the wire, the engine's own argument conversion included. The
+patched connector hands a long request over in several calls (``engine_batches``), so the
+timed engine reports each converted call as sent and every batch gets converted. The
 engine's C++ log lines of that failure go to /dev/null while timing.
 
 Upstream runs in a process of its own on the pristine release, the patched code in another;
