@@ -37,11 +37,10 @@ EngineLists = tuple[list[int], list[int], list[int]]
 #: Descriptors per engine call in ``engine_batches`` (whole entries, at least one). A fully
 #: fragmented 128K-token request is 125K descriptors: built in one go, its ~8 MB of Python
 #: ints land in freshly mapped memory that is unmapped again when they are freed, and the
-#: page faults cost about as much as making the ints. Batches of this size reuse the same
-#: memory, and each batch is converted while its ints are still in the CPU cache (see
-#: ``bench/connector.md``). On a long request each batch still moves hundreds of MB of KV,
-#: so the engine's fixed cost per call (not measurable here: no NPU) is spread thin.
-BATCH_DESCRIPTORS: Final = 8192
+#: page faults cost about as much as making the ints. Batches of this size (~2 MB of ints)
+#: reuse the same memory; 4K–32K timed alike, so the largest keeps the engine calls few
+#: (see ``bench/connector.md``): a realistic 128K-token request on 2 groups is still one.
+BATCH_DESCRIPTORS: Final = 32768
 
 
 @dataclass(frozen=True)

@@ -162,11 +162,11 @@ def test_one_batch_without_custom_pool_and_one_per_entry_with_it() -> None:
 
 
 def test_a_long_request_goes_in_batches_of_whole_entries_in_upstream_order() -> None:
-    # 300 fragmented pages × 60 entries = 18,000 descriptors: 27 entries (8,100) per batch
-    pages = list(range(0, 600, 2))
+    # 1,200 fragmented pages × 60 entries = 72,000 descriptors: 27 entries (32,400) per batch
+    pages = list(range(0, 2400, 2))
     mgr = manager()
     assert _send(mgr, pages) == 0
-    assert [len(c[0]) for c in mgr.engine.calls] == [27 * 300, 27 * 300, 6 * 300]
+    assert [len(c[0]) for c in mgr.engine.calls] == [27 * 1200, 27 * 1200, 6 * 1200]
     sent = [t for c in mgr.engine.calls for t in zip(*c, strict=True)]
     args = mgr.kv_args
     dst_ptrs = [0x9000_0000_0000 + i * 0x1000_0000 for i in range(122)]
@@ -185,7 +185,7 @@ def test_a_long_request_goes_in_batches_of_whole_entries_in_upstream_order() -> 
 def test_the_first_failed_batch_ends_the_transfer() -> None:
     mgr = manager()
     mgr.engine = Engine(statuses=[0, -7, 0])
-    assert _send(mgr, list(range(0, 600, 2))) == -7
+    assert _send(mgr, list(range(0, 2400, 2))) == -7
     assert len(mgr.engine.calls) == 2
 
 

@@ -216,7 +216,7 @@ def test_patched_send_coalesces_realistic_runs_and_every_byte_lands_via_the_real
 def test_a_request_sent_in_several_engine_batches_lands_every_byte_via_the_real_binding(
     sglang_envs: harness.Envs, tmp_path: Path
 ) -> None:
-    """A fully fragmented request of 1,100 pages is more descriptors per PP stage than one
+    """A fully fragmented request of 3,000 pages is more descriptors per PP stage than one
     engine batch holds (``BATCH_DESCRIPTORS``): the patched connector hands it over in
     several batches, the real binding accepts each, and every byte lands where
     page-by-page copying would put it."""
@@ -225,7 +225,7 @@ def test_a_request_sent_in_several_engine_batches_lands_every_byte_via_the_real_
     env = sglang_envs.get("0.5.23")
     memfabric = harness.ensure_memfabric()
     rng = random.Random(25)
-    request, pool = 1100, 2200
+    request, pool = 3000, 6000
     src = rng.sample(range(0, pool, 2), request)  # no two neighbours consecutive
     dst = rng.sample(range(1, pool, 2), request)
     script = SCRIPT.replace(
