@@ -88,9 +88,9 @@ class TransferDescriptors:
     def engine_batches(self, max_descriptors: int = BATCH_DESCRIPTORS) -> Iterator[EngineLists]:
         """``engine_lists`` cut into consecutive batches of whole entries, each of at most
         ``max_descriptors`` descriptors (one entry when an entry alone has more); the
-        batches, concatenated, are ``engine_lists()``. Each batch is built only when the
-        next one is asked for: a caller that drops a batch before asking for the next
-        keeps one batch of ints alive at a time."""
+        batches, concatenated, are ``engine_lists()``. Each batch is built when it is asked
+        for: a caller that drops a batch before asking for the next keeps one batch of
+        ints alive at a time."""
         if max_descriptors < 1:
             raise ValueError(f"max_descriptors must be at least 1, not {max_descriptors}")
         if len(self) == 0:
