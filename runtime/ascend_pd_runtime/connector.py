@@ -8,7 +8,8 @@ model's ``config.json``, checks that decode's pointer count fits a layout it
 understands (``check_decode_pointer_count``), maps every prefill entry to its
 decode entry (``stage_transfers``) and builds all descriptors at once
 (``build_transfer_descriptors``), in the order SGLang's per-block loop would,
-handed to the engine as the lists its binding converts fastest (``engine_lists``).
+handed to the engine as the lists its binding converts fastest, a few entries per
+call (``engine_batches``).
 
 A refused transfer is logged with both sides' counts and layer ranges (or why
 the model's config.json could not be read) and returns a failed status, so SGLang
@@ -264,27 +265,36 @@ def send_kvcache_planned(
         return REFUSED
     if len(plan) == 0:
         return 0
-    src, dst, lengths = plan.engine_lists()
     engine = manager.engine
     if not getattr(manager, "enable_custom_mem_pool", False):
-        # One batch for every entry, as upstream does without a custom memory pool.
-        return int(engine.batch_transfer_sync(session_id, src, dst, lengths))
+        return _send_in_batches(engine, session_id, plan)
     # One batch per pointer entry on the executor, as upstream does with a custom pool.
-    runs = plan.runs
     futures = [
-        executor.submit(
-            engine.batch_transfer_sync,
-            session_id,
-            src[i : i + runs],
-            dst[i : i + runs],
-            lengths[i : i + runs],
-        )
-        for i in range(0, len(src), runs)
+        executor.submit(engine.batch_transfer_sync, session_id, *lists)
+        for lists in plan.engine_batches(max_descriptors=plan.runs)
     ]
     for future in concurrent.futures.as_completed(futures):
         status = int(future.result())
         if status != 0:
             for other in futures:
                 other.cancel()
+            return status
+    return 0
+
+
+def _send_in_batches(engine: Any, session_id: str, plan: TransferDescriptors) -> int:
+    """Hand the engine the plan in ``engine_batches``, one after the other, and stop at the
+    first batch that fails (its status is the transfer's).
+
+    Upstream sends all entries in one engine call here. The same descriptors in batches of
+    whole entries keep one batch of Python ints alive at a time, so a long request does not
+    map ~8 MB of fresh memory per call and fault on every page of it.
+    """
+    for lists in plan.engine_batches():
+        status = int(engine.batch_transfer_sync(session_id, *lists))
+        # Drop this batch before the generator builds the next, so the next reuses its
+        # memory instead of needing more.
+        del lists
+        if status != 0:
             return status
     return 0

@@ -13,14 +13,18 @@ What the Ascend transfer engine takes is three Python lists of ints (its pybind1
 binding converts any sequence element by element; lists convert fastest, see
 ``bench/connector.md``). ``engine_lists`` builds them with one ``tolist`` per
 address list and the lengths by repeating one list per distinct entry length,
-so no Python code runs per descriptor.
+so no Python code runs per descriptor. ``engine_batches`` builds the same lists
+a few entries at a time, so a long request never holds more than one batch's
+ints: the memory they take is reused batch after batch instead of being mapped
+in and out again on every call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +32,15 @@ import numpy.typing as npt
 from .errors import LayoutMismatch
 
 IntArray = npt.NDArray[np.int64]
+EngineLists = tuple[list[int], list[int], list[int]]
+
+#: Descriptors per engine call in ``engine_batches`` (whole entries, at least one). A fully
+#: fragmented 128K-token request is 125K descriptors: built in one go, its ~8 MB of Python
+#: ints land in freshly mapped memory that is unmapped again when they are freed, and the
+#: page faults cost about as much as making the ints. Batches of this size (~2 MB of ints)
+#: reuse the same memory; 4K–32K timed alike, so the largest keeps the engine calls few
+#: (see ``bench/connector.md``): a realistic 128K-token request on 2 groups is still one.
+BATCH_DESCRIPTORS: Final = 32768
 
 
 @dataclass(frozen=True)
@@ -68,18 +81,37 @@ class TransferDescriptors:
     def lengths(self) -> IntArray:
         return np.multiply.outer(self.entry_len, self.run_pages).ravel()
 
-    def engine_lists(self) -> tuple[list[int], list[int], list[int]]:
+    def engine_lists(self) -> EngineLists:
         """``(src_addrs, dst_addrs, lengths)`` as the Python lists the engine API takes."""
-        src = _addresses(self.entry_src, self.entry_len, self.run_src).tolist()
-        dst = _addresses(self.entry_dst, self.entry_len, self.run_dst).tolist()
+        return self._lists(0, self.entries, {})
+
+    def engine_batches(self, max_descriptors: int = BATCH_DESCRIPTORS) -> Iterator[EngineLists]:
+        """``engine_lists`` cut into consecutive batches of whole entries, each of at most
+        ``max_descriptors`` descriptors (one entry when an entry alone has more); the
+        batches, concatenated, are ``engine_lists()``. Each batch is built when it is asked
+        for: a caller that drops a batch before asking for the next keeps one batch of
+        ints alive at a time."""
+        if max_descriptors < 1:
+            raise ValueError(f"max_descriptors must be at least 1, not {max_descriptors}")
+        if len(self) == 0:
+            return
+        step = max(1, max_descriptors // self.runs)
+        per_length: dict[int, list[int]] = {}
+        for first in range(0, self.entries, step):
+            yield self._lists(first, min(first + step, self.entries), per_length)
+
+    def _lists(self, first: int, end: int, per_length: dict[int, list[int]]) -> EngineLists:
+        """The engine lists of entries ``first``..``end - 1``."""
+        entry_len = self.entry_len[first:end]
+        src = _addresses(self.entry_src[first:end], entry_len, self.run_src).tolist()
+        dst = _addresses(self.entry_dst[first:end], entry_len, self.run_dst).tolist()
         # Entries share few page sizes (one per buffer group): each distinct length list
         # is built once and repeated, which copies pointers instead of making new ints.
-        per_length: dict[int, list[int]] = {}
         lengths: list[int] = []
-        for entry_len in self.entry_len.tolist():
-            block = per_length.get(entry_len)
+        for n in entry_len.tolist():
+            block = per_length.get(n)
             if block is None:
-                block = per_length[entry_len] = (self.run_pages * entry_len).tolist()
+                block = per_length[n] = (self.run_pages * n).tolist()
             lengths += block
         return src, dst, lengths
 

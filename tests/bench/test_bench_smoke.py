@@ -80,8 +80,8 @@ def test_connector_bench_smoke(tmp_path: Path) -> None:
     done = make_bench(tmp_path, "--smoke", "--module", "bench.bench_connector")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = results(tmp_path)
-    # 2 models × (fully fragmented: 9 rows, realistic: 8) + 5 engine representations
-    assert len(rows) == 2 * 9 + 2 * 8 + 5
+    # 2 models × (fully fragmented: 10 rows, realistic: 9) + 5 engine representations
+    assert len(rows) == 2 * 10 + 2 * 9 + 5
     assert_honest(rows)
     # shares of the wire are absolute times: no goal, no verdict, never a pass by construction
     shares = [r for r in rows if "share of KV wire time" in r["name"]]
@@ -89,7 +89,10 @@ def test_connector_bench_smoke(tmp_path: Path) -> None:
     # the goals are ratios measured side by side: the plan against upstream (fully
     # fragmented), the whole call against the binding's conversion (every case)
     goals = [(r["name"].split(",")[0], r["unit"], r["goal"]) for r in rows if r["goal"]]
-    vs_binding = "whole patched send_kvcache / the binding's own conversion of the same descriptors"
+    vs_binding = (
+        "whole patched send_kvcache / the binding's own conversion of the same descriptors "
+        "(one call of prebuilt lists)"
+    )
     assert sorted(goals) == sorted(
         [("layout-core plan (guard + mapping + vectorized descriptors) vs upstream send_kvcache",
           "x", ">= 20x")] * 2 + [(vs_binding, "x", "<= 1.5")] * 4
@@ -101,6 +104,10 @@ def test_connector_bench_smoke(tmp_path: Path) -> None:
     assert all(r["value"] > 0 and "medians" in r["name"] for r in ratios)
     fresh = [r for r in rows if r["name"].startswith("fresh engine lists alone")]
     assert len(fresh) == 4 and all(r["unit"] == "x" and r["met"] is None for r in fresh)
+    batches = [r for r in rows if r["name"].startswith("fresh engine batches alone")]
+    assert len(batches) == 4 and all(r["unit"] == "x" and r["met"] is None for r in batches)
+    # the whole call says how many engine calls carried its descriptors
+    assert all(" engine calls; " in r["name"] for r in ratios)
     conversions = [r for r in rows if r["name"].startswith("engine argument conversion from")]
     assert len(conversions) == 5 and all(r["value"] > 0 for r in conversions)
 

@@ -23,6 +23,7 @@ from ascend_pd_runtime.sglang_patch.patches import (
     TORCH_NPU_OPTIONAL,
     VECTORIZED_SEND,
 )
+from ascend_pd_runtime.transfer_plan import per_block_loop_reference
 
 V3 = load_model_facts(example_config("deepseek-v3"))  # 61 layers, 1 MTP, 2 groups
 V32 = load_model_facts(example_config("deepseek-v3.2"))  # 61 layers, 1 MTP, 3 groups
@@ -118,14 +119,17 @@ def test_guard_refuses_a_decode_without_the_prefills_draft_layers() -> None:
 
 
 class Engine:
-    def __init__(self, status: int = 0) -> None:
+    def __init__(self, status: int = 0, statuses: list[int] | None = None) -> None:
         self.status = status
+        self.statuses = statuses  # one status per call, in order
         self.calls: list[tuple[list[int], list[int], list[int]]] = []
 
     def batch_transfer_sync(
         self, session: str, src: list[int], dst: list[int], lengths: list[int]
     ) -> int:
         self.calls.append((src, dst, lengths))
+        if self.statuses is not None:
+            return self.statuses[len(self.calls) - 1]
         return self.status
 
 
@@ -155,6 +159,34 @@ def test_one_batch_without_custom_pool_and_one_per_entry_with_it() -> None:
     assert len(custom.engine.calls) == 60
     flat = [t for c in sorted(custom.engine.calls) for t in zip(*c, strict=True)]
     assert flat == list(zip(*plain.engine.calls[0], strict=True))
+
+
+def test_a_long_request_goes_in_batches_of_whole_entries_in_upstream_order() -> None:
+    # 1,200 fragmented pages × 60 entries = 72,000 descriptors: 27 entries (32,400) per batch
+    pages = list(range(0, 2400, 2))
+    mgr = manager()
+    assert _send(mgr, pages) == 0
+    assert [len(c[0]) for c in mgr.engine.calls] == [27 * 1200, 27 * 1200, 6 * 1200]
+    sent = [t for c in mgr.engine.calls for t in zip(*c, strict=True)]
+    args = mgr.kv_args
+    dst_ptrs = [0x9000_0000_0000 + i * 0x1000_0000 for i in range(122)]
+    # prefill PP stage 0 of 2 holds layers 0..29 of both groups; decode holds all 61 layers
+    dst_entries = [*range(30), *range(61, 91)]
+    expected = per_block_loop_reference(
+        args.kv_data_ptrs,
+        [dst_ptrs[e] for e in dst_entries],
+        args.kv_item_lens,
+        pages,
+        [p + 5 for p in pages],
+    )
+    assert sent == expected
+
+
+def test_the_first_failed_batch_ends_the_transfer() -> None:
+    mgr = manager()
+    mgr.engine = Engine(statuses=[0, -7, 0])
+    assert _send(mgr, list(range(0, 2400, 2))) == -7
+    assert len(mgr.engine.calls) == 2
 
 
 def test_failed_transfer_status_is_returned() -> None:

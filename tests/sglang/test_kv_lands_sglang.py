@@ -48,7 +48,9 @@ except ImportError:
 
 class CopyEngine:
     descriptors = 0
+    calls = 0
     def batch_transfer_sync(self, session_id, src, dst, lengths):
+        CopyEngine.calls += 1
         if BINDING is not None:
             # the binding converts the three sequences (pybind11), then fails fast with no
             # device: a TypeError here means the real engine would refuse the request
@@ -59,6 +61,7 @@ class CopyEngine:
         return 0
 
 report = {}
+DST_TO_SRC = dict(zip(DST_PAGES, SRC_PAGES, strict=True))
 for index in (None, 2):
     decode, draft = pool(0, LAYERS, index, PAGES), pool(LAYERS, 1, index, PAGES)
     dst_ptrs = kv_args_for(decode, draft).kv_data_ptrs
@@ -86,8 +89,8 @@ for index in (None, 2):
         for layer in range(LAYERS):
             for page in range(PAGES + 1):
                 want = 0.0
-                if page in DST_PAGES:
-                    want = layer * 1000 + group * 100 + SRC_PAGES[DST_PAGES.index(page)]
+                if page in DST_TO_SRC:
+                    want = layer * 1000 + group * 100 + DST_TO_SRC[page]
                 got = buf[layer][page]
                 if not bool((got == want).all()):
                     wrong.append([group, layer, page, want, float(got.flatten()[0])])
@@ -97,6 +100,7 @@ for index in (None, 2):
     report[str(index)] = {"groups": len(buffers(decode)), "wrong": wrong[:20],
                           "wrong_count": len(wrong)}
 report["descriptors"] = CopyEngine.descriptors
+report["calls"] = CopyEngine.calls
 print("REPORT " + json.dumps(report))
 """
 
@@ -207,3 +211,40 @@ def test_patched_send_coalesces_realistic_runs_and_every_byte_lands_via_the_real
     assert report["2"] == {"groups": 3, "wrong": [], "wrong_count": 0}
     # per model: each PP stage sends its layers' entries once per run (2 and 3 groups)
     assert report["descriptors"] == runs_on_both * 7 * (2 + 3)
+
+
+def test_a_request_sent_in_several_engine_batches_lands_every_byte_via_the_real_binding(
+    sglang_envs: harness.Envs, tmp_path: Path
+) -> None:
+    """A fully fragmented request of 3,000 pages is more descriptors per PP stage than one
+    engine batch holds (``BATCH_DESCRIPTORS``): the patched connector hands it over in
+    several batches, the real binding accepts each, and every byte lands where
+    page-by-page copying would put it."""
+    from ascend_pd_runtime.transfer_plan import BATCH_DESCRIPTORS
+
+    env = sglang_envs.get("0.5.23")
+    memfabric = harness.ensure_memfabric()
+    rng = random.Random(25)
+    request, pool = 3000, 6000
+    src = rng.sample(range(0, pool, 2), request)  # no two neighbours consecutive
+    dst = rng.sample(range(1, pool, 2), request)
+    script = SCRIPT.replace(
+        _PAGES_LINES,
+        f"LAYERS, STAGES, PAGES = 7, [(0, 3), (3, 7)], {pool}\n"
+        f"SRC_PAGES = {src!r}\nDST_PAGES = {dst!r}\n",
+    )
+    assert script != SCRIPT
+    out, report = harness.run_report(
+        (env.patched, env.pristine, memfabric),
+        script,
+        VERSION_TEXT=env.version,
+        MODEL_PATHS=_model_paths(tmp_path),
+    )
+    assert report is not None, out.stderr[-3000:]
+    assert report["None"] == {"groups": 2, "wrong": [], "wrong_count": 0}
+    assert report["2"] == {"groups": 3, "wrong": [], "wrong_count": 0}
+    # one descriptor per page and entry; each stage's entries in batches of whole entries
+    entries = [groups * layers for groups in (2, 3) for layers in (3, 4)]
+    assert report["descriptors"] == request * sum(entries)
+    per_batch = BATCH_DESCRIPTORS // request
+    assert report["calls"] == sum(-(-e // per_batch) for e in entries) > len(entries)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -99,3 +100,38 @@ def test_runs_coalesce_only_where_both_sides_continue() -> None:
     )
     assert two_entries.as_tuples() == [(10, 5050, 20), (1004, 9020, 8)]
     assert two_entries.total_bytes == 28
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests(), st.integers(1, 40))
+def test_engine_batches_are_the_engine_lists_cut_at_entries(r: dict, limit: int) -> None:
+    plan = build_transfer_descriptors(
+        r["src_ptrs"], r["dst_ptrs"], r["item_lens"], r["src_pages"], r["dst_pages"]
+    )
+    batches = list(plan.engine_batches(limit))
+    src, dst, lengths = plan.engine_lists()
+    flat = [t for b in batches for t in zip(*b, strict=True)]
+    assert flat == list(zip(src, dst, lengths, strict=True))
+    if len(plan) == 0:
+        assert batches == []
+        return
+    # whole entries, as many as fit under the limit (one when one entry alone exceeds it)
+    per_batch = max(1, limit // plan.runs) * plan.runs
+    assert [len(b[0]) for b in batches[:-1]] == [per_batch] * (len(batches) - 1)
+    assert 0 < len(batches[-1][0]) <= per_batch
+    assert all(len(b[0]) == len(b[1]) == len(b[2]) for b in batches)
+
+
+def test_engine_batches_by_hand() -> None:
+    # 3 entries × 2 runs (pages 1,2 → 5,6 coalesce; page 7 → 9 alone)
+    plan = build_transfer_descriptors(
+        [0, 1000, 2000], [10_000, 20_000, 30_000], [10, 4, 10], [1, 2, 7], [5, 6, 9]
+    )
+    assert list(plan.engine_batches(4)) == [
+        ([10, 70, 1004, 1028], [10_050, 10_090, 20_020, 20_036], [20, 10, 8, 4]),
+        ([2010, 2070], [30_050, 30_090], [20, 10]),
+    ]
+    # fewer than one entry's runs: one entry per batch
+    assert [b[2] for b in plan.engine_batches(1)] == [[20, 10], [8, 4], [20, 10]]
+    with pytest.raises(ValueError, match="at least 1"):
+        next(plan.engine_batches(0))
