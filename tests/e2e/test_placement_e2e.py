@@ -27,94 +27,44 @@ from the pods kube-scheduler bound and the nodes' own labels, not from the opera
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pdd_e2e import Operator, apply, condition, status
+from own_plane import NPUS, Plane, own_plane, small_spec
+from pdd_e2e import apply, condition, status
 
-from ascend_pd_dev.controlplane import cluster as dev_cluster
-from ascend_pd_dev.controlplane import paths
 from ascend_pd_dev.kubelet_sim.nodes import DOMAIN_LABEL
-from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
-from reliability.specs import document
 
 pytestmark = [pytest.mark.local, pytest.mark.timeout(900)]
 
-NODES, NPUS, DOMAINS = 6, 8, 2
+NODES = 6
 NAMESPACE = "placement"
-CONFIG = {
-    "architecture": "DeepseekV2ForCausalLM", "numHiddenLayers": 27, "numNextnPredictLayers": 0,
-    "kvLoraRank": 512, "qkRopeHeadDim": 64, "indexHeadDim": 0,
-}  # fmt: skip
 
 
-def _progress(message: str) -> None:
-    print(f"placement cluster: {message}", flush=True)
+def pod_domains(plane: Plane, name: str) -> dict[str, str]:
+    """``<role>-<index>`` -> the domains its runtime pods were bound in ("" unbound)."""
+    pods = plane.json("pods", "-n", NAMESPACE, "-l", f"ascendpd.io/deployment={name}")
+    where = plane.domains()
+    out: dict[str, set[str]] = {}
+    for pod in pods["items"]:
+        labels = pod["metadata"]["labels"]
+        if "ascendpd.io/instance" not in labels or "ascendpd.io/role" not in labels:
+            continue
+        instance = f"{labels['ascendpd.io/role']}-{labels['ascendpd.io/instance']}"
+        out.setdefault(instance, set()).add(where.get(pod["spec"].get("nodeName") or "", ""))
+    return {k: ",".join(sorted(v)) for k, v in sorted(out.items())}
 
 
-class Cluster:
-    """This module's control plane: ``run`` is the ``kubectl(*args, input=, check=)`` the
-    shared helpers take."""
-
-    def __init__(self, layout: dev_cluster.Layout) -> None:
-        self.layout = layout
-
-    def run(self, *args: str, input: str | None = None, check: bool = True) -> Any:
-        done = subprocess.run(
-            [str(kubectl_path()), "--kubeconfig", str(self.layout.kubeconfig), *args],
-            input=input, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        if check:
-            assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
-        return done
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self.run("get", *args, "-o", "json").stdout)
-
-    def domains(self) -> dict[str, str]:
-        """node -> its domain, from the nodes' own labels."""
-        nodes = self.json("nodes")["items"]
-        return {n["metadata"]["name"]: n["metadata"]["labels"].get(DOMAIN_LABEL, "")
-                for n in nodes}  # fmt: skip
-
-    def pod_domains(self, name: str) -> dict[str, str]:
-        """``<role>-<index>`` -> the domains its runtime pods were bound in ("" unbound)."""
-        pods = self.json("pods", "-n", NAMESPACE, "-l", f"ascendpd.io/deployment={name}")
-        where = self.domains()
-        out: dict[str, set[str]] = {}
-        for pod in pods["items"]:
-            labels = pod["metadata"]["labels"]
-            if "ascendpd.io/instance" not in labels or "ascendpd.io/role" not in labels:
-                continue
-            instance = f"{labels['ascendpd.io/role']}-{labels['ascendpd.io/instance']}"
-            out.setdefault(instance, set()).add(where.get(pod["spec"].get("nodeName") or "", ""))
-        return {k: ",".join(sorted(v)) for k, v in sorted(out.items())}
-
-    def statefulsets(self, name: str) -> dict[str, Any]:
-        found = self.json("statefulsets", "-n", NAMESPACE, "-l", f"ascendpd.io/deployment={name}")
-        return {s["metadata"]["name"]: s for s in found["items"]}
+def statefulsets(plane: Plane, name: str) -> dict[str, Any]:
+    return plane.named("statefulsets", "-l", f"ascendpd.io/deployment={name}")
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    state = f"{os.environ.get(paths.TEST_CLUSTER_ENV) or 'e2e'}-placement"
-    layout = dev_cluster.Layout(paths.scratch_state_dir(state))
-    dev_cluster.fresh(layout, NODES, NPUS, _progress, domains=DOMAINS)
-    try:
-        install_crd(layout.kubeconfig, with_cel=False, field_manager="e2e-placement")
-        c = Cluster(layout)
-        c.run("create", "namespace", NAMESPACE)
-        log = tmp_path_factory.mktemp("placement") / "operator.log"
-        operator = Operator(layout.kubeconfig, NAMESPACE, log, "--placement-device-info")
-        try:
-            yield c
-        finally:
-            operator.stop()
-    finally:
-        dev_cluster.down(layout, _progress, purge=True)
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    log_dir = tmp_path_factory.mktemp(NAMESPACE)
+    with own_plane(NAMESPACE, NODES, log_dir, "--placement-device-info") as plane:
+        yield plane
 
 
 def deployment(name: str, placement: dict[str, Any], prefill: int = 1, prefill_nodes: int = 1,
@@ -127,19 +77,14 @@ def deployment(name: str, placement: dict[str, Any], prefill: int = 1, prefill_n
         return {"replicas": replicas, "parallelism": {"tensor": 8 * nodes},
                 "devicesPerNode": NPUS}  # fmt: skip
 
-    return document(name, NAMESPACE, {
-        "model": {"name": name, "path": "/models/m", "config": dict(CONFIG),
-                  "volume": {"hostPath": {"path": "/data/models/m"}}},
-        "runtime": {"image": "registry.example.com/ascend-pd-runtime:e2e"},
-        "prefill": role(prefill, prefill_nodes),
-        "decode": role(decode, 1),
-        "router": {"enabled": False},
-        "placement": {"topologyKey": DOMAIN_LABEL, **placement},
+    return small_spec(
+        name, NAMESPACE, role(prefill, prefill_nodes), role(decode, 1),
+        placement={"topologyKey": DOMAIN_LABEL, **placement},
         **({"ascend": {"transferProtocol": protocol}} if protocol else {}),
-    })  # fmt: skip
+    )  # fmt: skip
 
 
-def test_placement_on_a_labelled_topology(plane: Cluster, wait_until: Any) -> None:
+def test_placement_on_a_labelled_topology(plane: Plane, wait_until: Any) -> None:
     k = plane.run
 
     def st(name: str) -> dict[str, Any]:
@@ -152,7 +97,7 @@ def test_placement_on_a_labelled_topology(plane: Cluster, wait_until: Any) -> No
     apply(k, [deployment("a", {"scope": "Deployment"})])
     wait_until(lambda: is_ready("a"), "a Ready", timeout=300)
     assert st("a")["placement"]["domain"] == "sp-0", st("a").get("placement")
-    assert plane.pod_domains("a") == {"decode-0": "sp-0", "prefill-0": "sp-0"}
+    assert pod_domains(plane, "a") == {"decode-0": "sp-0", "prefill-0": "sp-0"}
     feasible = condition(st("a"), "PlacementFeasible")
     assert feasible.get("status") == "True", feasible
 
@@ -160,7 +105,7 @@ def test_placement_on_a_labelled_topology(plane: Cluster, wait_until: Any) -> No
     apply(k, [deployment("b", {"scope": "Deployment", "exclusive": True})])
     wait_until(lambda: is_ready("b"), "b Ready", timeout=300)
     assert st("b")["placement"]["domain"] == "sp-1", st("b").get("placement")
-    assert plane.pod_domains("b") == {"decode-0": "sp-1", "prefill-0": "sp-1"}
+    assert pod_domains(plane, "b") == {"decode-0": "sp-1", "prefill-0": "sp-1"}
 
     # 3. no domain can hold c: sp-0 has 1 free node, sp-1 is b's alone
     apply(k, [deployment("c", {"scope": "Deployment"})])
@@ -170,20 +115,20 @@ def test_placement_on_a_labelled_topology(plane: Cluster, wait_until: Any) -> No
     )
     assert refused["reason"] == "InsufficientDomainCapacity", refused
     assert "sp-0" in refused["message"], refused
-    assert plane.statefulsets("c") == {}
+    assert statefulsets(plane, "c") == {}
     events = plane.json("events", "-n", NAMESPACE, "--field-selector",
                         "involvedObject.name=c,reason=InsufficientDomainCapacity")  # fmt: skip
     assert events["items"], "a Warning Event says why c waits"
     # two nodes join, one per domain (sim-ascend-6 in sp-0): c comes up by itself
-    dev_cluster.up(plane.layout, NODES + 2, NPUS, _progress, domains=DOMAINS)
+    plane.grow(NODES + 2)
     assert plane.domains()["sim-ascend-6"] == "sp-0"
     wait_until(lambda: is_ready("c"), "c Ready once sp-0 has room", timeout=300)
     assert st("c")["placement"]["domain"] == "sp-0"
-    assert plane.pod_domains("c") == {"decode-0": "sp-0", "prefill-0": "sp-0"}
+    assert pod_domains(plane, "c") == {"decode-0": "sp-0", "prefill-0": "sp-0"}
 
     # 4. a placement change on a running deployment changes no StatefulSet
     before = {n: (s["metadata"]["generation"], s["spec"]["template"])
-              for n, s in plane.statefulsets("a").items()}  # fmt: skip
+              for n, s in statefulsets(plane, "a").items()}  # fmt: skip
     generation = plane.json("pdd", "a", "-n", NAMESPACE)["metadata"]["generation"]
     plane.run(
         "patch",
@@ -198,9 +143,9 @@ def test_placement_on_a_labelled_topology(plane: Cluster, wait_until: Any) -> No
     wait_until(lambda: st("a").get("observedGeneration", 0) > generation and is_ready("a"),
                "a's placement change observed")  # fmt: skip
     after = {n: (s["metadata"]["generation"], s["spec"]["template"])
-             for n, s in plane.statefulsets("a").items()}  # fmt: skip
+             for n, s in statefulsets(plane, "a").items()}  # fmt: skip
     assert after == before
-    assert plane.pod_domains("a") == {"decode-0": "sp-0", "prefill-0": "sp-0"}
+    assert pod_domains(plane, "a") == {"decode-0": "sp-0", "prefill-0": "sp-0"}
 
     # 5. scope Instance: b and c go; free: sp-0 2 nodes (4, 6... whichever a left), sp-1 4
     plane.run("delete", "pdd", "b", "c", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
@@ -212,7 +157,7 @@ def test_placement_on_a_labelled_topology(plane: Cluster, wait_until: Any) -> No
     wait_until(lambda: is_ready("d"), "d Ready", timeout=300)
     # by hand: prefill-0 (2 nodes) best fits sp-0 (2 free); prefill-1 then only fits sp-1
     # (4 free), leaving it 2; decode-0 (1 node) best fits sp-1 (2 free; sp-0 has none)
-    assert plane.pod_domains("d") == {"decode-0": "sp-1", "prefill-0": "sp-0",
+    assert pod_domains(plane, "d") == {"decode-0": "sp-1", "prefill-0": "sp-0",
                                       "prefill-1": "sp-1"}  # fmt: skip
 
     # 6. MindCluster's device info: a chip of one sp-1 node has its network down
@@ -248,9 +193,9 @@ def test_placement_on_a_labelled_topology(plane: Cluster, wait_until: Any) -> No
     wait_until(lambda: placement_says("UnhealthyNPUs"), "e: UnhealthyNPUs")
     message = condition(st("e"), "PlacementFeasible")["message"]
     assert f"MindCluster reports {sick}: Ascend910-3 network-unhealthy" in message, message
-    assert plane.statefulsets("e") == {}
+    assert statefulsets(plane, "e") == {}
     # the device plugin reports the chip healthy again: e comes up in sp-1 by itself
     plane.run("apply", "-f", "-", input=device_info(""))
     wait_until(lambda: is_ready("e"), "e Ready", timeout=300)
     assert st("e")["placement"]["domain"] == "sp-1"
-    assert set(plane.pod_domains("e").values()) == {"sp-1"}
+    assert set(pod_domains(plane, "e").values()) == {"sp-1"}

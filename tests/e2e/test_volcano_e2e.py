@@ -19,112 +19,65 @@ misspelled or unknown field would show as missing.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pdd_e2e import Operator, apply, status
+from own_plane import NPUS, Plane, own_plane, small_spec
+from pdd_e2e import apply, status
 
-from ascend_pd_dev.controlplane import cluster as dev_cluster
-from ascend_pd_dev.controlplane import paths
 from ascend_pd_dev.kubelet_sim.nodes import DOMAIN_LABEL
-from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
-from reliability.specs import document
 
 pytestmark = [pytest.mark.local, pytest.mark.timeout(600)]
 
-NODES, NPUS, DOMAINS = 4, 8, 2
+NODES = 4
 NAMESPACE = "volcano"
 CRDS = Path(__file__).resolve().parents[1] / "unit" / "operator" / "fixtures" / "volcano"
 PODGROUP_CRD = "podgroups.scheduling.volcano.sh"
-CONFIG = {
-    "architecture": "DeepseekV2ForCausalLM", "numHiddenLayers": 27, "numNextnPredictLayers": 0,
-    "kvLoraRank": 512, "qkRopeHeadDim": 64, "indexHeadDim": 0,
-}  # fmt: skip
 
 
-def _progress(message: str) -> None:
-    print(f"volcano cluster: {message}", flush=True)
+def podgroups(plane: Plane) -> dict[str, Any]:
+    return plane.named(PODGROUP_CRD)
 
 
-class Cluster:
-    def __init__(self, layout: dev_cluster.Layout) -> None:
-        self.layout = layout
-
-    def run(self, *args: str, input: str | None = None, check: bool = True) -> Any:
-        done = subprocess.run(
-            [str(kubectl_path()), "--kubeconfig", str(self.layout.kubeconfig), *args],
-            input=input, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        if check:
-            assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
-        return done
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self.run("get", *args, "-o", "json").stdout)
-
-    def podgroups(self) -> dict[str, Any]:
-        found = self.json("podgroups.scheduling.volcano.sh", "-n", NAMESPACE)
-        return {g["metadata"]["name"]: g for g in found["items"]}
-
-    def install_volcano_crd(self, fixture: str) -> None:
-        """Replace the PodGroup CRD with ``fixture``'s and wait until it is Established."""
-        self.run("delete", "crd", PODGROUP_CRD, "--ignore-not-found", "--wait=true")
-        self.run("create", "-f", str(CRDS / fixture))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            crd = self.json("crd", PODGROUP_CRD)
-            conditions = {
-                c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])
-            }
-            if conditions.get("Established") == "True":
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"{fixture}: the CRD is not Established")
+def install_volcano_crd(plane: Plane, fixture: str) -> None:
+    """Replace the PodGroup CRD with ``fixture``'s and wait until it is Established."""
+    plane.run("delete", "crd", PODGROUP_CRD, "--ignore-not-found", "--wait=true")
+    plane.run("create", "-f", str(CRDS / fixture))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        crd = plane.json("crd", PODGROUP_CRD)
+        conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+        if conditions.get("Established") == "True":
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{fixture}: the CRD is not Established")
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    state = f"{os.environ.get(paths.TEST_CLUSTER_ENV) or 'e2e'}-volcano"
-    layout = dev_cluster.Layout(paths.scratch_state_dir(state))
-    dev_cluster.fresh(layout, NODES, NPUS, _progress, domains=DOMAINS)
-    try:
-        install_crd(layout.kubeconfig, with_cel=False, field_manager="e2e-volcano")
-        c = Cluster(layout)
-        c.run("create", "namespace", NAMESPACE)
-        c.install_volcano_crd("podgroups-v1.15.1.yaml")
-        log = tmp_path_factory.mktemp("volcano") / "operator.log"
-        operator = Operator(layout.kubeconfig, NAMESPACE, log)
-        try:
-            yield c
-        finally:
-            operator.stop()
-    finally:
-        dev_cluster.down(layout, _progress, purge=True)
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    def prepare(plane: Plane) -> None:
+        install_volcano_crd(plane, "podgroups-v1.15.1.yaml")
+
+    log_dir = tmp_path_factory.mktemp(NAMESPACE)
+    with own_plane(NAMESPACE, NODES, log_dir, prepare=prepare) as plane:
+        yield plane
 
 
 def deployment(name: str, tier: int) -> dict[str, Any]:
     """One 1-node prefill and one 1-node decode instance, ganged by Volcano, in one domain."""
     role = {"replicas": 1, "parallelism": {"tensor": NPUS}, "devicesPerNode": NPUS}
-    return document(name, NAMESPACE, {
-        "model": {"name": name, "path": "/models/m", "config": dict(CONFIG),
-                  "volume": {"hostPath": {"path": "/data/models/m"}}},
-        "runtime": {"image": "registry.example.com/ascend-pd-runtime:e2e"},
-        "prefill": dict(role),
-        "decode": dict(role),
-        "router": {"enabled": False},
-        "scheduling": {"gang": "volcano"},
-        "placement": {"topologyKey": DOMAIN_LABEL, "scope": "Deployment",
-                      "highestTierAllowed": tier},
-    })  # fmt: skip
+    return small_spec(
+        name, NAMESPACE, dict(role), dict(role),
+        scheduling={"gang": "volcano"},
+        placement={"topologyKey": DOMAIN_LABEL, "scope": "Deployment",
+                   "highestTierAllowed": tier},
+    )  # fmt: skip
 
 
-def test_podgroups_under_volcanos_crds(plane: Cluster, wait_until: Any) -> None:
+def test_podgroups_under_volcanos_crds(plane: Plane, wait_until: Any) -> None:
     k = plane.run
 
     def gang_note(name: str) -> str:
@@ -132,8 +85,8 @@ def test_podgroups_under_volcanos_crds(plane: Cluster, wait_until: Any) -> None:
 
     # 1. Volcano 1.15: one gang of the deployment, a subgroup per instance
     apply(k, [deployment("g", 2)])
-    wait_until(lambda: "g-gang" in plane.podgroups(), "PodGroup g-gang", timeout=120)
-    groups = plane.podgroups()
+    wait_until(lambda: "g-gang" in podgroups(plane), "PodGroup g-gang", timeout=120)
+    groups = podgroups(plane)
     assert sorted(groups) == ["g-gang"], sorted(groups)
     policy = [
         {"name": role, "labelSelector": {"matchLabels": {"ascendpd.io/deployment": "g",
@@ -158,11 +111,11 @@ def test_podgroups_under_volcanos_crds(plane: Cluster, wait_until: Any) -> None:
     k("delete", "pdd", "g", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
 
     # 2. Volcano 1.13: no subgroups, so a PodGroup per instance, and the status says why
-    plane.install_volcano_crd("podgroups-v1.13.3.yaml")
+    install_volcano_crd(plane, "podgroups-v1.13.3.yaml")
     apply(k, [deployment("h", 1)])
     wanted = ["h-decode-0", "h-prefill-0"]
-    wait_until(lambda: sorted(plane.podgroups()) == wanted, "h's PodGroups", timeout=120)
-    for name, group in plane.podgroups().items():
+    wait_until(lambda: sorted(podgroups(plane)) == wanted, "h's PodGroups", timeout=120)
+    for name, group in podgroups(plane).items():
         assert group["spec"] == {
             "minMember": 1,
             "minResources": {"huawei.com/Ascend910": "8"},

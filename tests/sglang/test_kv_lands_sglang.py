@@ -178,22 +178,14 @@ def test_upstream_0_5_10_and_0_5_11_misplace_mla_kv_under_pp(
     assert misplaced, report
 
 
-def test_patched_send_coalesces_realistic_runs_and_every_byte_lands_via_the_real_binding(
-    sglang_envs: harness.Envs, tmp_path: Path
-) -> None:
-    """Pages in runs of 1–16 on both sides (seeded): adjacent pages go as one longer
-    descriptor, the real memfabric-hybrid binding accepts every batch, and every byte
-    lands in the same layer, group and page as page-by-page copying would put it."""
-    env = sglang_envs.get("0.5.23")
+def _lands(
+    env: harness.SGLangEnv, tmp_path: Path, pool: int, src: list[int], dst: list[int]
+) -> dict[str, Any]:
+    """``SCRIPT`` with a pool of ``pool`` pages and the request's pages ``src`` (prefill)
+    and ``dst`` (decode), in its own interpreter with the real memfabric-hybrid binding on
+    the path: asserts every byte landed in the same layer, group and page as page-by-page
+    copying would put it, in both models; returns the report."""
     memfabric = harness.ensure_memfabric()
-    rng = random.Random(14)
-    pool, request = 220, 60
-    src, dst = run_allocation(rng, request, pool), run_allocation(rng, request, pool)
-    runs_on_both = 1 + sum(
-        1 for i in range(1, request) if (src[i], dst[i]) != (src[i - 1] + 1, dst[i - 1] + 1)
-    )
-    assert runs_on_both < request / 2  # the allocation really coalesces
-    # its own interpreter: the memfabric binding on the path, the pages in the script
     script = SCRIPT.replace(
         _PAGES_LINES,
         f"LAYERS, STAGES, PAGES = 7, [(0, 3), (3, 7)], {pool}\n"
@@ -209,6 +201,24 @@ def test_patched_send_coalesces_realistic_runs_and_every_byte_lands_via_the_real
     assert report is not None, out.stderr[-3000:]
     assert report["None"] == {"groups": 2, "wrong": [], "wrong_count": 0}
     assert report["2"] == {"groups": 3, "wrong": [], "wrong_count": 0}
+    return dict(report)
+
+
+def test_patched_send_coalesces_realistic_runs_and_every_byte_lands_via_the_real_binding(
+    sglang_envs: harness.Envs, tmp_path: Path
+) -> None:
+    """Pages in runs of 1–16 on both sides (seeded): adjacent pages go as one longer
+    descriptor, the real memfabric-hybrid binding accepts every batch, and every byte
+    lands in the same layer, group and page as page-by-page copying would put it."""
+    env = sglang_envs.get("0.5.23")
+    rng = random.Random(14)
+    pool, request = 220, 60
+    src, dst = run_allocation(rng, request, pool), run_allocation(rng, request, pool)
+    runs_on_both = 1 + sum(
+        1 for i in range(1, request) if (src[i], dst[i]) != (src[i - 1] + 1, dst[i - 1] + 1)
+    )
+    assert runs_on_both < request / 2  # the allocation really coalesces
+    report = _lands(env, tmp_path, pool, src, dst)
     # per model: each PP stage sends its layers' entries once per run (2 and 3 groups)
     assert report["descriptors"] == runs_on_both * 7 * (2 + 3)
 
@@ -223,26 +233,11 @@ def test_a_request_sent_in_several_engine_batches_lands_every_byte_via_the_real_
     from ascend_pd_runtime.transfer_plan import BATCH_DESCRIPTORS
 
     env = sglang_envs.get("0.5.23")
-    memfabric = harness.ensure_memfabric()
     rng = random.Random(25)
     request, pool = 3000, 6000
     src = rng.sample(range(0, pool, 2), request)  # no two neighbours consecutive
     dst = rng.sample(range(1, pool, 2), request)
-    script = SCRIPT.replace(
-        _PAGES_LINES,
-        f"LAYERS, STAGES, PAGES = 7, [(0, 3), (3, 7)], {pool}\n"
-        f"SRC_PAGES = {src!r}\nDST_PAGES = {dst!r}\n",
-    )
-    assert script != SCRIPT
-    out, report = harness.run_report(
-        (env.patched, env.pristine, memfabric),
-        script,
-        VERSION_TEXT=env.version,
-        MODEL_PATHS=_model_paths(tmp_path),
-    )
-    assert report is not None, out.stderr[-3000:]
-    assert report["None"] == {"groups": 2, "wrong": [], "wrong_count": 0}
-    assert report["2"] == {"groups": 3, "wrong": [], "wrong_count": 0}
+    report = _lands(env, tmp_path, pool, src, dst)
     # one descriptor per page and entry; each stage's entries in batches of whole entries
     entries = [groups * layers for groups in (2, 3) for layers in (3, 4)]
     assert report["descriptors"] == request * sum(entries)

@@ -9,6 +9,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from tests.structural_schema import strict
+
 Json = dict[str, Any]
 FIXTURES = Path(__file__).parent / "fixtures" / "volcano"
 #: The latest release's: networkTopology and subGroupPolicy.
@@ -23,29 +25,11 @@ def crd(name: str) -> Json:
     return doc
 
 
-def _strict(node: Any) -> Any:
-    """The schema with every object that lists its properties closed to others: what
-    ``kubectl apply --validate=strict`` (fieldValidation=Strict) makes of a structural
-    schema, which otherwise prunes an unknown field silently."""
-    if isinstance(node, list):
-        return [_strict(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _strict(v) for k, v in node.items()}
-    if (
-        "properties" in out
-        and "additionalProperties" not in out
-        and not out.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        out["additionalProperties"] = False
-    return out
-
-
 def validator(name: str) -> jsonschema.Draft4Validator:
     """A validator of ``name``'s served v1beta1 schema (OpenAPI v3's schema object is JSON
     Schema draft 4's, with nullable and the x-kubernetes extensions, which it ignores)."""
     (version,) = [v for v in crd(name)["spec"]["versions"] if v["name"] == "v1beta1"]
-    return jsonschema.Draft4Validator(_strict(version["schema"]["openAPIV3Schema"]))
+    return jsonschema.Draft4Validator(strict(version["schema"]["openAPIV3Schema"]))
 
 
 def errors(name: str, manifest: Json) -> list[str]:
