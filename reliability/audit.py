@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ascend_pd_operator.api import models
-from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
+from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, role_status
 from ascend_pd_operator.decisions.planner import plan
 from ascend_pd_operator.kubeio.kube import Kube
 from ascend_pd_operator.wiring.reconciler import observe_resource
@@ -113,9 +113,9 @@ def _status_problems(cr: Json, fingerprint: str) -> list[str]:
         problems.append(f"{name}: kvLayout fingerprint is not the desired {fingerprint}")
     for role in ("prefill", "decode"):
         want = cr["spec"][role].get("replicas", 1)
-        got = status.get(role) or {}
+        got = role_status(status, role)
         if got.get("replicas") != want or got.get("readyReplicas") != want:
-            problems.append(f"{name}: status.{role} {got} for {want} replicas")
+            problems.append(f"{name}: status.roles.{role} {got} for {want} replicas")
     return problems
 
 

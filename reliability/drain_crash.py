@@ -22,6 +22,7 @@ from typing import Any
 from kubernetes import client
 
 from ascend_pd_dev.kubelet_sim.knobs import READY_AFTER, TERMINATE_AFTER
+from ascend_pd_operator.api.vocabulary import role_status
 
 from .crash import crash_rounds
 from .env import Env, Release, wait_for
@@ -95,7 +96,7 @@ def _settled(env: Env, namespace: str, want: int) -> bool:
     scaler = env.get_json(f"pdrolescaler/{NAME}-decode", "-n", namespace) or {}
     cr = env.get_json("pdd", NAME, "-n", namespace) or {}
     st = cr.get("status") or {}
-    decode = st.get("decode") or {}
+    decode = role_status(st, "decode")
     pods = env.get_json("pods", "-n", namespace, "-l", "ascendpd.io/role=decode") or {}
     return bool(
         (scaler.get("status") or {}).get("replicas") == want

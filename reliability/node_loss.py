@@ -38,6 +38,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_NODE_UNREACHABLE,
     REASON_PODS_FORCE_DELETED,
     TAINT_OUT_OF_SERVICE,
+    role_status,
 )
 from ascend_pd_operator.decisions.recovery import parse_time, ready_condition
 from ascend_pd_operator.kubeio.kube import KubeError, path
@@ -112,7 +113,7 @@ def _deployment_ready(env: Env, namespace: str, name: str) -> bool:
 
 def _prefill_ready(env: Env, namespace: str, name: str) -> int:
     status = _resource(env, namespace, name).get("status") or {}
-    return int((status.get("prefill") or {}).get("readyReplicas") or 0)
+    return int(role_status(status, "prefill").get("readyReplicas") or 0)
 
 
 def _back(env: Env, namespace: str, name: str, lost: str, old_uid: str) -> bool:

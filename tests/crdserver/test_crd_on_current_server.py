@@ -189,6 +189,32 @@ def test_every_example_is_accepted_and_listed(
         assert done.returncode == 0, done.stderr
 
 
+def test_each_role_status_is_kept_at_status_roles(server: crd_server.CrdServer) -> None:
+    """The status subresource keeps each role's status at status.roles.<role>, every field
+    the operator writes; status.prefill, where operators before status.roles kept it, is not
+    the schema's any more: the server drops it (the operator's status patch nulls it too)."""
+    (doc,) = _pddeployments(REPO / "examples" / "deepseek-v3-pp2.yaml")
+    name = "roles-status"
+    doc["metadata"] = {"name": name, "namespace": "default"}
+    item = f"{RESOURCES}/{name}"
+    server.request("DELETE", item)
+    status, body = server.request("POST", RESOURCES, doc)
+    assert status == 201, _message(body)
+    draining = [{"instance": f"{name}-decode-2", "since": "2026-01-01T00:00:00Z"}]
+    role = {"replicas": 3, "effectiveReplicas": 2, "readyReplicas": 2, "nodesPerInstance": 2,
+            "updatedReplicas": 2, "availableReplicas": 2, "surgeReplicas": 0,
+            "scaler": f"{name}-decode", "draining": draining}  # fmt: skip
+    obj = server.request("GET", item)[1]
+    obj["status"] = {"phase": "Progressing", "roles": {"prefill": role, "decode": role},
+                     "prefill": role}  # fmt: skip
+    status, body = server.request("PUT", f"{item}/status", obj)
+    assert status == 200, _message(body)
+    stored = server.request("GET", item)[1]["status"]
+    assert stored["roles"] == {"prefill": role, "decode": role}
+    assert "prefill" not in stored
+    server.request("DELETE", item)
+
+
 # --- the bad-input corpus -------------------------------------------------------------------
 
 

@@ -17,6 +17,8 @@ import pytest
 import yaml
 from pdd_e2e import REPO, Operator, apply, condition, example, get, pdd_doc, status, versions
 
+from ascend_pd_operator.api.vocabulary import role_status
+
 pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
 
 
@@ -29,10 +31,11 @@ def test_example_becomes_ready_with_its_layout(
         "dsv2-lite Ready",
     )
     assert st["kvLayout"]["totalKvLayers"] == 27 and st["kvLayout"]["kvBufGroups"] == 2
-    assert st["decode"] == {"replicas": 2, "effectiveReplicas": 2, "readyReplicas": 2,
-                            "nodesPerInstance": 1,
-                            "updatedReplicas": 2, "availableReplicas": 2,
-                            "surgeReplicas": 0}  # fmt: skip
+    assert st["roles"]["decode"] == {"replicas": 2, "effectiveReplicas": 2, "readyReplicas": 2,
+                                     "nodesPerInstance": 1,
+                                     "updatedReplicas": 2, "availableReplicas": 2,
+                                     "surgeReplicas": 0}  # fmt: skip
+    assert "prefill" not in st and "decode" not in st  # each role's is at status.roles only
     assert st["rollout"]["phase"] == "Complete"
     assert st["rollout"]["servingFingerprint"] == st["kvLayout"]["fingerprint"]
     assert st["endpoint"] == f"http://dsv2-lite-router.{namespace}.svc:8000"
@@ -306,7 +309,7 @@ def test_each_example_is_ready_and_its_status_layout_is_the_plan(
     # the children have the shape the spec asks for
     for role in ("prefill", "decode"):
         role_spec = pdd["spec"][role]
-        nodes = st[role]["nodesPerInstance"]
+        nodes = st["roles"][role]["nodesPerInstance"]
         par = role_spec["parallelism"]
         assert nodes * role_spec.get("devicesPerNode", 8) == par["tensor"] * par.get("pipeline", 1)
         for i in range(role_spec.get("replicas", 1)):
@@ -395,7 +398,7 @@ def test_scale_prefill_2_3_1_and_the_router_is_never_replaced(
         wait_until(lambda e=expected: prefill_instances() == e, f"{replicas} prefill instances")
         wait_until(
             lambda r=replicas: (
-                status(kubectl, namespace, "dsv3").get("prefill", {}).get("readyReplicas") == r
+                role_status(status(kubectl, namespace, "dsv3"), "prefill").get("readyReplicas") == r
             ),
             f"{replicas} prefill instances ready",
         )
@@ -489,16 +492,16 @@ def test_an_operator_restarted_mid_rollout_converges_to_the_same_state(
                 and s.get("observedGeneration")
                 == (get(kubectl, namespace, "pdd", "dsv3") or {})["metadata"]["generation"]
                 # the instance scaled away drains first (Ready meanwhile: the rest serve)
-                and not s.get("prefill", {}).get("draining")
+                and not role_status(s, "prefill").get("draining")
                 and s
             ),
             "Ready at the latest generation, the scaled-away instance drained",
             timeout=180,
         )
-        assert st["prefill"] == {"replicas": 1, "effectiveReplicas": 1, "readyReplicas": 1,
-                                 "nodesPerInstance": 2,
-                                 "updatedReplicas": 1, "availableReplicas": 1,
-                                 "surgeReplicas": 0}  # fmt: skip
+        assert st["roles"]["prefill"] == {"replicas": 1, "effectiveReplicas": 1,
+                                          "readyReplicas": 1, "nodesPerInstance": 2,
+                                          "updatedReplicas": 1, "availableReplicas": 1,
+                                          "surgeReplicas": 0}  # fmt: skip
         names = sorted(versions(kubectl, namespace))
         assert names == sorted(
             [
@@ -571,17 +574,17 @@ def test_metrics_match_the_status(
         ready = {labels["role"]: v for labels, v in sample(samples, "ascend_pd_instances_ready",
                                                            **mine)}  # fmt: skip
         rollout = sample(samples, "ascend_pd_rollout_in_progress", **mine)
-        want = {role: st[role]["readyReplicas"] for role in ("prefill", "decode")}
+        want = {role: st["roles"][role]["readyReplicas"] for role in ("prefill", "decode")}
         return samples if ready == want and rollout and rollout[0][1] == 0 else None
 
     samples = wait_until(settled, "the metrics match the Ready status")
     for role in ("prefill", "decode"):
         ((_, desired),) = sample(samples, "ascend_pd_instances_desired", **mine, role=role)
-        assert desired == st[role]["replicas"]
+        assert desired == st["roles"][role]["replicas"]
         ((_, updated),) = sample(samples, "ascend_pd_instances_updated", **mine, role=role)
-        assert updated == st[role]["replicas"]
+        assert updated == st["roles"][role]["replicas"]
         restarts = sample(samples, "ascend_pd_instance_restarts", **mine, role=role)
-        assert len(restarts) == st[role]["replicas"] and all(v == 0 for _, v in restarts)
+        assert len(restarts) == st["roles"][role]["replicas"] and all(v == 0 for _, v in restarts)
     ((info, one_),) = sample(samples, "ascend_pd_deployment_info", **mine)
     spec = next(d for d in docs if d["kind"] == "PDDeployment")["spec"]
     assert one_ == 1

@@ -23,7 +23,7 @@ from pdd_e2e import Operator, apply, example, pdd_doc
 from ascend_pd_dev.kubelet_sim.knobs import READY_AFTER as READY_AFTER_ANNOTATION
 from ascend_pd_dev.kubelet_sim.testing import crash_pod, set_node_ready
 from ascend_pd_dev.testtools.faultproxy import FaultProxy
-from ascend_pd_operator.api.vocabulary import LABEL_FINGERPRINT
+from ascend_pd_operator.api.vocabulary import LABEL_FINGERPRINT, role_status
 from reliability.rollout_watch import Sampler, pod_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -97,7 +97,7 @@ def test_an_image_change_rolls_whole_instances_within_max_unavailable(
     samples = sampler.samples
     assert len(samples) >= 10 and not sampler.errors
     worst = min(s.ready["prefill"] for s in samples)
-    updated = sorted({s.status.get("prefill", {}).get("updatedReplicas", 0) for s in samples})
+    updated = sorted({role_status(s.status, "prefill").get("updatedReplicas", 0) for s in samples})
     print(f"image rollout: {len(samples)} samples, worst Ready prefill instances {worst}/3, "
           f"updated prefill instances seen {updated}")  # fmt: skip
     assert worst >= 2, f"prefill Ready instances fell to {worst} (maxUnavailable 1 of 3)"
@@ -107,9 +107,10 @@ def test_an_image_change_rolls_whole_instances_within_max_unavailable(
     progressing = [s.status for s in samples
                    if (s.status.get("rollout") or {}).get("phase") == "Progressing"]  # fmt: skip
     assert progressing, "the status never showed the rollout in progress"
-    assert any(st["prefill"].get("updatedReplicas", 0) in (1, 2) for st in progressing)
+    assert any(st["roles"]["prefill"].get("updatedReplicas", 0) in (1, 2) for st in progressing)
     assert all(st["phase"] != "Ready" for st in progressing)
-    assert final["prefill"]["updatedReplicas"] == 3 and final["decode"]["updatedReplicas"] == 1
+    roles = final["roles"]
+    assert roles["prefill"]["updatedReplicas"] == 3 and roles["decode"]["updatedReplicas"] == 1
     assert _runtime_images(api_client, namespace) == {image}
 
 
@@ -406,9 +407,10 @@ def test_with_surge_the_old_generation_serves_at_full_size_until_the_switch(
              if s.discoverable.get(("prefill", old), 0) < 2
              or s.discoverable.get(("decode", old), 0) < 1]  # fmt: skip
     assert short == [], short[:3]
-    assert any(s.status.get("prefill", {}).get("surgeReplicas") for s in samples)
+    assert any(role_status(s.status, "prefill").get("surgeReplicas") for s in samples)
     # the surge is gone at the end: the role's own instances, all of the new generation
-    assert final["prefill"]["replicas"] == 2 and final["prefill"]["surgeReplicas"] == 0
+    prefill = final["roles"]["prefill"]
+    assert prefill["replicas"] == 2 and prefill["surgeReplicas"] == 0
     sts = client.AppsV1Api(api_client).list_namespaced_stateful_set(namespace).items
     assert sorted(s.metadata.name for s in sts) == [
         "dsv3-decode-0", "dsv3-prefill-0", "dsv3-prefill-1"]  # fmt: skip

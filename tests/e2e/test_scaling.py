@@ -17,6 +17,7 @@ from pdd_e2e import apply, example, get, pdd_doc
 
 from ascend_pd_dev.kubelet_sim.knobs import TERMINATE_AFTER
 from ascend_pd_dev.testtools.recording_router import RecordingRouter, Requests, selector_of
+from ascend_pd_operator.api.vocabulary import role_status
 from reliability.drain_crash import DrainSampler
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -109,7 +110,7 @@ def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
     # loses nothing: each request lasts 1 s, a draining pod keeps serving for 3 s.
     router = get(kubectl, namespace, "deployment", f"{NAME}-router") or {}
     args = router["spec"]["template"]["spec"]["containers"][0]["args"]
-    per_instance = int(_pdd_status(kubectl, namespace)["decode"]["nodesPerInstance"])
+    per_instance = int(_pdd_status(kubectl, namespace)["roles"]["decode"]["nodesPerInstance"])
     stream = Requests(selector_of(args, "decode"), REQUEST_SECONDS, per_instance)
     recording = RecordingRouter(api_client, namespace, stream, "ascendpd.io/role=decode")
     with DrainSampler(api_client, namespace) as sampler, recording:
@@ -171,7 +172,7 @@ def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
         prefill = get(kubectl, namespace, f"pdrolescaler/{NAME}-prefill") or {}
         ok = (
             cond.get("status") == "True"
-            and (st.get("prefill") or {}).get("effectiveReplicas") == 2
+            and role_status(st, "prefill").get("effectiveReplicas") == 2
             and (prefill.get("status") or {}).get("effectiveReplicas") == 2
             and get(kubectl, namespace, "statefulset", f"{NAME}-prefill-1") is not None
         )

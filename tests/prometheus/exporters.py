@@ -109,8 +109,10 @@ def feed_operator() -> tuple[Any, Any]:
         NAMESPACE,
         DEPLOYMENT,
         {
-            "prefill": {"replicas": 2, "effectiveReplicas": 2, "readyReplicas": 2},
-            "decode": {"replicas": 2, "effectiveReplicas": 2, "readyReplicas": 1},
+            "roles": {
+                "prefill": {"replicas": 2, "effectiveReplicas": 2, "readyReplicas": 2},
+                "decode": {"replicas": 2, "effectiveReplicas": 2, "readyReplicas": 1},
+            },
             "conditions": [{"type": "KVLayoutCompatible", "status": "True"}],
             "kvLayout": {"fingerprint": "3f2a9c", "totalKvLayers": 61, "kvBufGroups": 2,
                          "prefillStages": [{}, {}]},

@@ -658,8 +658,8 @@ class Scaling(_Model):
         "replicas), a ratio below min raises prefill (at its max: lowers decode) and a ratio "
         "above max raises decode (at its max: lowers prefill); both roles reach zero "
         "together, a lone zero is raised to 1. The counts used go to status "
-        "(effectiveReplicas), never back into a scaler's spec; the RatioConstrained "
-        "condition and an Event say what changed.",
+        "(status.roles.<role>.effectiveReplicas), never back into a scaler's spec; the "
+        "RatioConstrained condition and an Event say what changed.",
     )
     drain_timeout_seconds: int | None = Field(
         None, ge=0, le=MAX_DRAIN_TIMEOUT_SECONDS,
@@ -1153,6 +1153,13 @@ class RoleStatus(_Model):
     )
 
 
+class RolesStatus(_Model):
+    """Each role's instances, by role."""
+
+    prefill: RoleStatus | None = Field(None, description="Prefill instances.")
+    decode: RoleStatus | None = Field(None, description="Decode instances.")
+
+
 class RolloutStatus(_Model):
     """Where the rollout of the current spec stands."""
 
@@ -1266,8 +1273,9 @@ class PDDeploymentStatus(_Model):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     kv_layout: KVLayoutStatus | None = Field(None, description="The computed KV layout.")
-    prefill: RoleStatus | None = Field(None, description="Prefill instances.")
-    decode: RoleStatus | None = Field(None, description="Decode instances.")
+    roles: RolesStatus | None = Field(
+        None, description="Each role's instances: status.roles.prefill and status.roles.decode."
+    )
     router: RouterStatus | None = Field(None, description="Router.")
     rollout: RolloutStatus | None = Field(None, description="The rollout of the current spec.")
     recovery: list[RecoveryRecord] = _list("Instances restarted by group recovery.")

@@ -242,6 +242,16 @@ def role_ready_condition(role: str) -> str:
     return {"prefill": COND_PREFILL_READY, "decode": COND_DECODE_READY}[role]
 
 
+#: A PDDeployment's status keeps each role's instances at ``status.roles.<role>``.
+STATUS_ROLES = "roles"
+
+
+def role_status(status: Json | None, role: str) -> Json:
+    """``status.roles.<role>`` of a PDDeployment's ``status`` ({} while it has none)."""
+    found: Json = ((status or {}).get(STATUS_ROLES) or {}).get(role) or {}
+    return found
+
+
 @dataclass(frozen=True)
 class Owner:
     """The PDDeployment a child belongs to (uid empty when rendering offline)."""

@@ -73,6 +73,7 @@ from ascend_pd_operator.api.vocabulary import (
     inspector_name,
     instance_name,
     role_ready_condition,
+    role_status,
     router_name,
     scaler_name,
 )
@@ -712,8 +713,8 @@ def drained_events(previous: Json, status: Json, now: str, grace: int) -> Iterat
     period, Warning past it (forced: the kubelet ended what it still held)."""
     end = parse_time(now)
     for role in ROLES:
-        still = {d["instance"] for d in (status.get(role) or {}).get("draining") or []}
-        for d in (previous.get(role) or {}).get("draining") or []:
+        still = {d["instance"] for d in role_status(status, role).get("draining") or []}
+        for d in role_status(previous, role).get("draining") or []:
             if d["instance"] in still:
                 continue
             start = parse_time(d.get("since", ""))

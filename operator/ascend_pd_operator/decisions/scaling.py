@@ -27,7 +27,7 @@ from ascend_pd_operator.api.rules import (
     ratio_bounds,
     role_range,
 )
-from ascend_pd_operator.api.vocabulary import ROLES
+from ascend_pd_operator.api.vocabulary import ROLES, role_status
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,10 @@ def _clamp(n: int, lo: int, hi: int) -> int:
 
 def seed(spec: PDDeploymentSpec, role: str, previous: Json) -> int:
     """A new scaler's first count: what the role runs now (the last status's effective
-    count: switching from Static then drains nothing), else its replicas; clamped."""
+    count, status.roles.<role>.effectiveReplicas: switching from Static then drains
+    nothing), else its replicas; clamped."""
     r = spec.role(role)
-    before = previous.get(role) or {}
+    before = role_status(previous, role)
     now = before.get("effectiveReplicas", before.get("replicas"))
     start = int(now) if isinstance(now, int) and not isinstance(now, bool) else r.replicas
     return _clamp(start, r.scaling.min_replicas, r.scaling.max_replicas)

@@ -62,10 +62,12 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_VALID,
     REASON_WITHIN_BOUNDS,
     ROLES,
+    STATUS_ROLES,
     Owner,
     endpoint,
     instance_name,
     role_ready_condition,
+    role_status,
     router_name,
     scaler_name,
 )
@@ -537,7 +539,7 @@ def _role_status(
         status["scaler"] = scaler_name(obs.owner, role)
     if obs.rosters is not None and obs.rosters[role].draining_names:
         before = {d["instance"]: d.get("since", "")
-                  for d in (obs.previous.get(role) or {}).get("draining") or []}  # fmt: skip
+                  for d in role_status(obs.previous, role).get("draining") or []}  # fmt: skip
         status["draining"] = [{"instance": name, "since": before.get(name) or now}
                               for name in obs.rosters[role].draining_names]  # fmt: skip
     rolled = obs.rollout.roles.get(role) if obs.rollout else None
@@ -623,9 +625,10 @@ def _check_spec(obs: Findings, draft: _Draft) -> None:
 
 
 def _check_role(obs: Findings, spec: PDDeploymentSpec, role: str, draft: _Draft) -> None:
-    """<Role>Ready and the role's status: what is ready, or why not."""
-    role_status, role_exists, role_ready = _role_status(obs, spec, role, draft.now)
-    draft.status[role] = role_status
+    """<Role>Ready and the role's status (status.roles.<role>): what is ready, or why not."""
+    mine, role_exists, role_ready = _role_status(obs, spec, role, draft.now)
+    # a new mapping: the one carried over is the previous status's
+    draft.status[STATUS_ROLES] = {**(draft.status.get(STATUS_ROLES) or {}), role: mine}
     draft.exists = draft.exists and role_exists
     draft.ready = draft.ready and role_ready
     refusals = [] if role_ready else launch_refusals(obs.pods, role)
@@ -639,10 +642,10 @@ def _check_role(obs: Findings, spec: PDDeploymentSpec, role: str, draft: _Draft)
     waits = [] if role_ready else role_waits(obs, spec, role)
     draft.first_wait = draft.first_wait or (waits[0] if waits else "")
     # out of the instances it runs: a count the ratio bounds hold back is no missing instance
-    runs, asked = role_status["effectiveReplicas"], role_status["replicas"]
+    runs, asked = mine["effectiveReplicas"], mine["replicas"]
     held = f"; {asked} asked, held by the ratio bounds" if asked != runs else ""
-    message = (f"{role_status['readyReplicas']}/{runs} instances ready "
-               f"({role_status['nodesPerInstance']} nodes each{held})")  # fmt: skip
+    message = (f"{mine['readyReplicas']}/{runs} instances ready "
+               f"({mine['nodesPerInstance']} nodes each{held})")  # fmt: skip
     draft.conds.append(_condition(
         role_ready_condition(role),
         "True" if role_ready else "False",
@@ -804,8 +807,11 @@ def compute_status(obs: Findings, now: str) -> Json:
     prev = obs.previous or {}
     # Children keep running as they were when the spec is rejected, so readiness is
     # reported against the last spec that was applied (carried in the previous status).
+    # Nothing else is carried over: a key of the previous status the new one lacks is nulled
+    # by the merge patch, so status.prefill and status.decode, where operators before
+    # status.roles kept each role's status, go at an upgrade's first status write.
     draft = _Draft({"observedGeneration": obs.owner.generation}, now=now)
-    for key in ("kvLayout", "prefill", "decode", "router", "endpoint", "recovery", "placement"):
+    for key in ("kvLayout", STATUS_ROLES, "router", "endpoint", "recovery", "placement"):
         if key in prev:
             draft.status[key] = prev[key]
     _check_spec(obs, draft)

@@ -36,7 +36,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from ascend_pd_operator.api.json_object import Json
-from ascend_pd_operator.api.vocabulary import ROLES
+from ascend_pd_operator.api.vocabulary import ROLES, role_status
 from ascend_pd_operator.kubeio.deployment_reports import Deployment, DeploymentReports, Instance
 
 #: Every operator metric starts with this; the per-deployment ones with ``ascend_pd_``.
@@ -217,19 +217,19 @@ class DeploymentFamilies:
         """One PDDeployment's series: ``dep`` as reported, ``mine`` its instances by name."""
         status = dep.status
         for role in ROLES:
-            role_status = status.get(role) or {}
-            want = int(role_status.get("replicas", 0) or 0)
+            counts = role_status(status, role)
+            want = int(counts.get("replicas", 0) or 0)
             self.desired.add_metric([namespace, name, role], want)
             self.effective.add_metric(
-                [namespace, name, role], int(role_status.get("effectiveReplicas", want) or 0)
+                [namespace, name, role], int(counts.get("effectiveReplicas", want) or 0)
             )
             self.draining.add_metric([namespace, name, role],
-                                     len(role_status.get("draining") or []))  # fmt: skip
+                                     len(counts.get("draining") or []))  # fmt: skip
             for (of, outcome), count in sorted(dep.drains.items()):
                 if of == role:
                     self.drains.add_metric([namespace, name, role, outcome], count)
             self.ready.add_metric([namespace, name, role],
-                                  int(role_status.get("readyReplicas", 0) or 0))  # fmt: skip
+                                  int(counts.get("readyReplicas", 0) or 0))  # fmt: skip
             of_role = [(n, i) for n, i in mine.items() if i.role == role]
             self.updated.add_metric([namespace, name, role], sum(i.updated for _, i in of_role))
             for sts, inst in sorted(of_role):

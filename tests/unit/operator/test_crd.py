@@ -144,5 +144,11 @@ def test_api_field_names_are_the_contract() -> None:
         "totalKvLayers", "kvBufGroups", "prefillDraftLayers", "decodeDraftLayers",
         "prefillStages", "fingerprint",
     }  # fmt: skip
-    assert set(status) >= {"observedGeneration", "phase", "conditions", "kvLayout", "prefill",
-                           "decode", "router", "endpoint"}  # fmt: skip
+    assert set(status) >= {"observedGeneration", "phase", "conditions", "kvLayout", "roles",
+                           "router", "endpoint"}  # fmt: skip
+    # each role's status lives at status.roles.<role> only
+    assert not set(status) & {"prefill", "decode"}
+    assert set(status["roles"]["properties"]) == {"prefill", "decode"}
+    assert set(status["roles"]["properties"]["decode"]["properties"]) >= {
+        "replicas", "effectiveReplicas", "readyReplicas", "draining",
+    }  # fmt: skip

@@ -84,7 +84,7 @@ def test_sglang_queries_filter_by_deployment_and_role() -> None:
 
 def test_every_operator_metric_queried_is_exported() -> None:
     collector = metrics.DEPLOYMENTS
-    collector.deployment_status("ns", "pd", {"prefill": {"replicas": 1}, "decode": {}})
+    collector.deployment_status("ns", "pd", {"roles": {"prefill": {"replicas": 1}, "decode": {}}})
     collector.child_seen(
         "StatefulSet",
         {

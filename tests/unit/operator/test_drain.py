@@ -149,7 +149,9 @@ def test_a_scale_down_marks_releases_deletes_the_leader_then_the_workers() -> No
     assert marked == [("Pod", "dsv3-decode-2-0"), ("Pod", "dsv3-decode-2-1"),
                       ("StatefulSet", "dsv3-decode-2")]  # fmt: skip
     assert not [w for w in first.deletes + first.restarts if "decode-2" in w.name]
-    assert first.status["decode"]["draining"] == [{"instance": "dsv3-decode-2", "since": T0}]
+    assert first.status["roles"]["decode"]["draining"] == [
+        {"instance": "dsv3-decode-2", "since": T0}
+    ]
     cr["status"] = first.status
     _carry_out(first, statefulsets, pods)
     # 2. release: the StatefulSet goes, its pods stay (orphaned)
@@ -166,12 +168,14 @@ def test_a_scale_down_marks_releases_deletes_the_leader_then_the_workers() -> No
     fourth = _step(cr, statefulsets, pods, T0)
     gone = [(w.name, w.grace_period_seconds) for w in fourth.restarts if "decode-2" in w.name]
     assert gone == [("dsv3-decode-2-1", 90)]
-    assert fourth.status["decode"]["draining"] == [{"instance": "dsv3-decode-2", "since": T0}]
+    assert fourth.status["roles"]["decode"]["draining"] == [
+        {"instance": "dsv3-decode-2", "since": T0}
+    ]
     _carry_out(fourth, statefulsets, pods)
     # 5. gone: its Service is pruned now, and an Event tells how long it took
     fifth = _step(cr, statefulsets, pods, T1)
     assert ("Service", "dsv3-decode-2") in [(w.kind, w.name) for w in fifth.deletes]
-    assert "draining" not in fifth.status["decode"]
+    assert "draining" not in fifth.status["roles"]["decode"]
     (drained,) = [e for e in fifth.events if e.reason == "InstanceDrained"]
     assert (drained.type, drained.role) == ("Warning", "decode")
     assert drained.message == (
@@ -228,7 +232,7 @@ def test_a_count_held_by_the_ratio_bounds_is_no_missing_instance() -> None:
               "metadata": {"name": "dsv3-decode", "namespace": "llm", "generation": 1,
                            "ownerReferences": [{"uid": UID, "kind": "PDDeployment"}]}}  # fmt: skip
     p = _step(cr, statefulsets, pods, T0, (scaler,))
-    decode = p.status["decode"]
+    decode = p.status["roles"]["decode"]
     assert (decode["replicas"], decode["effectiveReplicas"]) == (3, 2)
     (ready,) = [c for c in p.status["conditions"] if c["type"] == "DecodeReady"]
     assert ready["message"].startswith("2/2 instances ready (")

@@ -156,8 +156,10 @@ class ScriptedReconciler:
 
 def _status(ready: int, compatible: str = "True") -> Json:
     return {
-        "prefill": {"replicas": 2, "readyReplicas": ready},
-        "decode": {"replicas": 1, "readyReplicas": 1},
+        "roles": {
+            "prefill": {"replicas": 2, "readyReplicas": ready},
+            "decode": {"replicas": 1, "readyReplicas": 1},
+        },
         "kvLayout": {
             "fingerprint": "abc123",
             "totalKvLayers": 61,
@@ -328,9 +330,9 @@ def test_elastic_roles_asked_run_draining_and_drains_by_outcome() -> None:
     from ascend_pd_operator.decisions.planner import Event
 
     c = DeploymentCollector()
-    status = {"decode": {"replicas": 4, "effectiveReplicas": 2, "readyReplicas": 2,
-                         "draining": [{"instance": "pd-decode-2", "since": "t"}]},
-              "prefill": {"replicas": 1, "readyReplicas": 1}}  # fmt: skip
+    status = {"roles": {"decode": {"replicas": 4, "effectiveReplicas": 2, "readyReplicas": 2,
+                                   "draining": [{"instance": "pd-decode-2", "since": "t"}]},
+                        "prefill": {"replicas": 1, "readyReplicas": 1}}}  # fmt: skip
     c.deployment_status("ns", "pd", status)
     base = {"namespace": "ns", "pddeployment": "pd"}
     got = scrape(c)

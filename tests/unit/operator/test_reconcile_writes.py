@@ -31,6 +31,8 @@ class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Json] = {}
         self.calls: list[tuple[str, str]] = []
+        #: every status patch sent, by kind: what a merge patch sets and nulls
+        self.status_patches: list[tuple[str, Json]] = []
         self.version = 0
 
     def _store(self, obj: Json, spec_changed: bool) -> Json:
@@ -96,6 +98,7 @@ class FakeKube:
 
     def patch_status(self, kind: str, namespace: str, name: str, status: Json) -> Json:
         self.calls.append(("PATCH_STATUS", kind))
+        self.status_patches.append((kind, copy.deepcopy(status)))
         obj = self.objects[(kind, namespace, name)]
         obj["status"] = merged(obj.get("status") or {}, status)  # as the server merges
         return self._store(obj, False)
@@ -216,6 +219,52 @@ def test_deleted_edited_and_stale_children_are_handled(world: Any) -> None:
     ]
     assert result.applied == 3 and result.deleted == 1
     assert kube.objects[("StatefulSet", "llm", "dsv3-decode-0")]["spec"]["replicas"] == nodes
+
+
+#: A role's status as operators before status.roles wrote it: status.prefill, status.decode.
+EARLIER_ROLE_STATUS = {
+    "replicas": 2, "effectiveReplicas": 2, "readyReplicas": 2, "nodesPerInstance": 2,
+    "draining": [{"instance": "dsv3-decode-2", "since": "2025-12-31T00:00:00Z"}],
+}  # fmt: skip
+
+
+def deployment_patches(kube: FakeKube) -> list[Json]:
+    return [patch for kind, patch in kube.status_patches if kind == models.KIND]
+
+
+def test_an_upgrade_nulls_the_role_status_earlier_operators_wrote(dsv3: Json) -> None:
+    """A PDDeployment whose status an earlier operator wrote has each role's at
+    status.prefill and status.decode: the status patch, a merge patch, nulls them (a key it
+    leaves out would stay as it was) and writes status.roles; the next reconcile has
+    nothing left to patch."""
+    kube, _, reconciler = new_world(dsv3, FakeKube())
+    cr = kube.objects[(models.KIND, "llm", "dsv3")]
+    cr["status"] = {"observedGeneration": 1, "phase": "Progressing",
+                    "prefill": copy.deepcopy(EARLIER_ROLE_STATUS),
+                    "decode": copy.deepcopy(EARLIER_ROLE_STATUS)}  # fmt: skip
+    reconciler.reconcile("llm", "dsv3")
+    [patch] = deployment_patches(kube)
+    assert {key: patch.get(key, "left as it was") for key in ("prefill", "decode")} == {
+        "prefill": None, "decode": None
+    }  # fmt: skip
+    assert set(patch["roles"]) == {"prefill", "decode"}
+    stored = kube.objects[(models.KIND, "llm", "dsv3")]["status"]
+    assert "prefill" not in stored and "decode" not in stored
+    assert stored["roles"]["decode"]["replicas"] == dsv3["spec"]["decode"]["replicas"]
+    kube.status_patches.clear()
+    reconciler.reconcile("llm", "dsv3")
+    assert deployment_patches(kube) == []
+
+
+def test_a_status_without_the_earlier_keys_gets_no_nulls_for_them(world: Any) -> None:
+    kube, _, reconciler = world
+    reconciler.reconcile("llm", "dsv3")
+    run_workload_controllers(kube)
+    reconciler.reconcile("llm", "dsv3")
+    patches = deployment_patches(kube)
+    assert len(patches) == 2  # the first status, then every instance ready
+    assert all("prefill" not in p and "decode" not in p for p in patches)
+    assert patches[1]["roles"]["prefill"] == {"readyReplicas": 2}  # a merge patch: what changed
 
 
 def workload(generation: int, version: str, **labels: str) -> Json:

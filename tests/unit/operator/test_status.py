@@ -67,8 +67,9 @@ def test_ready_status_with_layout(dsv3: Json) -> None:
         {"ppRank": 0, "startLayer": 0, "endLayer": 30},
         {"ppRank": 1, "startLayer": 30, "endLayer": 61},
     ]
-    assert status["prefill"] == {"replicas": 2, "effectiveReplicas": 2, "readyReplicas": 2,
-                                 "nodesPerInstance": 2}  # fmt: skip
+    assert status["roles"]["prefill"] == {"replicas": 2, "effectiveReplicas": 2,
+                                          "readyReplicas": 2, "nodesPerInstance": 2}  # fmt: skip
+    assert "prefill" not in status and "decode" not in status
     assert status["router"] == {"replicas": 1, "readyReplicas": 1}
     assert status["endpoint"] == "http://dsv3-router.llm.svc:8000"
 
@@ -110,6 +111,7 @@ def test_invalid_update_keeps_the_last_applied_state(dsv3: Json) -> None:
     assert conds["Validated"]["status"] == "False"
     assert "devicesPerNode 6" in conds["Validated"]["message"]
     assert status["kvLayout"] == ready["kvLayout"]  # still describes what runs
+    assert status["roles"] == ready["roles"]
     assert conds["PrefillReady"]["status"] == "True"
 
 
