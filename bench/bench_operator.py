@@ -487,9 +487,7 @@ class Bench:
             cpu = self.cpu() - cpu0
             after = self.proxy_stats()
             requests = after["requests"] - before["requests"] - 1  # less the stats GET
-            kinds = {k: n - before["kinds"].get(k, 0) for k, n in after["kinds"].items()}
-            per_cr = ", ".join(f"{k} {n / count:.2f}" for k, n in
-                               sorted(kinds.items(), key=lambda kv: -kv[1]) if n)  # fmt: skip
+            per_cr = kinds_between(before, after, count)
             _progress(f"{count} CRs: requests per CR until all children exist: {per_cr}")
             rec.wait(lambda: names <= set(rec.ready), f"{count} Ready", 1200)
             children = (rec.all_children(wanted) or 0) - t0
@@ -506,9 +504,18 @@ class Bench:
         _progress(f"idle window: {idle:.0f} s, resync every {resync} s")
         time.sleep(idle)
         after = self.proxy_stats()
+        _progress(f"idle window: requests by kind: {kinds_between(before, after)}")
         verbs = set(before["writes"]) | set(after["writes"])
         writes = {v: after["writes"].get(v, 0) - before["writes"].get(v, 0) for v in verbs}
         return {v: n for v, n in writes.items() if n}, after["requests"] - before["requests"]
+
+
+def kinds_between(before: dict[str, Any], after: dict[str, Any], per: int = 1) -> str:
+    """The proxy's requests by kind (``faultproxy.request_kind``) between two of its
+    stats, most first, divided by ``per``."""
+    kinds = {k: n - before["kinds"].get(k, 0) for k, n in after["kinds"].items()}
+    ordered = sorted(((n, k) for k, n in kinds.items() if n), reverse=True)
+    return ", ".join(f"{k} {n / per:.{2 if per > 1 else 0}f}" for n, k in ordered) or "none"
 
 
 def _until(check: Callable[[], bool], what: str, timeout: float) -> None:
