@@ -43,12 +43,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
 from ascend_pd_dev.controlplane import cluster as dev_cluster
-from ascend_pd_dev.controlplane import paths
+from ascend_pd_dev.controlplane import paths, procs
 from ascend_pd_dev.controlplane.certs import Pki
 from ascend_pd_dev.controlplane.operator_venv import operator_python
 from ascend_pd_dev.testtools.faultproxy import STATS_PATH
@@ -363,6 +363,13 @@ class Bench:
         assert self.operator is not None
         return self.operator.rss_mib()
 
+    def cpu(self) -> Cpu:
+        """CPU seconds the API server and the operator have used so far."""
+        assert self.operator is not None and self.operator.process is not None
+        server = procs.running(self.layout.pid_file("kube-apiserver"))
+        return Cpu(cpu_seconds(server.pid) if server else 0.0,
+                   cpu_seconds(self.operator.process.pid))  # fmt: skip
+
     def operator_log(self) -> str:
         assert self.operator is not None
         return self.operator.log.read_text()
@@ -436,9 +443,10 @@ class Bench:
         """Delete ``ns`` and wait until it is gone, so its objects load no later figure."""
         self.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=600s")
 
-    def bare(self, count: int) -> float:
+    def bare(self, count: int) -> tuple[float, float]:
         """The same applies the operator makes for ``count`` deployments, from a bare client
-        with the operator's concurrency, through the same proxy: until all exist."""
+        with the operator's concurrency, through the same proxy: seconds until all exist,
+        and the API server's CPU seconds meanwhile."""
         ns = self.ns_bare[count]
         self.kubectl("create", "namespace", ns)
         crs = [pddeployment(f"scale-{i:03d}", ns) for i in range(count)]
@@ -451,36 +459,42 @@ class Bench:
         wanted = {(m["kind"], m["metadata"]["name"]) for g in groups for m in g}
         rec = Recorder(self.api_client, ns).start()
         try:
-            t0 = time.monotonic()
+            cpu0, t0 = self.cpu(), time.monotonic()
             bare_client.apply_all(self.proxy_url, self.token, groups, DEFAULT_WORKERS)
             rec.wait(lambda: rec.all_children(wanted) is not None, "all bare children", 600)
             seconds = (rec.all_children(wanted) or 0) - t0
+            server_cpu = self.cpu().server - cpu0.server
         finally:
             rec.stop.set()
         self.delete_namespace(ns)
-        return seconds
+        return seconds, server_cpu
 
-    def scale(self, count: int) -> tuple[float, float, int, int]:
+    def scale(self, count: int) -> tuple[float, float, int, int, Cpu]:
         """Seconds until all children exist and until all Ready, children, and the
-        operator's requests through the proxy until all children existed."""
+        operator's requests through the proxy and the CPU seconds of the API server and of
+        the operator until all children existed."""
         ns = self.ns_scale[count]
         rec = Recorder(self.api_client, ns).start()
         crs = [pddeployment(f"scale-{i:03d}", ns) for i in range(count)]
         wanted: set[tuple[str, str]] = set().union(*(expected_children(cr) for cr in crs))
         names = {cr["metadata"]["name"] for cr in crs}
         try:
-            before = self.proxy_stats()["requests"]
+            before, cpu0 = self.proxy_stats(), self.cpu()
             t0 = time.monotonic()
             with ThreadPoolExecutor(10) as pool:
                 list(pool.map(self.apply, crs))
             rec.wait(lambda: rec.all_children(wanted) is not None, "all children", 600)
-            requests = self.proxy_stats()["requests"] - before - 1  # less the stats GET
+            cpu = self.cpu() - cpu0
+            after = self.proxy_stats()
+            requests = after["requests"] - before["requests"] - 1  # less the stats GET
+            per_cr = kinds_between(before, after, count)
+            _progress(f"{count} CRs: requests per CR until all children exist: {per_cr}")
             rec.wait(lambda: names <= set(rec.ready), f"{count} Ready", 1200)
             children = (rec.all_children(wanted) or 0) - t0
             ready = max(rec.ready[n] for n in names) - t0
         finally:
             rec.stop.set()
-        return children, ready, len(wanted), requests
+        return children, ready, len(wanted), requests, cpu
 
     def idle(self) -> tuple[dict[str, int], int]:
         # Let the last status patches and the first resync after Ready pass.
@@ -490,9 +504,18 @@ class Bench:
         _progress(f"idle window: {idle:.0f} s, resync every {resync} s")
         time.sleep(idle)
         after = self.proxy_stats()
+        _progress(f"idle window: requests by kind: {kinds_between(before, after)}")
         verbs = set(before["writes"]) | set(after["writes"])
         writes = {v: after["writes"].get(v, 0) - before["writes"].get(v, 0) for v in verbs}
         return {v: n for v, n in writes.items() if n}, after["requests"] - before["requests"]
+
+
+def kinds_between(before: dict[str, Any], after: dict[str, Any], per: int = 1) -> str:
+    """The proxy's requests by kind (``faultproxy.request_kind``) between two of its
+    stats, most first, divided by ``per``."""
+    kinds = {k: n - before["kinds"].get(k, 0) for k, n in after["kinds"].items()}
+    ordered = sorted(((n, k) for k, n in kinds.items() if n), reverse=True)
+    return ", ".join(f"{k} {n / per:.{2 if per > 1 else 0}f}" for n, k in ordered) or "none"
 
 
 def _until(check: Callable[[], bool], what: str, timeout: float) -> None:
@@ -516,10 +539,41 @@ class Scale:
     rss: float
     #: The operator's API requests (through the proxy) until all children existed.
     requests: int = 0
+    #: CPU seconds of the API server and of the operator until all children existed.
+    cpu: Cpu = field(default_factory=lambda: Cpu(0.0, 0.0))
+    #: The API server's CPU seconds during the bare client's run.
+    bare_server_cpu: float = 0.0
 
     @property
     def vs_bare(self) -> float:
         return self.children / self.bare
+
+    @property
+    def server_cpu_vs_bare(self) -> float | None:
+        """The API server's work for the operator's run over its work for the bare client's
+        (None where not measured)."""
+        return self.cpu.server / self.bare_server_cpu if self.bare_server_cpu > 0 else None
+
+
+class Cpu(NamedTuple):
+    """CPU seconds (user and system) of the API server and of the operator process."""
+
+    server: float
+    operator: float
+
+    def __sub__(self, other: object) -> Cpu:
+        assert isinstance(other, Cpu)
+        return Cpu(self.server - other.server, self.operator - other.operator)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds ``pid`` has used (``/proc/PID/stat``); 0 once gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()  # the name may hold spaces and parens
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -579,11 +633,15 @@ def measure(sizes: Sizes, layout: dev_cluster.Layout, workdir: Path) -> Figures:
         bench.delete_namespace(bench.ns_one)
         for index, count in enumerate(sizes.scales):
             _progress(f"{count} CRs: the bare client's applies")
-            bare = bench.bare(count)
-            _progress(f"{count} CRs at once (bare client: {bare:.2f} s)")
-            children, ready, total, requests = bench.scale(count)
+            bare, bare_server_cpu = bench.bare(count)
+            _progress(f"{count} CRs at once (bare client: {bare:.2f} s, API server CPU "
+                      f"{bare_server_cpu:.1f} s)")  # fmt: skip
+            children, ready, total, requests, cpu = bench.scale(count)
+            _progress(f"{count} CRs: CPU until all children exist: API server {cpu.server:.1f} "
+                      f"s, operator {cpu.operator:.1f} s")  # fmt: skip
             time.sleep(sizes.resync_seconds)  # one resync with everything Ready
-            scales.append(Scale(count, children, ready, bare, bench.rss_mib(), requests))
+            scales.append(Scale(count, children, ready, bare, bench.rss_mib(), requests,
+                                cpu, bare_server_cpu))  # fmt: skip
             _progress(f"{count} CRs: children {children:.2f} s (bare {bare:.2f} s), Ready "
                       f"{ready:.2f} s, RSS {rss_0:.1f} -> {scales[-1].rss:.1f} MiB")  # fmt: skip
             if count == sizes.reference:
@@ -598,6 +656,12 @@ def measure(sizes: Sizes, layout: dev_cluster.Layout, workdir: Path) -> Figures:
     _progress(f"idle writes {writes or 'none'}")
     return Figures(one_children, one_ready, scales, total // sizes.scales[-1], writes,
                    requests, rss_0, scaler_steps)  # fmt: skip
+
+
+def measured_row(figure: str, values: list[float | None], unit: str, digits: int) -> Row:
+    """A row without a goal over the runs that measured it (none: no value)."""
+    measured = [v for v in values if v is not None]
+    return median_row(figure, measured, unit, digits) if measured else row(figure, None, unit)
 
 
 def rows_from(runs: list[Figures], sizes: Sizes) -> list[Row]:
@@ -644,6 +708,13 @@ def rows_from(runs: list[Figures], sizes: Sizes) -> list[Row]:
             median_row(f"{count} CRs: operator API requests per CR until all children exist "
                        f"(the bare client: {per_cr})", [a.requests / count for a in at],
                        "requests", 1),
+            measured_row(f"kube-apiserver CPU until all children exist, operator's run / "
+                         f"bare client's run, {count} CRs (medians "
+                         f"{med([a.cpu.server for a in at]):.1f} s / "
+                         f"{med([a.bare_server_cpu for a in at]):.1f} s; ratio per run)",
+                         [a.server_cpu_vs_bare for a in at], "x", 2),
+            median_row(f"operator process CPU per CR until all children exist, {count} CRs",
+                       [a.cpu.operator / count * 1e3 for a in at], "ms", 1),
             median_row(f"{count} CRs applied at once: until all Ready (kubelet-sim, "
                        f"{3 * count} pods)", [a.ready for a in at], "s", 2),
         ]  # fmt: skip

@@ -72,6 +72,8 @@ class Stats:
     watches: Counter[str] = field(default_factory=Counter)
     #: "METHOD path?query" of the request after which the proxy severed ("" until then)
     severed_after: str = ""
+    #: requests per "VERB resource[/subresource]" (``request_kind``): what a client asks for
+    kinds: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -84,7 +86,22 @@ class Stats:
             "retry_after_violators": self.retry_after_violators[-20:],
             "watches": dict(self.watches),
             "severed_after": self.severed_after,
+            "kinds": dict(self.kinds),
         }
+
+
+def request_kind(method: str, path: str, watch: bool = False) -> str:
+    """``VERB resource[/subresource]`` of an API path: ``PATCH statefulsets``, ``GET
+    pddeployments/status``, ``WATCH pods``; the names and namespace left out, so counts add
+    up per kind of request."""
+    parts = [p for p in path.split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else []
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if not rest:
+        return f"{method} {path}"
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    return f"{'WATCH' if watch else method} {resource}"
 
 
 class FaultProxy:
@@ -154,6 +171,7 @@ class FaultProxy:
                 )
         is_watch = request.query.get("watch") in ("true", "1")
         is_write = request.method in WRITE_METHODS
+        self.stats.kinds[request_kind(request.method, request.path, is_watch)] += 1
         if is_watch:
             selector = request.query.get("labelSelector", "")
             fields = request.query.get("fieldSelector", "")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.__main__ import check_rows
-from bench.bench_operator import FULL, Figures, Scale, rows_from, slope
+from bench.bench_operator import FULL, Cpu, Figures, Scale, cpu_seconds, rows_from, slope
 
 
 def figures(
@@ -22,7 +22,16 @@ def figures(
         one_ready=[0.5, 0.6, 0.7, 2.0],
         scales=[
             Scale(10, children=1.2, ready=5.0, bare=1.0, rss=70.0),
-            Scale(100, children=op_100, ready=40.0, bare=8.0, rss=rss_100, requests=1530),
+            Scale(
+                100,
+                children=op_100,
+                ready=40.0,
+                bare=8.0,
+                rss=rss_100,
+                requests=1530,
+                cpu=Cpu(server=15.0, operator=2.5),
+                bare_server_cpu=10.0,
+            ),
             Scale(300, children=op_300, ready=120.0, bare=25.0, rss=rss_100 + 20.0),
         ],
         children_per_cr=12,
@@ -109,3 +118,33 @@ def test_the_scaler_row_is_the_median_of_each_run_s_p95_against_two_seconds() ->
     row = by_start(rows, "a scaler's spec.replicas + 1 to the new instance's StatefulSet, p95")
     # p95 of [0.3, 0.4, 0.5, w] is w (nearest rank): runs 1.5, 3.0, 2.5; median 2.5
     assert fields(row, "value goal met") == (2.5, "< 2 s", False)
+
+
+def test_the_api_servers_work_is_a_ratio_within_each_run_and_no_verdict():
+    rows = rows_from([figures(12.0, 95.0), figures(8.0, 99.0), figures(10.0, 120.0)], FULL)
+    server = by_start(
+        rows,
+        "kube-apiserver CPU until all children exist, operator's run / bare client's run, 100 CRs",
+    )
+    assert fields(server, "value unit goal met") == (1.5, "x", "", None)
+    assert "medians 15.0 s / 10.0 s" in server["name"]
+    operator = by_start(rows, "operator process CPU per CR until all children exist, 100 CRs")
+    assert fields(operator, "value unit goal met") == (25.0, "ms", "", None)
+    # 10 CRs carries no CPU figures in these runs: the row says so rather than a ratio of 0
+    unmeasured = by_start(
+        rows,
+        "kube-apiserver CPU until all children exist, operator's run / bare client's run, 10 CRs",
+    )
+    assert fields(unmeasured, "value met") == (None, None)
+
+
+def test_cpu_seconds_reads_this_process_and_a_gone_one_is_zero():
+    import os
+    import time
+
+    before = cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass
+    assert cpu_seconds(os.getpid()) - before >= 0.1
+    assert cpu_seconds(2**22 + 1) == 0.0  # above pid_max's default: no such process

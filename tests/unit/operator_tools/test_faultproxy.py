@@ -9,7 +9,7 @@ import pytest
 import requests
 from aiohttp import web
 
-from ascend_pd_dev.testtools.faultproxy import FaultPlan, FaultProxy
+from ascend_pd_dev.testtools.faultproxy import FaultPlan, FaultProxy, request_kind
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,7 @@ def test_forwards_reads_writes_and_counts_writes(upstream):
         stats = requests.get(proxy.url + "/__faultproxy/stats", timeout=5).json()
         assert stats["writes"] == {"PATCH": 1}
         assert stats["requests"] == 2
+        assert stats["kinds"] == {"GET pods": 1, "PATCH pods": 1}
     finally:
         proxy.stop()
 
@@ -175,3 +176,24 @@ def test_counts_watch_requests_by_path_and_label_selector(upstream):
                                     "/api/v1/pods labelSelector=": 1}  # fmt: skip
     finally:
         proxy.stop()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "watch", "kind"),
+    [
+        ("PATCH", "/apis/apps/v1/namespaces/ns/statefulsets/web", False, "PATCH statefulsets"),
+        ("GET", "/api/v1/namespaces/ns/configmaps/model", False, "GET configmaps"),
+        (
+            "PATCH",
+            "/apis/ascendpd.io/v1alpha1/namespaces/ns/pddeployments/x/status",
+            False,
+            "PATCH pddeployments/status",
+        ),
+        ("GET", "/api/v1/pods", True, "WATCH pods"),
+        ("GET", "/api/v1/nodes/n1", False, "GET nodes"),
+        ("DELETE", "/api/v1/namespaces/ns", False, "DELETE namespaces"),
+        ("GET", "/version", False, "GET /version"),
+    ],
+)
+def test_requests_are_counted_per_verb_and_resource(method, path, watch, kind):
+    assert request_kind(method, path, watch) == kind
