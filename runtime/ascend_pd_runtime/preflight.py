@@ -401,8 +401,8 @@ def _check_hccn_conf(path: str, devices: list[int], explicit: bool, report: Repo
         raise PreflightFailed(
             "hccnConf",
             f"{path} is not in the container, so no device's RoCE address can be checked: "
-            "mount the node's /etc/hccn.conf (a hostPath volume of the role, type File) or "
-            "set spec.preflight.hccnConf: false",
+            "mount the node's /etc/hccn.conf (spec.ascend.hostMounts: [{name: hccnConf}]) "
+            "or set spec.preflight.hccnConf: false",
         ) from None
     except OSError as exc:
         raise PreflightFailed("hccnConf", f"{path} cannot be read: {exc}") from None

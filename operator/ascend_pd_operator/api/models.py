@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import PlainValidator
 
+from ascend_pd_operator.api import host_mounts as hm
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.rules import (
     CAP_SYS_ADMIN,
@@ -366,11 +367,11 @@ def _unique(values: list[Any], key: str, what: str) -> list[Any]:
     return values
 
 
-def _map_list(description: str, key: str) -> Any:
-    """A list of objects keyed by ``key`` (as in a pod), at most ``MAX_POD_LIST`` of them."""
+def _map_list(description: str, key: str, max_length: int = MAX_POD_LIST) -> Any:
+    """A list of objects keyed by ``key`` (as in a pod), at most ``max_length`` of them."""
     return _list(
         description,
-        max_length=MAX_POD_LIST,
+        max_length=max_length,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]},
     )
 
@@ -845,6 +846,42 @@ class Router(_PodFields):
     )
 
 
+class HostMount(_Model):
+    """A node path mounted read-only into every runtime container: a well-known one of the
+    Ascend software by its name, or one of yours (docs/compatibility.md, "Node
+    prerequisites")."""
+
+    name: str = Field(
+        ..., max_length=hm.MAX_CUSTOM_NAME_LENGTH, pattern=hm.NAME_PATTERN,
+        description=f"A well-known name, {hm.WELL_KNOWN}; or a name of yours (a DNS "
+        f"label of at most {hm.MAX_CUSTOM_NAME_LENGTH} characters), which needs hostPath. "
+        "Unique in the list; the volume is ascend-<name> (well-known) or host-<name>.",
+    )  # fmt: skip
+    host_path: str = Field(
+        "", max_length=MAX_PATH_LENGTH, pattern=f"^$|{MOUNT_PATH_PATTERN}",
+        description="The path on the node, absolute and written plainly; empty: the "
+        "well-known name's.",
+    )  # fmt: skip
+    mount_path: str = Field(
+        "", max_length=MAX_PATH_LENGTH, pattern=f"^$|{MOUNT_PATH_PATTERN}",
+        description="Where the container sees it; empty: hostPath (the same path).",
+    )  # fmt: skip
+    type: Literal["", "Directory", "File"] = Field(
+        "",
+        description="The hostPath type the kubelet checks before the pod starts (a missing "
+        "path keeps it ContainerCreating); empty: the well-known name's, or no check.",
+    )
+
+    def source(self) -> str:
+        return hm.host_path(self.name, self.host_path)
+
+    def target(self) -> str:
+        return hm.mount_path(self.name, self.host_path, self.mount_path)
+
+    def checked_type(self) -> str:
+        return hm.path_type(self.name, self.type)
+
+
 class Ascend(_Model):
     """Ascend NPU and HCCL settings."""
 
@@ -878,6 +915,20 @@ class Ascend(_Model):
         "rollout on an operator upgrade); setting or changing it updates every instance. A "
         "role's env entry HCCL_CONNECT_TIMEOUT, if any, wins over it.",
     )  # fmt: skip
+    host_mounts: list[HostMount] = _map_list(
+        "Node paths of the Ascend software mounted read-only into every runtime container, "
+        "beside the driver (driverHostPath): those the node's container runtime does not "
+        'inject (docs/compatibility.md, "Node prerequisites"). hostPath volumes: the '
+        "namespace must admit them (docs/security.md). Refused at, inside or above one "
+        "another, the operator's mounts and a role's volumeMounts. Empty: none.",
+        "name",
+        max_length=hm.MAX_HOST_MOUNTS,
+    )
+
+    @field_validator("host_mounts")
+    @classmethod
+    def _each_name_once(cls, mounts: list[HostMount]) -> list[HostMount]:
+        return _unique(mounts, "name", "hostMounts name")
 
 
 class Preflight(_Model):

@@ -111,6 +111,51 @@ VOLUME_DRIVER = "ascend-driver"
 VOLUME_KV_LAYOUT = "kv-layout"
 RUNTIME_VOLUMES = (VOLUME_MODEL, VOLUME_SHM, VOLUME_DRIVER, VOLUME_KV_LAYOUT)
 SHM_MOUNT_PATH = "/dev/shm"
+
+
+@dataclass(frozen=True)
+class HostFile:
+    """A node path of the Ascend software that ``spec.ascend.hostMounts`` names: mounted
+    read-only at the same path, as volume ``volume``, with hostPath type ``type``."""
+
+    path: str
+    type: str
+    volume: str
+    what: str
+
+
+#: The well-known ``spec.ascend.hostMounts`` names: the node paths SGLang's own Ascend
+#: container recipe mounts besides the driver (docs/compatibility.md, "Node prerequisites").
+#: Neither Ascend Docker Runtime nor the Ascend device plugin mounts firmware, localSbin,
+#: ascendInstallInfo or hccnConf on an A2/A3 server; the runtime does mount npuSmi, dcmi and
+#: queueSchedule, so they matter on nodes without it. hccn_tool needs no entry: it is
+#: ``<ascend.driverHostPath>/tools/hccn_tool``, inside the driver mount. Volume names are
+#: ``ascend-*`` (the driver's is ``ascend-driver``); a custom entry's are ``host-<name>``.
+HOST_FILES: dict[str, HostFile] = {
+    "firmware": HostFile("/usr/local/Ascend/firmware", "Directory", "ascend-firmware",
+                         "the NPU firmware"),
+    "localSbin": HostFile("/usr/local/sbin", "Directory", "ascend-local-sbin",
+                          "npu-smi, and hccn_tool where the driver links it there"),
+    "npuSmi": HostFile("/usr/local/bin/npu-smi", "File", "ascend-npu-smi", "npu-smi"),
+    "dcmi": HostFile("/usr/local/dcmi", "Directory", "ascend-dcmi",
+                     "the DCMI libraries npu-smi loads"),
+    "ascendInstallInfo": HostFile("/etc/ascend_install.info", "File", "ascend-install-info",
+                                  "where the driver is installed, which CANN reads"),
+    "hccnConf": HostFile("/etc/hccn.conf", "File", "ascend-hccn-conf",
+                         "the NPUs' RoCE addresses (HCCL, the launcher's preflight)"),
+    "queueSchedule": HostFile("/var/queue_schedule", "Directory", "ascend-queue-schedule",
+                              "the FlowGW scheduling framework's directory"),
+}  # fmt: skip
+#: A custom hostMounts entry's volume: this prefix and its name.
+HOST_MOUNT_VOLUME_PREFIX = "host-"
+
+
+def host_mount_volume(name: str) -> str:
+    """The pod volume of the ``spec.ascend.hostMounts`` entry ``name``."""
+    known = HOST_FILES.get(name)
+    return known.volume if known is not None else HOST_MOUNT_VOLUME_PREFIX + name
+
+
 #: Where the kubelet mounts a pod's ServiceAccount token: the router's discovery reads it.
 SERVICE_ACCOUNT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 

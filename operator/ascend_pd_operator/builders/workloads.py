@@ -23,6 +23,7 @@ from ascend_pd_operator.api.vocabulary import (
     VOLUME_SHM,
     Owner,
     bootstrap_port,
+    host_mount_volume,
     instance_name,
     kv_layout_name,
     leader_host,
@@ -140,6 +141,22 @@ def _volumes(owner: Owner, spec: PDDeploymentSpec) -> tuple[list[Json], list[Jso
     if model:
         volumes.insert(0, model[0])
         mounts.insert(0, model[1])
+    host_volumes, host_mounts = node_files(spec)
+    return volumes + host_volumes, mounts + host_mounts
+
+
+def node_files(spec: PDDeploymentSpec) -> tuple[list[Json], list[Json]]:
+    """(volumes, volumeMounts) of ``spec.ascend.hostMounts``: each a hostPath, read-only.
+    None without entries, so a spec without them keeps its pod template."""
+    volumes: list[Json] = []
+    mounts: list[Json] = []
+    for h in spec.ascend.host_mounts:
+        name = host_mount_volume(h.name)
+        source: Json = {"path": h.source()}
+        if h.checked_type():
+            source["type"] = h.checked_type()
+        volumes.append({"name": name, "hostPath": source})
+        mounts.append({"name": name, "mountPath": h.target(), "readOnly": True})
     return volumes, mounts
 
 

@@ -18,12 +18,14 @@ from ascend_pd_operator.api.crd import openapi_schema
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import SpecError, check_name, parse_spec
 from ascend_pd_operator.api.rules import (
+    HOST_MOUNT_RULES,
     PLACEMENT_RULES,
     RULES,
     SCALING_RULES,
     rules_for,
     violations,
 )
+from ascend_pd_operator.api.vocabulary import HOST_FILES as KNOWN_HOST_FILES
 
 from .conftest import apply_defaults, load_example
 
@@ -580,6 +582,100 @@ VALID += [
                {"seccompProfile": {"type": "Localhost", "localhostProfile": "x/p.json"}}))),
     ("Unconfined seccomp, no profile",
      _set("spec.decode.containerSecurityContext", {"seccompProfile": {"type": "Unconfined"}})),
+]  # fmt: skip
+
+
+def _host_mounts(*entries: Json) -> Mutation:
+    return _set("spec.ascend.hostMounts", list(entries))
+
+
+def _hm_msg(where: str, index: int = 0) -> str:
+    return [r for r in HOST_MOUNT_RULES if r.where == where][index].message
+
+
+HOST_MOUNT_CUSTOM_NEEDS_PATH = _hm_msg("HostMount", 0)
+HOST_MOUNT_OVER_RUNTIME = _hm_msg("HostMount", 1)
+HOST_MOUNTS_CLASH = _hm_msg("Ascend")
+HOST_MOUNT_OVER_DRIVER_OR_MODEL = _hm_msg("PDDeploymentSpec", 0)
+PREFILL_OVER_HOST_MOUNT = _hm_msg("PDDeploymentSpec", 1)
+DECODE_OVER_HOST_MOUNT = _hm_msg("PDDeploymentSpec", 2)
+VOLUME_OF_HOST_MOUNT = _hm_msg("PDDeploymentSpec", 3)
+
+# The example's driver is at /usr/local/Ascend/driver and its model on a volume at
+# /models/DeepSeek-V3 (as above); the well-known paths are vocabulary.HOST_FILES'.
+INVALID += [
+    ("a custom host mount without a path", _host_mounts({"name": "weak-dict"}),
+     HOST_MOUNT_CUSTOM_NEEDS_PATH),
+    ("a custom host mount with only a mountPath",
+     _host_mounts({"name": "firmware"}, {"name": "x", "mountPath": "/x"}),
+     HOST_MOUNT_CUSTOM_NEEDS_PATH),
+    ("a well-known host mount moved onto shared memory",
+     _host_mounts({"name": "dcmi", "mountPath": "/dev/shm/dcmi"}), HOST_MOUNT_OVER_RUNTIME),
+    ("a custom host mount at the KV layout, by its hostPath",
+     _host_mounts({"name": "layout", "hostPath": "/etc/ascend-pd"}), HOST_MOUNT_OVER_RUNTIME),
+    ("two entries at one path",
+     _host_mounts({"name": "hccnConf"}, {"name": "hccn", "hostPath": "/etc/hccn.conf"}),
+     HOST_MOUNTS_CLASH),
+    ("a custom entry inside localSbin",
+     _host_mounts({"name": "localSbin"},
+                  {"name": "tool", "hostPath": "/opt/x", "mountPath": "/usr/local/sbin/x"}),
+     HOST_MOUNTS_CLASH),
+    ("a well-known entry moved above another",
+     _host_mounts({"name": "npuSmi"}, {"name": "dcmi", "mountPath": "/usr/local"}),
+     HOST_MOUNTS_CLASH),
+    ("a host mount inside the driver", _host_mounts(
+        {"name": "hccn-tool", "hostPath": "/usr/local/Ascend/driver/tools/hccn_tool"}),
+     HOST_MOUNT_OVER_DRIVER_OR_MODEL),
+    ("a host mount above the driver",
+     _host_mounts({"name": "ascend", "hostPath": "/usr/local/Ascend"}),
+     HOST_MOUNT_OVER_DRIVER_OR_MODEL),
+    ("firmware inside a driver moved above it",
+     _all(_set("spec.ascend.driverHostPath", "/usr/local/Ascend"),
+          _host_mounts({"name": "firmware"})), HOST_MOUNT_OVER_DRIVER_OR_MODEL),
+    ("a host mount at the model on its volume",
+     _host_mounts({"name": "weights", "hostPath": "/data", "mountPath": "/models"}),
+     HOST_MOUNT_OVER_DRIVER_OR_MODEL),
+    ("prefill mounts at hccn.conf beside the entry",
+     _all(_host_mounts({"name": "hccnConf"}), _mounts("prefill", "/etc/hccn.conf")),
+     PREFILL_OVER_HOST_MOUNT),
+    ("decode mounts above the firmware",
+     _all(_host_mounts({"name": "firmware"}), _mounts("decode", "/usr/local/Ascend/firmware/x")),
+     DECODE_OVER_HOST_MOUNT),
+    ("both roles mount where a custom entry does",
+     _all(_host_mounts({"name": "cann", "hostPath": "/opt/cann", "mountPath": "/cann"}),
+          _mounts("prefill", "/cann"), _mounts("decode", "/cann/x")),
+     [PREFILL_OVER_HOST_MOUNT, DECODE_OVER_HOST_MOUNT]),
+    ("a role volume named as a well-known entry's",
+     _all(_host_mounts({"name": "hccnConf"}),
+          _set("spec.decode.volumes", [{"name": "ascend-hccn-conf", "emptyDir": {}}])),
+     VOLUME_OF_HOST_MOUNT),
+    ("a role volume named as a custom entry's",
+     _all(_host_mounts({"name": "cann", "hostPath": "/opt/cann"}),
+          _set("spec.prefill.volumes", [{"name": "host-cann", "emptyDir": {}}])),
+     VOLUME_OF_HOST_MOUNT),
+]  # fmt: skip
+
+VALID += [
+    ("every well-known host mount", _host_mounts(*({"name": n} for n in KNOWN_HOST_FILES))),
+    ("well-known and custom host mounts, moved and typed",
+     _host_mounts({"name": "npuSmi", "hostPath": "/usr/local/sbin/npu-smi"},
+                  {"name": "firmware", "type": ""},
+                  {"name": "weak-dict", "hostPath": "/etc/hccn_weak_dict.conf", "type": "File"},
+                  {"name": "cann", "hostPath": "/opt/cann", "mountPath": "/usr/local/cann",
+                   "type": "Directory"})),
+    ("paths that only start like another entry's or the driver's",
+     _host_mounts({"name": "firmware"}, {"name": "fw2", "hostPath": "/usr/local/Ascend/firmware2"},
+                  {"name": "drv", "hostPath": "/usr/local/Ascend/driver-tools"},
+                  {"name": "sbin", "hostPath": "/usr/local/sbinx"}, {"name": "localSbin"})),
+    ("a role volume of a name an absent entry would use",
+     _all(_host_mounts({"name": "firmware"}),
+          _set("spec.decode.volumes", [{"name": "ascend-hccn-conf", "emptyDir": {}}]))),
+    ("a role's mount beside the entries",
+     _all(_host_mounts({"name": "hccnConf"}, {"name": "queueSchedule"}),
+          _mounts("prefill", "/etc/hccn.conf.d", "/var/queue"))),
+    ("firmware while the model is in the image at a path above it",
+     _all(lambda r: r["spec"]["model"].pop("volume"), _set("spec.model.path", "/usr/local"),
+          _host_mounts({"name": "firmware"}))),
 ]  # fmt: skip
 
 
