@@ -49,7 +49,11 @@ def fake_engines(tmp_path: Path, *names: str) -> Path:
     bin_dir.mkdir()
     for name in names:
         engine = bin_dir / name
-        engine.write_text(f'#!{BASH}\necho "$*" >> {tmp_path}/{name}.log\n')
+        # "manifest exists" answers no, unless FAKE_MANIFEST is set (a list of an earlier build)
+        engine.write_text(
+            f'#!{BASH}\necho "$*" >> {tmp_path}/{name}.log\n'
+            'if [[ "$1 $2" == "manifest exists" && -z "${FAKE_MANIFEST:-}" ]]; then exit 1; fi\n'
+        )
         engine.chmod(0o755)
     for tool in ("sed", "head", "dirname", "env"):
         found = subprocess.run(["which", tool], capture_output=True, text=True, check=True)
@@ -121,7 +125,8 @@ def test_sglang_version_and_chip_pick_the_table_s_base(tmp_path: Path, row: Any)
     assert f"base image for SGLang {row.sglang} on {row.chip}" in done.stdout
     # an A2 and an A3 build of one release get different tags
     assert _runtime_build(tmp_path) == (
-        f"build -f runtime/Dockerfile -t r.example/ascend-pd-runtime:1.0-{row.chip} "
+        f"buildx build --platform linux/arm64 -f runtime/Dockerfile "
+        f"-t r.example/ascend-pd-runtime:1.0-{row.chip} --load "
         f"--build-arg BASE_IMAGE={row.image} --build-arg SGLANG_VERSION={row.sglang} ."
     )
 
@@ -189,41 +194,178 @@ def test_a_malformed_or_repeated_row_is_refused(tmp_path: Path) -> None:
         base_images.load(table)
 
 
-@pytest.mark.parametrize(
-    ("engine", "build"),
-    [
-        ("docker", "build -f {df} -t {image}"),
-        ("podman", "build -f {df} --ignorefile {df}.dockerignore -t {image}"),
-        ("buildah", "build -f {df} --ignorefile {df}.dockerignore -t {image}"),
+OPERATOR = "registry.example.com/llm/ascend-pd-operator:9.9.9"
+RUNTIME = "registry.example.com/llm/ascend-pd-runtime:9.9.9"
+ARGS = f"--build-arg BASE_IMAGE={BASE} --build-arg SGLANG_VERSION=0.5.23"
+IGNORE = "--ignorefile {df}.dockerignore"
+BOTH = "linux/amd64,linux/arm64"
+#: What each engine is asked to do, written out per engine, platform list and PUSH, for the
+#: operator (the default: amd64 and arm64) and the runtime (the default: arm64).
+COMMANDS = {
+    ("docker", "default", ""): [
+        f"docker buildx build --platform {BOTH} -f operator/Dockerfile -t {OPERATOR} .",
+        f"docker buildx build --platform linux/arm64 -f runtime/Dockerfile -t {RUNTIME} "
+        f"--load {ARGS} .",
     ],
-)
-def test_builds_and_pushes_both_images(tmp_path: Path, engine: str, build: str) -> None:
-    bin_dir = fake_engines(tmp_path, engine)
-    done = images(str(bin_dir), tmp_path, PUSH="1", **SETTINGS)
+    ("docker", "default", "1"): [
+        f"docker buildx build --platform {BOTH} -f operator/Dockerfile -t {OPERATOR} --push .",
+        f"docker buildx build --platform linux/arm64 -f runtime/Dockerfile -t {RUNTIME} "
+        f"--load {ARGS} .",
+        f"docker push {RUNTIME}",
+    ],
+    ("docker", "linux/amd64", "1"): [
+        f"docker buildx build --platform linux/amd64 -f operator/Dockerfile -t {OPERATOR} --load .",
+        f"docker push {OPERATOR}",
+        f"docker buildx build --platform linux/amd64 -f runtime/Dockerfile -t {RUNTIME} "
+        f"--load {ARGS} .",
+        f"docker push {RUNTIME}",
+    ],
+    ("docker", BOTH, "1"): [
+        f"docker buildx build --platform {BOTH} -f operator/Dockerfile -t {OPERATOR} --push .",
+        f"docker buildx build --platform {BOTH} -f runtime/Dockerfile -t {RUNTIME} --push {ARGS} .",
+    ],
+}
+for _engine in ("podman", "buildah"):
+    _op = IGNORE.format(df="operator/Dockerfile")
+    _rt = IGNORE.format(df="runtime/Dockerfile")
+    _drop = f"{_engine} manifest exists {{0}} && {_engine} manifest rm {{0}}"
+    COMMANDS |= {
+        (_engine, "default", ""): [
+            _drop.format(OPERATOR),
+            f"{_engine} build --platform {BOTH} -f operator/Dockerfile {_op} "
+            f"--manifest {OPERATOR} .",
+            f"{_engine} build --platform linux/arm64 -f runtime/Dockerfile {_rt} -t {RUNTIME} "
+            f"{ARGS} .",
+        ],
+        (_engine, "default", "1"): [
+            _drop.format(OPERATOR),
+            f"{_engine} build --platform {BOTH} -f operator/Dockerfile {_op} "
+            f"--manifest {OPERATOR} .",
+            f"{_engine} manifest push --all {OPERATOR} docker://{OPERATOR}",
+            f"{_engine} build --platform linux/arm64 -f runtime/Dockerfile {_rt} -t {RUNTIME} "
+            f"{ARGS} .",
+            f"{_engine} push {RUNTIME}",
+        ],
+        (_engine, "linux/amd64", "1"): [
+            f"{_engine} build --platform linux/amd64 -f operator/Dockerfile {_op} -t {OPERATOR} .",
+            f"{_engine} push {OPERATOR}",
+            f"{_engine} build --platform linux/amd64 -f runtime/Dockerfile {_rt} -t {RUNTIME} "
+            f"{ARGS} .",
+            f"{_engine} push {RUNTIME}",
+        ],
+        (_engine, BOTH, "1"): [
+            _drop.format(OPERATOR),
+            f"{_engine} build --platform {BOTH} -f operator/Dockerfile {_op} "
+            f"--manifest {OPERATOR} .",
+            f"{_engine} manifest push --all {OPERATOR} docker://{OPERATOR}",
+            _drop.format(RUNTIME),
+            f"{_engine} build --platform {BOTH} -f runtime/Dockerfile {_rt} "
+            f"--manifest {RUNTIME} {ARGS} .",
+            f"{_engine} manifest push --all {RUNTIME} docker://{RUNTIME}",
+        ],
+    }
+
+
+def _settings(platform: str, push: str) -> dict[str, str]:
+    out = {**SETTINGS, "TAG": "9.9.9"}
+    if platform != "default":
+        out["PLATFORM"] = platform
+    if push:
+        out["PUSH"] = push
+    return out
+
+
+@pytest.mark.parametrize(("engine", "platform", "push"), list(COMMANDS), ids="-".join)
+def test_a_dry_run_prints_each_engine_s_commands(
+    tmp_path: Path, engine: str, platform: str, push: str
+) -> None:
+    """With ENGINE named, a dry run needs no engine installed and runs nothing."""
+    bin_dir = fake_engines(tmp_path)
+    done = images(str(bin_dir), tmp_path, ENGINE=engine, DRY_RUN="1",
+                  **_settings(platform, push))  # fmt: skip
     assert done.returncode == 0, done.stderr
-    version = next(
-        line.split('"')[1]
-        for line in (ROOT / "pyproject.toml").read_text().splitlines()
-        if line.startswith("version = ")
+    printed = [line[2:] for line in done.stdout.splitlines() if line.startswith("+ ")]
+    assert printed == COMMANDS[engine, platform, push]
+    # each image says what it is built for
+    assert f"{OPERATOR} for {BOTH if platform == 'default' else platform}" in done.stdout
+
+
+@pytest.mark.parametrize(("engine", "platform", "push"), list(COMMANDS), ids="-".join)
+@pytest.mark.parametrize("earlier", ["", "1"], ids=["first-build", "list-exists"])
+def test_a_run_asks_the_engine_for_what_the_dry_run_printed(
+    tmp_path: Path, engine: str, platform: str, push: str, earlier: str
+) -> None:
+    """The engine gets exactly the printed commands; an earlier build's manifest list of the
+    same name is removed first (podman and buildah would add to it), and only then."""
+    bin_dir = fake_engines(tmp_path, engine)
+    done = images(str(bin_dir), tmp_path, ENGINE=engine, FAKE_MANIFEST=earlier,
+                  **_settings(platform, push))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    expected = []
+    for command in COMMANDS[engine, platform, push]:
+        if " && " in command:
+            exists, remove = command.split(" && ")
+            expected += [exists, remove] if earlier else [exists]
+        else:
+            expected.append(command)
+    log = (tmp_path / f"{engine}.log").read_text().splitlines()
+    assert log == [c.removeprefix(f"{engine} ") for c in expected]
+
+
+def test_docker_says_a_multi_platform_image_is_not_kept_without_push(tmp_path: Path) -> None:
+    bin_dir = fake_engines(tmp_path, "docker")
+    done = images(str(bin_dir), tmp_path, ONLY="operator", REGISTRY="r.example", TAG="1")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "note: r.example/ascend-pd-operator:1 for linux/amd64,linux/arm64 is built but not kept "
+        "(docker's image store holds one platform): add PUSH=1 to push it, or set one platform "
+        "(OPERATOR_PLATFORM=linux/amd64) to load it"
+    ) in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("PLATFORM", ""), ("PLATFORM", "arm64"), ("RUNTIME_PLATFORM", "linux/arm64,"),
+     ("OPERATOR_PLATFORM", "linux/amd64,,linux/arm64"), ("PLATFORM", "linux/arm64 linux/amd64"),
+     ("RUNTIME_PLATFORM", "Linux/ARM64"), ("OPERATOR_PLATFORM", ",linux/amd64")],
+)  # fmt: skip
+def test_a_malformed_platform_is_refused_naming_it(
+    tmp_path: Path, setting: str, value: str
+) -> None:
+    bin_dir = fake_engines(tmp_path, "docker")
+    done = images(str(bin_dir), tmp_path, **{**SETTINGS, setting: value})
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"error: {setting}={value}: give platforms as os/arch[/variant], comma-separated, e.g. "
+        "linux/arm64 or linux/amd64,linux/arm64\n"
     )
-    operator = f"registry.example.com/llm/ascend-pd-operator:{version}"
-    runtime = f"registry.example.com/llm/ascend-pd-runtime:{version}"
-    assert (tmp_path / f"{engine}.log").read_text().splitlines() == [
-        build.format(df="operator/Dockerfile", image=operator) + " .",
-        f"push {operator}",
-        build.format(df="runtime/Dockerfile", image=runtime)
-        + f" --build-arg BASE_IMAGE={BASE} --build-arg SGLANG_VERSION=0.5.23 .",
-        f"push {runtime}",
-    ]
+    assert not (tmp_path / "docker.log").exists()
+
+
+def test_each_image_takes_its_own_platform_setting(tmp_path: Path) -> None:
+    """PLATFORM overrides both; without it each has its own, and a build that skips an image
+    does not judge that image's setting."""
+    bin_dir = fake_engines(tmp_path, "docker")
+    done = images(str(bin_dir), tmp_path, DRY_RUN="1", ONLY="operator", TAG="1",
+                  REGISTRY="r.example", RUNTIME_PLATFORM="bad",
+                  OPERATOR_PLATFORM="linux/arm64")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "+ docker buildx build --platform linux/arm64 -f operator/Dockerfile" in done.stdout
+    done = images(str(bin_dir), tmp_path, DRY_RUN="1", RUNTIME_PLATFORM="linux/amd64",
+                  OPERATOR_PLATFORM="bad", PLATFORM="linux/riscv64", **SETTINGS)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("--platform linux/riscv64 ") == 2
 
 
 def test_only_the_operator_needs_no_base(tmp_path: Path) -> None:
     bin_dir = fake_engines(tmp_path, "podman", "docker")
-    done = images(str(bin_dir), tmp_path, REGISTRY="r.example/", ONLY="operator", TAG="9.9.9")
+    done = images(str(bin_dir), tmp_path, REGISTRY="r.example/", ONLY="operator", TAG="9.9.9",
+                  PUSH="1")  # fmt: skip
     assert done.returncode == 0, done.stderr
     # docker is preferred when several engines are present
     assert (tmp_path / "docker.log").read_text() == (
-        "build -f operator/Dockerfile -t r.example/ascend-pd-operator:9.9.9 .\n"
+        "buildx build --platform linux/amd64,linux/arm64 -f operator/Dockerfile "
+        "-t r.example/ascend-pd-operator:9.9.9 --push .\n"
     )
     assert not (tmp_path / "podman.log").exists()
 
