@@ -29,6 +29,7 @@ from ascend_pd_dev.controlplane import crd_server
 from ascend_pd_dev.testtools.helm import ensure_helm
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.rules import MAX_POD_ANNOTATIONS_BYTES, MAX_REPLICAS, RULES, rules_for
+from ascend_pd_operator.api.vocabulary import HOST_FILES
 from reliability.bad_inputs import FIELD, Case, case_document, load_corpus
 from reliability.offline import offline_verdict
 
@@ -213,6 +214,57 @@ def test_each_role_status_is_kept_at_status_roles(server: crd_server.CrdServer) 
     assert stored["roles"] == {"prefill": role, "decode": role}
     assert "prefill" not in stored
     server.request("DELETE", item)
+
+
+def _host_mounts_doc(name: str, entries: list[Json]) -> Json:
+    (doc,) = _pddeployments(REPO / "examples" / "deepseek-v3-pp2.yaml")
+    doc["metadata"] = {"name": name, "namespace": "default"}
+    doc["spec"].setdefault("ascend", {})["hostMounts"] = entries
+    return doc
+
+
+def test_host_mounts_are_accepted_and_defaulted(server: crd_server.CrdServer) -> None:
+    """Every well-known name and entries of one's own are accepted as written, and stored
+    as the operator reads them; a spec without the field gets the empty list."""
+    entries = [{"name": n} for n in HOST_FILES] + [
+        {"name": "weak-dict", "hostPath": "/etc/hccn_weak_dict.conf", "type": "File"},
+        {"name": "cann", "hostPath": "/opt/cann", "mountPath": "/usr/local/cann"},
+        {"name": "npu-smi", "hostPath": "/opt/npu-smi", "mountPath": "/opt/bin/npu-smi"},
+    ]
+    doc = _host_mounts_doc("host-mounts", entries)
+    item = f"{RESOURCES}/host-mounts"
+    server.request("DELETE", item)
+    status, body = server.request("POST", RESOURCES, doc)
+    assert status == 201, _message(body)
+    stored = server.request("GET", item)[1]["spec"]
+    assert stored["ascend"]["hostMounts"] == entries
+    assert models.parse_spec(stored) == models.parse_spec(doc["spec"])
+    server.request("DELETE", item)
+    doc["spec"]["ascend"].pop("hostMounts")
+    status, body = server.request("POST", RESOURCES, doc)
+    assert status == 201, _message(body)
+    assert server.request("GET", item)[1]["spec"]["ascend"]["hostMounts"] == []
+    server.request("DELETE", item)
+
+
+def test_the_largest_host_mounts_stay_within_the_cel_budget(server: crd_server.CrdServer) -> None:
+    """16 entries and 64 mounts on each role, every path long: each rule compares every
+    entry with every other and with each mount, and the API server still decides."""
+    deep = "/" + "/".join(["d" * 60] * 16)  # 977 characters
+    entries = [{"name": f"e{i}", "hostPath": f"{deep}/e{i}"} for i in range(16)]
+    doc = _host_mounts_doc("host-mounts-largest", entries)
+    for role in ("prefill", "decode"):
+        doc["spec"][role]["volumes"] = [{"name": f"v{i}", "emptyDir": {}} for i in range(64)]
+        doc["spec"][role]["volumeMounts"] = [
+            {"name": f"v{i}", "mountPath": f"{deep}/m{i}"} for i in range(64)
+        ]
+    status, message = _dry_run_create(server, doc)
+    assert status == 201, message
+    # and the same size with one clash is refused by the rule, not by a cost limit
+    doc["spec"]["decode"]["volumeMounts"][63]["mountPath"] = f"{deep}/e15/x"
+    status, message = _dry_run_create(server, doc)
+    assert status == 422, message
+    assert "decode.volumeMounts may not mount at, inside or above a path of" in message, message
 
 
 # --- the bad-input corpus -------------------------------------------------------------------
