@@ -621,7 +621,7 @@ INVALID += [
                   {"name": "tool", "hostPath": "/opt/x", "mountPath": "/usr/local/sbin/x"}),
      HOST_MOUNTS_CLASH),
     ("a well-known entry moved above another",
-     _host_mounts({"name": "npuSmi"}, {"name": "dcmi", "mountPath": "/usr/local"}),
+     _host_mounts({"name": "npuSmi"}, {"name": "dcmi", "mountPath": "/usr/local/bin"}),
      HOST_MOUNTS_CLASH),
     ("a host mount inside the driver", _host_mounts(
         {"name": "hccn-tool", "hostPath": "/usr/local/Ascend/driver/tools/hccn_tool"}),
