@@ -855,7 +855,8 @@ class HostMount(_Model):
         ..., max_length=hm.MAX_CUSTOM_NAME_LENGTH, pattern=hm.NAME_PATTERN,
         description=f"A well-known name, {hm.WELL_KNOWN}; or a name of yours (a DNS "
         f"label of at most {hm.MAX_CUSTOM_NAME_LENGTH} characters), which needs hostPath. "
-        "Unique in the list; the volume is ascend-<name> (well-known) or host-<name>.",
+        "Unique in the list; the pod volume is the well-known name's (ascend-firmware, "
+        "ascend-hccn-conf, ...) or host-<name>.",
     )  # fmt: skip
     host_path: str = Field(
         "", max_length=MAX_PATH_LENGTH, pattern=f"^$|{MOUNT_PATH_PATTERN}",

@@ -1141,7 +1141,7 @@ HOST_MOUNT_RULES: tuple[Rule, ...] = (
         + " && ".join(f"self.{role}.volumes.all(v, !(v.name in vs))" for role in ROLES)
         + ")",
         message="prefill.volumes and decode.volumes may not use the volume name of an "
-        "ascend.hostMounts entry: ascend-<well-known name>, host-<name of yours>",
+        "ascend.hostMounts entry: ascend-* for a well-known name, host-<name> for one of yours",
         check=lambda s: not _role_volumes_of_host_mounts(s),
         detail=lambda s: f"got {', '.join(_role_volumes_of_host_mounts(s))}",
     ),
