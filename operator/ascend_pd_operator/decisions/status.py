@@ -332,9 +332,6 @@ def pod_wait(pod: Json, running: str = LOADING_WEIGHTS) -> tuple[int, str] | Non
         since = (state.get("running") or {}).get("startedAt")
         if since is None:
             continue
-        if container.get("started") is False:
-            return RANK_LOADING, (f"pod {name} starting: its startup probe has not passed "
-                                  f"yet (running since {since})")  # fmt: skip
         last = (container.get("lastState") or {}).get("terminated")
         again = f"; restarted after {exit_text(last)}" if last else ""
         return RANK_LOADING, f"pod {name} {running.format(since=since)}{again}"
