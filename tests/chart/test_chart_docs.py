@@ -5,9 +5,7 @@ be made somewhere (a reworded sentence fails here instead of going unchecked).""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,6 @@ import pytest
 from chart_env import CHART, REPO, Render
 
 from ascend_pd_operator.api import models, vocabulary
-from tests.unit.test_docs_drift import APPLY, CRD_NAMES, applied_crd_files
 
 DOCS = sorted(
     [
@@ -127,31 +124,3 @@ def test_the_liveness_numbers_are_the_values(oracle: dict[str, int]) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())["livenessProbe"]
     assert values["periodSeconds"] == oracle["liveness period"]
     assert values["failureThreshold"] == oracle["liveness failures"]
-
-
-def _notes(helm: Path, *set_values: str) -> str:
-    """NOTES as `helm install` prints them, rendered offline (a client-side dry run)."""
-    cmd = [str(helm), "install", "apd", str(CHART), "--namespace", "ascend-pd-system",
-           "--dry-run=client"]  # fmt: skip
-    for item in set_values:
-        cmd += ["--set", item]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                          env={**os.environ, "KUBECONFIG": os.devnull})  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    _, sep, notes = done.stdout.partition("NOTES:\n")
-    assert sep, done.stdout[-2000:]
-    return notes
-
-
-def test_notes_without_the_chart_s_crds_apply_every_crd_file(helm: Path) -> None:
-    """crds.install=false: NOTES' commands install every CRD of both variants (each file
-    under crds/), and say which variant is for which Kubernetes."""
-    notes = _notes(helm, "crds.install=false")
-    targets = APPLY.findall(notes)
-    applied = set().union(*(applied_crd_files(t) for t in targets))
-    every = set((REPO / "crds").rglob("*.yaml"))
-    assert applied == every, sorted(str(p.relative_to(REPO)) for p in every - applied)
-    for name in CRD_NAMES:
-        assert name in notes
-    # with the chart's CRDs, NOTES asks for none
-    assert not APPLY.findall(_notes(helm))

@@ -13,7 +13,8 @@ comes, without a test naming it.
   of the API), every ``kubectl delete crd`` deletes each CRD, and a page that names one
   CRD names them all;
 - a Helm flag newer than the oldest Helm the docs support carries its version where it is
-  used and in docs/compatibility.md.
+  used and in docs/compatibility.md;
+- docs/operator.md's usage of ``ascend-pd run`` shows every flag its parser has.
 """
 
 from __future__ import annotations
@@ -231,3 +232,20 @@ def test_a_newer_helm_flag_says_which_helm_it_needs(doc: Path) -> None:
                 assert f"Helm {since}" in paragraph, (
                     f"{_rel(doc)}: {flag} without 'Helm {since}' beside it: {paragraph[:300]}"
                 )
+
+
+# --- the operator's flags ---------------------------------------------------------------
+
+
+def test_docs_operator_md_shows_every_flag_of_ascend_pd_run() -> None:
+    import argparse
+
+    from ascend_pd_operator.wiring.run_cli import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    commands = (ROOT / "docs" / "operator.md").read_text().split("## Commands", 1)[1]
+    commands = commands.split("```", 2)[1]
+    flags = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    missing = sorted(f for f in flags - {"--help"} if f not in commands)
+    assert not missing, f"docs/operator.md's `ascend-pd run` usage lacks {missing}"
