@@ -121,6 +121,7 @@ def test_every_probe_the_docs_name_is_one_a_pod_of_ours_has() -> None:
     wrong = [
         f"{_rel(doc)}: {match.group(0)!r}"
         for doc in USER_TEXTS
+        if doc not in HISTORY  # the CHANGELOG may tell of a probe that went
         for match in PROBE.finditer(doc.read_text())
         if match.group(1).lower() not in ours
     ]
