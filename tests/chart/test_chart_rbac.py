@@ -174,6 +174,9 @@ def test_local_operator_command_is_the_pods(render: Render) -> None:
     values = CHART / "ci" / "namespaced-values.yaml"
     (deployment,) = [d for d in render([values]) if d["kind"] == "Deployment"]
     argv, env = local_operator_command(deployment, 18080, 18081)
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    own = args[[a.split("=")[0] for a in args].index("--metrics-port") + 1 :]
+    assert own[0].startswith("--workers=")  # the chart's flags after the ports
     assert argv == ["run", "--namespace=team-a", "--namespace=team-b", "--health-port=18080",
-                    "--metrics-port=18081"]  # fmt: skip
+                    "--metrics-port=18081", *own]  # fmt: skip
     assert env == {"POD_NAMESPACE": NAMESPACE, "POD_NAME": f"{FULLNAME}-local"}

@@ -21,6 +21,8 @@ import yaml
 from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, REPO, Render, run_template
 from pod_security import pod_specs, restricted_violations
 
+from tests.unit.test_docs_drift import APPLY, CRD_NAMES, applied_crd_files
+
 #: the schemas of the current render's Kubernetes, and the oldest kubernetes-validate ships
 #: for the 1.20 renders (they contain no kind that changed between 1.20 and 1.25 except the
 #: policy/v1beta1 PDB, checked separately)
@@ -137,7 +139,8 @@ def test_operator_pod_shape(render: Render) -> None:
         container["image"]
         == f"ascend-pd-operator:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
     )
-    assert container["args"] == ["--all-namespaces", "--health-port=8080", "--metrics-port=8081"]
+    ports = ["--all-namespaces", "--health-port=8080", "--metrics-port=8081"]
+    assert container["args"][:3] == ports  # then the operator's flags (test_chart_operator_args)
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["ports"] == [
@@ -441,7 +444,18 @@ def test_notes_commands_work_as_printed(
     assert request[0].startswith(f"curl -s http://127.0.0.1:{port}/v1/completions ")
     body = json.loads(request[1].removeprefix("-d ").strip("'"))
     assert body["model"] == spec["model"]["name"]
-    assert text.rstrip().splitlines()[-1].startswith("`helm uninstall` keeps the CRD")
+    assert text.rstrip().splitlines()[-1].startswith("`helm uninstall` keeps both CRDs")
+
+
+def test_notes_without_the_chart_s_crds_apply_every_crd_file(helm: Path) -> None:
+    """crds.install=false: NOTES' commands install every CRD of both variants (each file
+    under crds/) and name each CRD; with the chart's CRDs they ask for none."""
+    text = notes(helm, "crds.install=false")
+    applied = set().union(*(applied_crd_files(t) for t in APPLY.findall(text)))
+    every = set((REPO / "crds").rglob("*.yaml"))
+    assert applied == every, sorted(str(p.relative_to(REPO)) for p in every - applied)
+    assert all(name in text for name in CRD_NAMES)
+    assert not APPLY.findall(notes(helm))
 
 
 def test_values_typo_fails_helm_install(helm: Path, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from crd_env import CRD_NAME, REPO, RESOURCES, Kubectl, crd_document
 
 from ascend_pd_dev.controlplane import crd_server
 from ascend_pd_dev.testtools.helm import ensure_helm
+from ascend_pd_dev.testtools.kubectl import table_rows
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.rules import MAX_POD_ANNOTATIONS_BYTES, MAX_REPLICAS, RULES, rules_for
 from ascend_pd_operator.api.vocabulary import HOST_FILES
@@ -177,17 +178,63 @@ def test_every_example_is_accepted_and_listed(
         # the printer columns, as the server renders them for kubectl get
         _, table = server.request("GET", item, accept=TABLE)
         names = [c["name"] for c in table["columnDefinitions"]]
-        assert names == ["Name", "Ready", "Phase", "Prefill", "Decode", "PP", "Layers", "Age"]
+        assert names == ["Name", *SHOWN, *WIDE]
         cells = dict(zip(names, table["rows"][0]["cells"], strict=True))
         spec = stored["spec"]
-        assert cells["Prefill"] == spec["prefill"]["replicas"]
-        assert cells["Decode"] == spec["decode"]["replicas"]
         assert cells["PP"] == spec["prefill"]["parallelism"]["pipeline"]
+        assert cells["Prefill"] is None  # no status yet: the roles' columns stay empty
         listed = kubectl("get", "pdd", "-n", namespace)
         assert listed.returncode == 0, listed.stderr
-        assert listed.stdout.split()[:8] == [n.upper() for n in names]
+        assert listed.stdout.split()[:7] == [n.upper() for n in ["Name", *SHOWN]]
         done = kubectl("delete", "pdd", name, "-n", namespace)
         assert done.returncode == 0, done.stderr
+
+
+#: The printer columns: kubectl get pdd's, then -o wide's (priority 1).
+SHOWN = ["Ready", "Phase", "Prefill", "Decode", "Reason", "Age"]
+WIDE = ["PP", "Layers", "Endpoint", "Message"]
+
+
+def test_kubectl_get_wide_shows_counts_reason_endpoint_and_message(
+    server: crd_server.CrdServer, kubectl: Kubectl
+) -> None:
+    """A status as the operator writes one while an instance is not ready, as this
+    server's printer columns and the real kubectl show it."""
+    (doc,) = _pddeployments(REPO / "examples" / "deepseek-v3-pp2.yaml")
+    name = "columns"
+    doc["metadata"] = {"name": name, "namespace": "default"}
+    item = f"{RESOURCES}/{name}"
+    server.request("DELETE", item)
+    status, body = server.request("POST", RESOURCES, doc)
+    assert status == 201, _message(body)
+    message = ("waiting for DecodeReady: columns-decode-0 (0/2 pods ready): pod "
+               'columns-decode-0-0 ImagePullBackOff: Back-off pulling image "x:1"')  # fmt: skip
+    ready = {"type": "Ready", "status": "False", "reason": "InstancesNotReady",
+             "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    obj = server.request("GET", item)[1]
+    obj["status"] = {
+        "phase": "Progressing", "conditions": [ready],
+        "roles": {"prefill": {"replicas": 2, "readyReplicas": 2, "ready": "2/2"},
+                  "decode": {"replicas": 1, "readyReplicas": 0, "ready": "0/1"}},
+        "kvLayout": {"totalKvLayers": 61},
+        "endpoint": "http://columns-router.default.svc:8000",
+    }  # fmt: skip
+    status, body = server.request("PUT", f"{item}/status", obj)
+    assert status == 200, _message(body)
+    listed = kubectl("get", "pdd", name, "-n", "default")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = table_rows(listed.stdout)
+    assert list(row) == [n.upper() for n in ["Name", *SHOWN]]
+    assert [row[k] for k in ("READY", "PHASE", "PREFILL", "DECODE", "REASON")] == [
+        "False", "Progressing", "2/2", "0/1", "InstancesNotReady"]  # fmt: skip
+    wide = kubectl("get", "pdd", name, "-n", "default", "-o", "wide")
+    assert wide.returncode == 0, wide.stderr
+    (row,) = table_rows(wide.stdout)
+    assert list(row) == [n.upper() for n in ["Name", *SHOWN, *WIDE]]
+    assert (row["PP"], row["LAYERS"]) == ("2", "61")
+    assert row["ENDPOINT"] == "http://columns-router.default.svc:8000"
+    assert row["MESSAGE"] == message
+    server.request("DELETE", item)
 
 
 def test_each_role_status_is_kept_at_status_roles(server: crd_server.CrdServer) -> None:
@@ -202,7 +249,8 @@ def test_each_role_status_is_kept_at_status_roles(server: crd_server.CrdServer) 
     status, body = server.request("POST", RESOURCES, doc)
     assert status == 201, _message(body)
     draining = [{"instance": f"{name}-decode-2", "since": "2026-01-01T00:00:00Z"}]
-    role = {"replicas": 3, "effectiveReplicas": 2, "readyReplicas": 2, "nodesPerInstance": 2,
+    role = {"replicas": 3, "effectiveReplicas": 2, "readyReplicas": 2, "ready": "2/2",
+            "nodesPerInstance": 2,
             "updatedReplicas": 2, "availableReplicas": 2, "surgeReplicas": 0,
             "scaler": f"{name}-decode", "draining": draining}  # fmt: skip
     obj = server.request("GET", item)[1]

@@ -29,6 +29,7 @@ import pytest
 from pdd_e2e import Operator, apply, condition, example, pdd_doc, status
 
 from ascend_pd_dev.kubelet_sim import knobs
+from ascend_pd_dev.testtools.kubectl import table_rows
 
 pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
 
@@ -179,3 +180,37 @@ def test_a_pod_the_api_server_refuses_is_named_from_the_statefulset_s_failed_cre
         return said if decode_refused in said else None
 
     wait_until(decode_says, "DecodeReady naming decode-1's FailedCreate")
+
+
+def test_kubectl_get_wide_shows_the_ready_counts_and_why_not(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+) -> None:
+    """The printer columns as the real kubectl prints them from the 1.20 API server: each
+    role's ready/effective instances, the reason of the first condition Ready waits for,
+    and with -o wide the endpoint and the Ready message. Only decode's pods cannot pull the
+    image (kubelet-sim's registry lacks it for them alone): prefill 1/1, decode 0/2."""
+    docs = example("deepseek-v2-lite.yaml", namespace)
+    spec = pdd_doc(docs)["spec"]
+    spec["decode"]["podAnnotations"] = {knobs.UNPULLABLE_IMAGES: spec["runtime"]["image"]}
+    apply(kubectl, docs)
+
+    def listed() -> dict[str, str] | None:
+        rows = table_rows(kubectl("get", "pdd", NAME, "-n", namespace, "-o", "wide").stdout)
+        row = rows[0] if rows else {}
+        pulling = any(w in row.get("MESSAGE", "") for w in ("ErrImagePull", "ImagePullBackOff"))
+        # the router and prefill ready, decode waiting for its image
+        waits = row.get("MESSAGE", "").startswith("waiting for DecodeReady: ")
+        return row if row.get("PREFILL") == "1/1" and pulling and waits else None
+
+    row = wait_until(listed, "kubectl get pdd -o wide: prefill 1/1, decode's image named")
+    assert list(row) == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE",
+                         "PP", "LAYERS", "ENDPOINT", "MESSAGE"]  # fmt: skip
+    assert (row["READY"], row["DECODE"], row["REASON"]) == ("False", "0/2", "InstancesNotReady")
+    assert row["PHASE"] in ("Pending", "Progressing"), row
+    assert row["ENDPOINT"] == f"http://{NAME}-router.{namespace}.svc:8000"
+    assert row["MESSAGE"].startswith(f"waiting for DecodeReady: {NAME}-decode-0 (0/1 pods "
+                                     f"ready): pod {NAME}-decode-0-0 "), row  # fmt: skip
+    # without -o wide: the counts and the reason, no message
+    (short,) = table_rows(kubectl("get", "pdd", NAME, "-n", namespace).stdout)
+    assert list(short) == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE"]
+    assert (short["PREFILL"], short["DECODE"]) == ("1/1", "0/2")

@@ -166,7 +166,6 @@ def _why_shapes() -> list[tuple[str, str]]:
         st.pod_wait(_pod("Failed", reason="Evicted")),
         st.pod_wait(_pod(conditions=[lost])),
         st.pod_wait(_running()),
-        st.pod_wait(_running(started=False)),
         st.pod_wait(going),
     ]
     said = [w[1] for w in waits if w is not None]
@@ -194,7 +193,7 @@ def _why_shapes() -> list[tuple[str, str]]:
         "not scheduled (Unschedulable)", "not scheduled yet", "ErrImagePull",
         "ImagePullBackOff", "CreateContainerConfigError", "ContainerCreating",
         "CrashLoopBackOff, last exit", "failed (", "not ready (NodeNotReady)",
-        "loading weights: running since", "starting: its startup probe has not passed yet",
+        "loading weights: running since",
         "terminating", "cannot create pods (FailedCreate)",
         "pod-security.kubernetes.io/enforce=privileged", "of its pods not created yet",
         "StatefulSet not created yet", "its StatefulSet's status has not caught up yet",

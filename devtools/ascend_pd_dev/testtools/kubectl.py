@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,3 +79,20 @@ def install_crd(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"crd/{name} not Established after {timeout:.0f} s")
             time.sleep(0.2)
+
+
+def table_rows(text: str) -> list[dict[str, str]]:
+    """The rows of ``kubectl get`` output as {column header: cell}. kubectl pads every
+    column to its widest cell, so each cell starts where its header starts (cells may hold
+    single spaces, as a condition's message does; an empty one reads ``<none>`` or "")."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header = lines[0]
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    names = header.split()
+    rows = []
+    for line in lines[1:]:
+        cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+        rows.append(dict(zip(names, cells, strict=True)))
+    return rows

@@ -20,40 +20,31 @@ from ascend_pd_operator.api import models
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.rules import RULES, Rule
 
+_READY = '.status.conditions[?(@.type=="Ready")]'
+#: ``kubectl get pdd``: whether it serves, each role's ready/effective instances and why not;
+#: ``-o wide`` (priority 1) adds the shape, the endpoint and the Ready message, which names
+#: what the first instance that is not ready waits for. A column shows one field as it is
+#: (JSONPath, no arithmetic), so the status keeps ``roles.<role>.ready`` as text.
 PRINTER_COLUMNS: list[Json] = [
-    {
-        "name": "Ready",
-        "type": "string",
-        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
-        "description": "Whether every instance and the router are ready.",
-    },
+    {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status",
+     "description": "Whether every instance and the router are ready."},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Phase."},
-    {
-        "name": "Prefill",
-        "type": "integer",
-        "jsonPath": ".spec.prefill.replicas",
-        "description": "Prefill instances.",
-    },
-    {
-        "name": "Decode",
-        "type": "integer",
-        "jsonPath": ".spec.decode.replicas",
-        "description": "Decode instances.",
-    },
-    {
-        "name": "PP",
-        "type": "integer",
-        "jsonPath": ".spec.prefill.parallelism.pipeline",
-        "description": "Prefill pipeline size.",
-    },
-    {
-        "name": "Layers",
-        "type": "integer",
-        "jsonPath": ".status.kvLayout.totalKvLayers",
-        "description": "Target KV layers.",
-    },
+    {"name": "Prefill", "type": "string", "jsonPath": ".status.roles.prefill.ready",
+     "description": "Ready prefill instances / the instances the role runs."},
+    {"name": "Decode", "type": "string", "jsonPath": ".status.roles.decode.ready",
+     "description": "Ready decode instances / the instances the role runs."},
+    {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason",
+     "description": "Why it is not Ready: the reason of the first condition Ready waits for."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-]
+    {"name": "PP", "type": "integer", "jsonPath": ".spec.prefill.parallelism.pipeline",
+     "priority": 1, "description": "Prefill pipeline size."},
+    {"name": "Layers", "type": "integer", "jsonPath": ".status.kvLayout.totalKvLayers",
+     "priority": 1, "description": "Target KV layers."},
+    {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint", "priority": 1,
+     "description": "The router's URL inside the cluster."},
+    {"name": "Message", "type": "string", "jsonPath": f"{_READY}.message", "priority": 1,
+     "description": "The Ready condition's message: what it waits for, and why."},
+]  # fmt: skip
 
 SCALER_PRINTER_COLUMNS: list[Json] = [
     {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas",

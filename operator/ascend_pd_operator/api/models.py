@@ -1188,6 +1188,10 @@ class RoleStatus(_Model):
 
     replicas: int = Field(0, description="Desired instances.")
     ready_replicas: int = Field(0, description="Instances with every pod ready.")
+    ready: str = Field(
+        "", description="readyReplicas/effectiveReplicas, e.g. 1/2: the PREFILL and DECODE "
+        "columns of kubectl get pdd.",
+    )  # fmt: skip
     nodes_per_instance: int = Field(0, description="Pods (nodes) per instance.")
     updated_replicas: int = Field(0, description="Instances whose pods run the current spec.")
     available_replicas: int = Field(

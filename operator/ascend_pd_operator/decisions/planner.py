@@ -806,8 +806,14 @@ def events(previous: Json, status: Json) -> list[Event]:
     launcher refuses to start (SGLang refused its command line, or the env contract's
     version): once per message (the previous status has it)."""
     before = {c["type"]: c for c in previous.get("conditions") or []}
+    # Ready False names the first condition it waits for by that one's reason: that
+    # condition tells its own Event (or none, being progress), Ready does not repeat it.
+    told = {c["reason"] for c in status["conditions"]
+            if c["type"] != COND_READY and c["status"] != "True"}  # fmt: skip
     out = []
     for cond in status["conditions"]:
+        if cond["type"] == COND_READY and cond["reason"] in told:
+            continue
         if cond["type"] == COND_PLACEMENT_FEASIBLE and cond["status"] == "True":
             # a domain chosen (or a preference given up): said once, as a Normal Event
             old = before.get(cond["type"]) or {}

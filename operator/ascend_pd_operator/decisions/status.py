@@ -332,9 +332,6 @@ def pod_wait(pod: Json, running: str = LOADING_WEIGHTS) -> tuple[int, str] | Non
         since = (state.get("running") or {}).get("startedAt")
         if since is None:
             continue
-        if container.get("started") is False:
-            return RANK_LOADING, (f"pod {name} starting: its startup probe has not passed "
-                                  f"yet (running since {since})")  # fmt: skip
         last = (container.get("lastState") or {}).get("terminated")
         again = f"; restarted after {exit_text(last)}" if last else ""
         return RANK_LOADING, f"pod {name} {running.format(since=since)}{again}"
@@ -533,6 +530,8 @@ def _role_status(
         "replicas": scaled.asked if scaled is not None else r.replicas,
         "effectiveReplicas": r.replicas,
         "readyReplicas": ready,
+        # readyReplicas/effectiveReplicas: a printer column shows a field, it computes none
+        "ready": f"{ready}/{r.replicas}",
         "nodesPerInstance": r.nodes_per_instance,
     }
     if scaled is not None and scaled.scaled:
@@ -777,6 +776,11 @@ def _check_placement(obs: Findings, applied: bool, draft: _Draft) -> None:
         draft.status.pop("placement", None)
 
 
+#: Conditions that say how things stand without holding Ready back (RatioConstrained is
+#: False while the asked counts hold, True while the bounds hold a count back).
+ADVISORY = (COND_RATIO_CONSTRAINED,)
+
+
 def _check_ready(obs: Findings, rolling: bool, draft: _Draft) -> None:
     """Ready: every instance and the router, with no write failing and no rollout left."""
     if obs.write_error:
@@ -793,11 +797,16 @@ def _check_ready(obs: Findings, rolling: bool, draft: _Draft) -> None:
             _condition(COND_READY, "True", REASON_READY, "every instance and the router ready")
         )
     else:
-        waiting = [c["type"] for c in draft.conds if c["status"] != "True"]
+        waiting = [c for c in draft.conds if c["status"] != "True" and c["type"] not in ADVISORY]
         # The first instance's cause too: `kubectl describe` users read Ready first.
         why = f": {quoted(draft.first_wait, QUOTE_CHARS * 2)}" if draft.first_wait else ""
-        draft.conds.append(_condition(COND_READY, "False", REASON_NOT_READY,
-                                      f"waiting for {', '.join(waiting)}{why}"))  # fmt: skip
+        # The reason is the first condition's it waits for (`kubectl get pdd` shows it): the
+        # cause in one word, where NotReady would only repeat the READY column.
+        reason = waiting[0]["reason"] if waiting else REASON_NOT_READY
+        draft.conds.append(_condition(
+            COND_READY, "False", reason,
+            f"waiting for {', '.join(c['type'] for c in waiting)}{why}",
+        ))  # fmt: skip
 
 
 def compute_status(obs: Findings, now: str) -> Json:

@@ -24,9 +24,10 @@ POD_METADATA = (
 
 
 #: What the status reads of a container's status: readiness and restarts, and what it
-#: waits for (``state``'s waiting reason, the last termination's exit code and message,
-#: ``started`` for a startup probe); ``status.pod_wait`` tells it.
-CONTAINER_STATUS = ("name", "ready", "started", "restartCount", "state", "lastState")
+#: waits for (``state``'s waiting reason, the last termination's exit code and message);
+#: ``status.pod_wait`` tells it. Not ``started``: no pod the operator makes has a startup
+#: probe, so a running container has always started.
+CONTAINER_STATUS = ("name", "ready", "restartCount", "state", "lastState")
 
 
 def _kept_condition(cond: Json) -> bool:

@@ -89,6 +89,7 @@ class Supervisor:
         expected: Callable[[BaseException], bool] = lambda _: False,
         blocked: Callable[[BaseException], bool] = lambda _: False,
         faults: Callable[[], list[str]] = list,
+        conditions: Callable[[], list[str]] = list,
         wait_at_least: Callable[[BaseException], float] = lambda _: 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -102,6 +103,9 @@ class Supervisor:
         #: so the kubelet does not restart the operator into a crash loop.
         self.blocked = blocked
         self.faults = faults
+        #: Problems of the process that no unit shows (a CRD it watches is missing): each
+        #: fails /healthz while it lasts.
+        self.conditions = conditions
         #: The least a restart after this failure waits (the server's Retry-After).
         self.wait_at_least = wait_at_least
         self._clock = clock
@@ -155,8 +159,9 @@ class Supervisor:
 
     def problems(self) -> list[str]:
         """Why the operator is not live (empty: it is)."""
+        found = list(self.conditions())
         with self._lock:
-            found = [
+            found += [
                 f"{name}: not started yet" for name in sorted(self._expected - set(self._units))
             ]
         for unit in self.units():

@@ -124,6 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ascend_pd_operator.decisions.recovery import RecoveryPolicy
     from ascend_pd_operator.kubeio import health, metrics
+    from ascend_pd_operator.kubeio.crds import CrdGate
     from ascend_pd_operator.kubeio.credentials import ConfigError
     from ascend_pd_operator.kubeio.denials import DENIALS
     from ascend_pd_operator.kubeio.kube import (
@@ -169,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     kube = Kube(connection, denials=DENIALS)
     stop = threading.Event()
+    crds = CrdGate(lambda url: kube.request("GET", url))
     supervisor = Supervisor(
         stop,
         grace=args.unhealthy_after_seconds,
@@ -177,9 +179,18 @@ def run(args: argparse.Namespace) -> int:
         # cannot grant a permission, it would only make a crash loop
         blocked=lambda exc: isinstance(exc, Denied),
         faults=DENIALS.faults,
+        # a CRD the operator watches missing: /healthz names it until it is installed
+        conditions=crds.problems,
         # a unit throttled with Retry-After (the resync's first GET /version) waits for it
         wait_at_least=wait_at_least,
     )
+    # Not live until kopf has started them (as kopf's own endpoint was not up until then).
+    supervisor.expect("resync", "watch")
+    if args.health_port:
+        health.serve(supervisor, args.health_port)
+    # Nothing watches before every CRD is served: a missing one is one line, not a 404 loop.
+    if not crds.wait(stop):
+        return 0
     queue = WorkQueue()
     namespaces = None if args.all_namespaces else list(args.namespace)
     # Pods are watched for the inspector's alone; the other children are watched whole.
@@ -188,8 +199,6 @@ def run(args: argparse.Namespace) -> int:
     registry = build_registry(
         queue, kube, namespaces, args.resync_seconds, supervisor, cache, planner
     )
-    # Not live until kopf has started them (as kopf's own endpoint was not up until then).
-    supervisor.expect("resync", "watch")
 
     leading = None
     if args.leader_elect:
@@ -219,8 +228,6 @@ def run(args: argparse.Namespace) -> int:
     # The PD planner decides only on the leader, like the workers (its writes are fenced too).
     planner.leading = leading or (lambda: True)
     supervisor.start("pd-planner", lambda unit: planner.run(unit, stop), period=PERIOD_SECONDS)
-    if args.health_port:
-        health.serve(supervisor, args.health_port)
     if args.metrics_port:
         metrics.serve(args.metrics_port)
     try:

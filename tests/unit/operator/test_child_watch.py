@@ -539,7 +539,7 @@ def test_a_slim_pod_keeps_what_says_why_it_waits() -> None:
     slim = slim_pod(pod)
     assert slim["status"]["conditions"] == [ready, scheduled]
     assert slim["status"]["containerStatuses"] == [
-        {"name": "runtime", "ready": False, "started": False, "restartCount": 0,
+        {"name": "runtime", "ready": False, "restartCount": 0,
          "state": {"waiting": {"reason": "ImagePullBackOff"}}}]  # fmt: skip
     # once scheduled, the condition says nothing the node name does not
     pod["status"]["conditions"][2] = {**scheduled, "status": "True"}

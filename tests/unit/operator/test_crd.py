@@ -4,6 +4,9 @@ PDRoleScaler serves the scale subresource at the paths its model has."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 import yaml
 
@@ -109,8 +112,58 @@ def test_names_and_printer_columns() -> None:
     assert spec["group"] == models.GROUP
     version = spec["versions"][0]
     assert version["subresources"] == {"status": {}}
-    columns = [c["name"].upper() for c in version["additionalPrinterColumns"]]
-    assert columns == ["READY", "PHASE", "PREFILL", "DECODE", "PP", "LAYERS", "AGE"]
+    columns = version["additionalPrinterColumns"]
+    shown = [c["name"].upper() for c in columns if not c.get("priority")]
+    assert shown == ["READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE"]
+    wide = [c["name"].upper() for c in columns if c.get("priority")]
+    assert wide == ["PP", "LAYERS", "ENDPOINT", "MESSAGE"]  # -o wide, after AGE
+
+
+#: What the API server accepts in a printer column, 1.20 and 1.36 alike (apiextensions'
+#: ``ValidateCustomResourceColumnDefinition``: a name, a type and format of these sets, a
+#: ``.``-rooted JSONPath; kubectl's table reads ``priority`` as an int32).
+COLUMN_TYPES = {"integer", "number", "string", "boolean", "date"}
+COLUMN_FORMATS = {"int32", "int64", "float", "double", "byte", "date", "date-time", "password"}
+#: The OpenAPI types a column of each type prints (the server leaves other values blank).
+SHOWS = {"integer": {"integer"}, "number": {"number", "integer"}, "string": {"string"},
+         "boolean": {"boolean"}, "date": {"string"}}  # fmt: skip
+STEP = re.compile(r'\.(\w+)(?:\[\?\(@\.(\w+)=="[^"]*"\)\])?')
+
+
+def _field(schema: dict[str, Any], json_path: str) -> dict[str, Any]:
+    """The schema node ``json_path`` reads: ``.a.b``, where a list filter ``[?(@.k=="v")]``
+    steps into the list's items, whose key ``k`` must be a field."""
+    steps = list(STEP.finditer(json_path))
+    assert "".join(m.group(0) for m in steps) == json_path, f"{json_path}: not a simple path"
+    node = schema
+    for step in steps:
+        name, key = step.groups()
+        if name == "metadata":
+            return {"type": "object"}  # the API server's own fields (creationTimestamp)
+        assert name in node.get("properties", {}), f"{json_path}: no field {name!r}"
+        node = node["properties"][name]
+        if key:
+            assert node["type"] == "array", f"{json_path}: {name} is no list"
+            node = node["items"]
+            assert key in node["properties"], f"{json_path}: no key {key!r}"
+    return node
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)
+def test_printer_columns_are_valid_and_read_fields_of_the_schema(kind: Kind) -> None:
+    version = crd(True, kind)["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+    columns = version["additionalPrinterColumns"]
+    assert len({c["name"].lower() for c in columns}) == len(columns)  # one header each
+    for column in columns:
+        assert column["name"] and column["type"] in COLUMN_TYPES, column
+        assert column.get("format", "int64") in COLUMN_FORMATS, column
+        assert isinstance(column.get("priority", 0), int) and column.get("priority", 0) >= 0
+        assert column["jsonPath"].startswith("."), column
+        node = _field(schema, column["jsonPath"])
+        if column["jsonPath"] != ".metadata.creationTimestamp":
+            assert node["type"] in SHOWS[column["type"]], (column, node["type"])
+            assert column.get("description"), column
 
 
 def test_api_field_names_are_the_contract() -> None:

@@ -264,7 +264,8 @@ def test_a_status_without_the_earlier_keys_gets_no_nulls_for_them(world: Any) ->
     patches = deployment_patches(kube)
     assert len(patches) == 2  # the first status, then every instance ready
     assert all("prefill" not in p and "decode" not in p for p in patches)
-    assert patches[1]["roles"]["prefill"] == {"readyReplicas": 2}  # a merge patch: what changed
+    # a merge patch: what changed
+    assert patches[1]["roles"]["prefill"] == {"readyReplicas": 2, "ready": "2/2"}
 
 
 def workload(generation: int, version: str, **labels: str) -> Json:

@@ -68,7 +68,8 @@ def test_ready_status_with_layout(dsv3: Json) -> None:
         {"ppRank": 1, "startLayer": 30, "endLayer": 61},
     ]
     assert status["roles"]["prefill"] == {"replicas": 2, "effectiveReplicas": 2,
-                                          "readyReplicas": 2, "nodesPerInstance": 2}  # fmt: skip
+                                          "readyReplicas": 2, "ready": "2/2",
+                                          "nodesPerInstance": 2}  # fmt: skip
     assert "prefill" not in status and "decode" not in status
     assert status["router"] == {"replicas": 1, "readyReplicas": 1}
     assert status["endpoint"] == "http://dsv3-router.llm.svc:8000"
