@@ -130,3 +130,28 @@ def test_an_inspector_refusing_the_image_s_sglang_is_sglang_version_mismatch(
     retry = plan(Observation(edited, inspector_job=failed, inspector_pods=inspector_pods), NOW)
     assert [(w.verb, w.kind) for w in retry.inspector] == [("delete", "Job"),
                                                            ("delete", "ConfigMap")]  # fmt: skip
+
+
+def test_another_sglang_is_told_before_a_parser_s_refusal(dsv3: Json) -> None:
+    """One pod's launcher refused the image's SGLang, another's parser refused a flag (that
+    SGLang's parser): the version is the cause to fix first."""
+    version = (
+        "SGLang version mismatch: spec.runtime.sglangVersion is 0.5.20 "
+        "(ASCEND_PD_SGLANG_VERSION), but this image's SGLang is 0.5.23 (python3); ..."
+    )
+    refusal = (
+        "SGLang 0.5.20 refused the command line: ambiguous option: --cuda-graph-max-bs "
+        "could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+    )
+    crash = {"waiting": {"reason": "CrashLoopBackOff"}}
+    children, pods = prefill_0_not_ready(
+        pod("dsv3-prefill-0-0", state=crash,
+            last={"exitCode": 5, "reason": "Error", "message": refusal}),
+        pod("dsv3-prefill-0-1", state=crash,
+            last={"exitCode": 8, "reason": "Error", "message": version}),
+    )  # fmt: skip
+    prefill = cond(status_of(dsv3, children, pods), "PrefillReady")
+    assert (prefill["reason"], prefill["message"]) == (
+        "SGLangVersionMismatch",
+        f"pod dsv3-prefill-0-1: {version}",
+    )
