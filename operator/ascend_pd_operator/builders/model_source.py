@@ -202,7 +202,7 @@ def inspector_state(job: Json, pods: list[Json]) -> InspectorState:
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             terminated = (cs.get("state") or {}).get("terminated") or {}
             if terminated.get("message"):
-                message, code = terminated["message"], terminated.get("exitCode")
+                message, code = terminated["message"], int(terminated.get("exitCode") or 0)
     if status.get("succeeded"):
         config, error = ec.decode_inspect_result(message)
         if config is not None:
