@@ -22,7 +22,7 @@ if [[ -n "$SGLANG_VERSION" && "$installed" != "$SGLANG_VERSION" ]]; then
     exit 1
 fi
 
-# numpy, the runtime's only dependency, comes with SGLang.
+# numpy and packaging, the runtime's only dependencies, come with SGLang.
 "$PYTHON" -m pip install --quiet --no-deps --disable-pip-version-check "$ASCEND_PD_SRC"
 "$PYTHON" -m ascend_pd_runtime.cli patch-sglang
 "$PYTHON" -m ascend_pd_runtime.cli patch-sglang --check

@@ -21,8 +21,9 @@ Node rank is not an env var: a StatefulSet gives every pod the same template,
 so the launcher takes the ordinal from ``ASCEND_PD_POD_NAME`` (``<sts>-<ordinal>``,
 set from the downward API). Pod 0 is the distributed-init leader.
 
-The model inspector (``ascend-pd-runtime inspect``) gets ``ASCEND_PD_MODEL_PATH``
-and ``ASCEND_PD_INSPECT_OUTPUT`` (default ``/dev/termination-log``). It reads
+The model inspector (``ascend-pd-runtime inspect``) gets ``ASCEND_PD_MODEL_PATH``,
+``ASCEND_PD_INSPECT_OUTPUT`` (default ``/dev/termination-log``) and the spec's
+``ASCEND_PD_SGLANG_VERSION``. It reads
 ``<model path>/config.json`` and writes ``encode_inspect_result`` there: on
 success ``{"ok": true, "config": {...}}`` holding only ``MODEL_CONFIG_KEYS`` (small
 enough for a termination message), on failure ``{"ok": false, "error": "..."}``
@@ -35,6 +36,9 @@ The launcher exits ``EXIT_ARGS_REFUSED`` when the installed SGLang's parser refu
 the command it built, after writing the parser's message and the offending argument
 to ``ASCEND_PD_TERMINATION_LOG`` (default ``/dev/termination-log``); the operator
 shows that termination message in the PDDeployment's status.
+
+The launcher and the inspector exit ``EXIT_SGLANG_VERSION`` when the image's SGLang is not
+the spec's ``SGLANG_VERSION`` (``sglang_version``), naming both, before anything else loads.
 
 The launcher exits ``EXIT_PREFLIGHT`` when an NPU preflight check fails (``preflight``),
 with a termination message ``preflight_message`` writes and ``preflight_reason`` reads: the
@@ -173,6 +177,9 @@ EXIT_CONTRACT_VERSION = 6
 #: an NPU preflight check failed (``preflight``; the operator: NPUPreflight=False with the
 #: reason of ``PREFLIGHT_REASONS``, read back by ``preflight_reason``).
 EXIT_PREFLIGHT = 7
+#: the SGLang installed in the image is not the spec's ``SGLANG_VERSION``, or there is none
+#: (``sglang_version``; the operator: SGLangVersionMismatch). The inspector exits so too.
+EXIT_SGLANG_VERSION = 8
 #: What each exit means, in a few words: the operator's status says it beside the code.
 LAUNCHER_EXITS = {
     EXIT_BAD_INPUT: "bad input: an env contract variable, the KV layout file or the "
@@ -183,6 +190,7 @@ LAUNCHER_EXITS = {
     EXIT_CONTRACT_VERSION: "the runtime image speaks another env contract version than the "
     "operator",
     EXIT_PREFLIGHT: "an NPU preflight check failed",
+    EXIT_SGLANG_VERSION: "the image's SGLang is not the spec's sglangVersion",
 }
 
 # --- NPU preflight: the checks, and what the operator's status calls their failures ---------
@@ -501,15 +509,21 @@ def check_contract_version(environ: Mapping[str, str], reader: str = "launcher")
 class InspectorEnv:
     model_path: str
     output: str
+    #: the spec's SGLang version, which the image's must follow ("": not given, no check)
+    sglang_version: str = ""
 
 
-def inspector_env(model_path: str) -> dict[str, str]:
-    """The inspector Job's env (the operator's side), with the contract's version."""
-    return {
+def inspector_env(model_path: str, sglang_version: str = "") -> dict[str, str]:
+    """The inspector Job's env (the operator's side), with the contract's version and the
+    spec's SGLang version (a new optional variable: an older operator's Job goes unchecked)."""
+    env = {
         CONTRACT_VERSION: str(CONTRACT),
         MODEL_PATH: model_path,
         INSPECT_OUTPUT: DEFAULT_INSPECT_OUTPUT,
     }
+    if sglang_version:
+        env[SGLANG_VERSION] = sglang_version
+    return env
 
 
 def read_inspector_env(environ: Mapping[str, str], check_version: bool = True) -> InspectorEnv:
@@ -521,6 +535,7 @@ def read_inspector_env(environ: Mapping[str, str], check_version: bool = True) -
     return InspectorEnv(
         model_path=r.text(MODEL_PATH),
         output=r.text(INSPECT_OUTPUT, default=DEFAULT_INSPECT_OUTPUT),
+        sglang_version=r.text(SGLANG_VERSION, default="") if check_version else "",
     )
 
 

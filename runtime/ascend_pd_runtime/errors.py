@@ -26,3 +26,8 @@ class LayoutMismatch(AscendPDError):
 class ContractMismatch(AscendPDError):
     """The operator wrote another version of the env contract than the launcher or the
     inspector speaks."""
+
+
+class SGLangVersionMismatch(AscendPDError):
+    """The SGLang installed in the image does not follow the KV layout rules of the version
+    the spec names (``sglang_version``)."""

@@ -8,7 +8,10 @@ the inspector needs no Kubernetes credentials (see ``env_contract``).
 In the Job the operator's env is its input, so it first checks the env contract's
 version as the launcher does: one it does not speak ends it with
 ``EXIT_CONTRACT_VERSION`` and a message naming both versions (the operator shows
-``EnvContractMismatch``). Given ``--model-path`` by a person, it reads no contract.
+``EnvContractMismatch``). Then, as the launcher, it checks that the image's SGLang is the
+version the spec names (``sglang_version``): one that is not ends it with
+``EXIT_SGLANG_VERSION`` naming both (``SGLangVersionMismatch``), before the model is read.
+Given ``--model-path`` by a person, it reads no contract and checks no version.
 """
 
 from __future__ import annotations
@@ -22,18 +25,21 @@ from pathlib import Path
 from .env_contract import (
     DEFAULT_INSPECT_OUTPUT,
     EXIT_CONTRACT_VERSION,
+    EXIT_SGLANG_VERSION,
     INSPECT_OUTPUT,
     encode_inspect_result,
     model_config_subset,
     read_inspector_env,
 )
-from .errors import BadInput, ContractMismatch
+from .errors import BadInput, ContractMismatch, SGLangVersionMismatch
 from .model_facts import load_model_facts
+from .sglang_version import check_installed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", help="overrides ASCEND_PD_MODEL_PATH")
     parser.add_argument("--output", help="overrides ASCEND_PD_INSPECT_OUTPUT ('-': stdout)")
+    parser.add_argument("--python", default=sys.executable, help="python that runs SGLang")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +58,13 @@ def run(args: argparse.Namespace) -> int:
     except BadInput as exc:
         print(f"ascend-pd-runtime inspect: {exc}", file=sys.stderr)
         return 1
+    if env.sglang_version:
+        try:
+            check_installed(env.sglang_version, args.python, environ)
+        except SGLangVersionMismatch as exc:
+            return _report(env.output, encode_inspect_result(error=str(exc)), EXIT_SGLANG_VERSION)
+        except BadInput as exc:
+            return _report(env.output, encode_inspect_result(error=str(exc)), 1)
     message, code = inspect_model(Path(env.model_path))
     return _report(env.output, message, code)
 

@@ -1,7 +1,9 @@
 """``ascend-pd-runtime launch``: the serving container's entrypoint.
 
 It turns the operator's env contract (``env_contract``) into an SGLang command
-line, but only after checking, with the layout core, that the model it finds
+line, but only after checking that the image's SGLang is the version the spec names (the
+operator computed the KV layout for that version: ``sglang_version``) and, with the layout
+core, that the model it finds
 at ``<model path>/config.json`` gives the same KV layout the operator computed
 (the mounted ``<name>-kv-layout`` plan). A difference means a wrong model on
 one side or a stale ConfigMap: the pod exits naming both values rather than
@@ -15,7 +17,8 @@ Exit codes (``env_contract.LAUNCHER_EXITS``; the operator shows each in the stat
 input (the env contract or the kv-layout file), 3 the KV layout differs from the operator's,
 4 the leader or store host did not resolve, 5 SGLang's parser refused the command line, 6 the
 pod's env contract version is not one this launcher speaks (checked first), 7 an NPU
-preflight check failed. Every failure
+preflight check failed, 8 the image's SGLang is not the spec's version (checked second). Every
+failure
 is also written as the container's termination message (``TERMINATION_LOG``), so
 ``kubectl describe pod`` and the PDDeployment's status show it.
 """
@@ -42,16 +45,18 @@ from .env_contract import (
     EXIT_CONTRACT_VERSION,
     EXIT_LAYOUT_MISMATCH,
     EXIT_PREFLIGHT,
+    EXIT_SGLANG_VERSION,
     EXIT_UNRESOLVED,
     LaunchEnv,
     read_launch_env,
 )
-from .errors import BadInput, ContractMismatch, LayoutMismatch
+from .errors import BadInput, ContractMismatch, LayoutMismatch, SGLangVersionMismatch
 from .layout import KVLayout, StageLayout, compute_layout
 from .model_facts import load_model_facts
 from .partition import format_partition
 from .plan import plan_document
 from .preflight import PreflightFailed, Targets, run_preflight, split_address
+from .sglang_version import check_installed
 
 #: A termination message is at most 4096 bytes; kubelet truncates the rest.
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -88,7 +93,9 @@ class Launch:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--dry-run", action="store_true", help="print the command and environment as JSON"
+        "--dry-run",
+        action="store_true",
+        help="print the command and environment as JSON (checks neither SGLang nor the node)",
     )
     parser.add_argument(
         "--resolve-timeout",
@@ -116,11 +123,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if not args.dry_run:  # a dry run prints what would run, and runs nothing
+            # Before the layout, the parser and the preflight: each of them assumes this
+            # SGLang, and a layout for another version is what this project must never run.
+            spec = read_launch_env(os.environ).sglang_version
+            installed = check_installed(spec, args.python, os.environ)
+            print(f"ascend-pd-runtime: the image's SGLang {installed} follows "
+                  f"spec.runtime.sglangVersion {spec}", file=sys.stderr, flush=True)  # fmt: skip
         launch = plan_launch(
             os.environ, resolver=retrying_resolver(args.resolve_timeout), python=args.python
         )
     except ContractMismatch as exc:
         return _fail(EXIT_CONTRACT_VERSION, str(exc))
+    except SGLangVersionMismatch as exc:
+        return _fail(EXIT_SGLANG_VERSION, str(exc))
     except LayoutMismatch as exc:
         return _fail(EXIT_LAYOUT_MISMATCH, f"KV layout mismatch: {exc}")
     except BadInput as exc:

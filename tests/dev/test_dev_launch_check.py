@@ -381,6 +381,7 @@ def test_the_real_launcher_fails_its_preflight_on_a_link_down(tmp_path: Path) ->
     import yaml
 
     from ascend_pd_operator.wiring.render_cli import render
+    from tests.unit.runtime.fake_sglang import sglang_site
 
     repo = Path(__file__).resolve().parents[2]
     config_map, pdd = [d for d in yaml.safe_load_all(
@@ -410,7 +411,9 @@ def test_the_real_launcher_fails_its_preflight_on_a_link_down(tmp_path: Path) ->
     c = cluster({("llm", "dsv2-lite-kv-layout"): layout},
                 {("llm", "dsv2-lite-prefill-0"): {"spec": {"clusterIP": "None"}}},
                 [pod])  # fmt: skip
-    runtime = lc.LocalRuntime("img:1", sys.executable)
+    # the image's SGLang, which the launcher checks first: the spec's version (metadata only)
+    site = sglang_site(tmp_path / "image", pdd["spec"]["runtime"]["sglangVersion"])
+    runtime = lc.LocalRuntime("img:1", sys.executable, (str(site),))
 
     def run(scratch: Path) -> lc.Ended:
         scratch.mkdir()

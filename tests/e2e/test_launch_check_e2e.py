@@ -1,5 +1,7 @@
 """Bad ``extraArgs`` end to end: refused at admission, or refused by the real SGLang parser in
-the pod, ending in the pod's termination message and the PDDeployment's status.
+the pod, ending in the pod's termination message and the PDDeployment's status. And a spec
+whose ``sglangVersion`` is not the image's SGLang: refused by the launcher before anything
+else, ending in ``SGLangVersionMismatch`` naming both versions.
 
 The local control plane runs no containers, but kubelet-sim runs the launcher's check
 (``ascend-pd-runtime launch --check``) for pods in a namespace annotated
@@ -27,7 +29,12 @@ import yaml
 from ascend_pd_dev.kubelet_sim import launch_check
 from ascend_pd_dev.testtools.kubectl import install_crd
 from ascend_pd_dev.testtools.local_run import OperatorProcess
-from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, LABEL_ROLE, REASON_LAUNCH_REFUSED
+from ascend_pd_operator.api.vocabulary import (
+    LABEL_DEPLOYMENT,
+    LABEL_ROLE,
+    REASON_LAUNCH_REFUSED,
+    REASON_SGLANG_VERSION_MISMATCH,
+)
 from ascend_pd_runtime import env_contract
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,18 +121,23 @@ def ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def refused_container(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The container's terminated record with the launcher's refusal code, now or before."""
+def refused_container(
+    pod: dict[str, Any], code: int = env_contract.EXIT_ARGS_REFUSED
+) -> dict[str, Any] | None:
+    """The container's terminated record with the launcher's exit ``code``, now or before."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         for key in ("state", "lastState"):
             ended = (status.get(key) or {}).get("terminated") or {}
-            if ended.get("exitCode") == env_contract.EXIT_ARGS_REFUSED:
+            if ended.get("exitCode") == code:
                 return {"where": key, **ended, "restartCount": status.get("restartCount")}
     return None
 
 
-def spec_docs(namespace: str, image: str, model_dir: Path) -> list[dict[str, Any]]:
-    """The deepseek-v2-lite example with the model in a hostPath holding its config.json."""
+def spec_docs(
+    namespace: str, image: str, model_dir: Path, version: str = VERSION
+) -> list[dict[str, Any]]:
+    """The deepseek-v2-lite example with the model in a hostPath holding its config.json,
+    its spec naming SGLang ``version``."""
     docs = [d for d in yaml.safe_load_all((REPO / "examples" / "deepseek-v2-lite.yaml").read_text())
             if d]  # fmt: skip
     config_map, pdd = docs
@@ -135,7 +147,7 @@ def spec_docs(namespace: str, image: str, model_dir: Path) -> list[dict[str, Any
     (model_dir / "config.json").write_text(config_map["data"]["config.json"])
     pdd["spec"]["model"]["volume"] = {"hostPath": {"path": str(model_dir)}}
     pdd["spec"]["runtime"]["image"] = image
-    pdd["spec"]["runtime"]["sglangVersion"] = VERSION
+    pdd["spec"]["runtime"]["sglangVersion"] = version
     pdd["spec"]["decode"]["replicas"] = 1
     return docs
 
@@ -265,3 +277,66 @@ def test_bad_extra_args_end_in_a_termination_message_and_a_status_condition(
         f"whole test {time.monotonic() - started:.1f} s",
         file=sys.__stderr__,
     )
+
+
+def test_an_image_whose_sglang_is_not_the_spec_s_is_refused_naming_both_versions(
+    kubectl: Any,
+    namespace: str,
+    runtime_image: str,
+    operator: Path,
+    tmp_path: Path,
+    wait_until: Any,
+) -> None:
+    """The spec says SGLang 0.5.20 (as the examples do); the image holds the real 0.5.23.
+    Every runtime pod's launcher refuses before it plans anything: exit 8, the termination
+    message naming both versions; the roles say SGLangVersionMismatch, with a Warning Event.
+    Before the launcher checked, this pod passed its launch check and became Ready."""
+    spec_version = "0.5.20"
+    assert spec_version != VERSION
+    kubectl("annotate", "namespace", namespace, f"{launch_check.RUN_CHECK_ANNOTATION}=true")
+    docs = spec_docs(namespace, runtime_image, tmp_path / "model", version=spec_version)
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    head = (f"SGLang version mismatch: spec.runtime.sglangVersion is {spec_version} "
+            f"({env_contract.SGLANG_VERSION}), but this image's SGLang is {VERSION} "
+            f"({harness.PYTHON})")  # fmt: skip
+    code = env_contract.EXIT_SGLANG_VERSION
+
+    def refused() -> dict[str, Any] | None:
+        found = [p for p in pods(kubectl, namespace, "prefill") if refused_container(p, code)]
+        return found[0] if found else None
+
+    refused_pod = wait_until(refused, "a prefill pod's container terminated with exit 8",
+                             timeout=TIMEOUT)  # fmt: skip
+    pod_name = refused_pod["metadata"]["name"]
+    ended = refused_container(refused_pod, code)
+    assert ended is not None and ended["reason"] == "Error", ended
+    assert ended["message"].startswith(head), ended["message"]
+    assert not ready(refused_pod)
+
+    for role, condition_type in (("prefill", "PrefillReady"), ("decode", "DecodeReady")):
+        cond = wait_until(
+            lambda t=condition_type: (
+                (c := condition(kubectl, namespace, t)).get("reason")
+                == REASON_SGLANG_VERSION_MISMATCH
+                and c
+            ),
+            f"{condition_type}=False, {REASON_SGLANG_VERSION_MISMATCH}",
+            timeout=TIMEOUT,
+        )
+        assert cond["status"] == "False", cond
+        assert cond["message"].startswith(f"pod {NAME}-{role}-"), cond
+        assert head in cond["message"], cond
+    ready_cond = condition(kubectl, namespace, "Ready")
+    assert ready_cond["status"] == "False" and head in ready_cond["message"], ready_cond
+    warning = wait_until(
+        lambda: [e for e in events(kubectl, namespace, REASON_SGLANG_VERSION_MISMATCH)
+                 if e["involvedObject"]["kind"] == "PDDeployment"],
+        f"a Warning Event {REASON_SGLANG_VERSION_MISMATCH} on the PDDeployment",
+        timeout=TIMEOUT,
+    )  # fmt: skip
+    assert all(e["type"] == "Warning" for e in warning), warning
+    assert any(head in e["message"] for e in warning), warning
+    assert any(pod_name in e["message"] for e in warning), warning
+    # no pod of the deployment ever passed its launch check
+    passed = {e["involvedObject"]["name"] for e in events(kubectl, namespace, "LaunchCheckPassed")}
+    assert not {p["metadata"]["name"] for p in pods(kubectl, namespace, "prefill")} & passed

@@ -104,3 +104,18 @@ def test_a_flag_one_release_refuses_is_accepted_by_an_older_one(tmp_path: Path) 
 def test_every_example_pod_passes_the_check_on_the_newest_release(tmp_path: Path) -> None:
     done = launch_check("0.5.23", pod_env("0.5.23", tmp_path, ["--mem-fraction-static", "0.8"]))
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_an_image_with_another_release_is_refused_before_the_parser(tmp_path: Path) -> None:
+    """The spec names 0.5.23, the interpreter holds the real 0.5.10 wheel: the launcher reads
+    the version from its package metadata and exits 8 naming both, without asking the
+    parser (which would accept this command: the test above)."""
+    done = launch_check("0.5.10", pod_env("0.5.23", tmp_path, ["--mem-fraction-static", "0.8"]))
+    assert done.returncode == env_contract.EXIT_SGLANG_VERSION, done.stderr[-3000:]
+    message = (tmp_path / "termination-log").read_text()
+    assert message.startswith(
+        "SGLang version mismatch: spec.runtime.sglangVersion is 0.5.23 "
+        f"(ASCEND_PD_SGLANG_VERSION), but this image's SGLang is 0.5.10 ({harness.PYTHON})"
+    ), message
+    assert message in done.stderr
+    assert "parser" not in done.stderr.replace(message, "")

@@ -45,6 +45,7 @@ def test_troubleshooting_names_every_launcher_exit_code() -> None:
         ec.EXIT_ARGS_REFUSED,
         ec.EXIT_CONTRACT_VERSION,
         launcher.EXIT_PREFLIGHT,
+        ec.EXIT_SGLANG_VERSION,
     }
     assert codes == set(ec.LAUNCHER_EXITS)  # the status names each one's meaning
     table = TROUBLESHOOTING.split("## Launcher exit codes", 1)[1].split("\n## ", 1)[0]

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ascend_pd_dev.cli import base_images
 from ascend_pd_runtime.layout import (
     SUPPORTED_SGLANG_MAX,
     SUPPORTED_SGLANG_MIN,
     parse_sglang_version,
+    supported_sglang_versions,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,6 +116,48 @@ def test_the_table_knows_supported_releases_on_both_chips() -> None:
     assert {(r.sglang, r.chip) for r in TABLE} == {(v, c) for v in releases for c in ("a2", "a3")}
     for version in releases:
         assert any(r.source == "published" for r in TABLE if r.sglang == version), version
+
+
+#: NPUs per node of each chip (an example's header names its nodes "A2 nodes" or "A3 nodes").
+CHIP_NPUS = {"a2": 8, "a3": 16}
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.yaml") if "sglangVersion" in p.read_text())
+
+
+def example_chips(path: Path) -> tuple[set[str], dict[str, Any]]:
+    """The chips ``path``'s header names (none named: it fits either, so every chip), and its
+    PDDeployment."""
+    text = path.read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    named = {m.lower() for m in re.findall(r"\b(A[23]) nodes\b", header)}
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    pdd = next(d for d in docs if d["kind"] == "PDDeployment")
+    return named or set(CHIP_NPUS), pdd
+
+
+def test_every_example_s_chip_is_the_hardware_it_asks_for() -> None:
+    for path in EXAMPLES:
+        chips, pdd = example_chips(path)
+        for role in ("prefill", "decode"):
+            devices = pdd["spec"][role].get("devicesPerNode", 8)
+            assert all(devices <= CHIP_NPUS[c] for c in chips), (path.name, role, chips)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_names_an_sglang_that_make_images_has_a_base_for(path: Path) -> None:
+    """``make images SGLANG_VERSION=<v> CHIP=<chip>`` must find a base image for the version
+    an example names, on each chip it runs on; and the version is the newest such release
+    the runtime supports (the one the README's first build takes)."""
+    chips, pdd = example_chips(path)
+    version = pdd["spec"]["runtime"]["sglangVersion"]
+    assert version in supported_sglang_versions(), (path.name, version)
+    for chip in chips:
+        known = [r.sglang for r in TABLE if r.chip == chip]
+        assert version in known, f"{path.name}: no base image for SGLang {version} on {chip}"
+    usable = [v for v in dict.fromkeys(r.sglang for r in TABLE)
+              if all((v, c) in {(r.sglang, r.chip) for r in TABLE} for c in chips)
+              and parse_sglang_version(v) is not None]  # fmt: skip
+    newest = max(usable, key=lambda v: parse_sglang_version(v) or (0, 0, 0))
+    assert version == newest, f"{path.name}: SGLang {version}, the newest with a base is {newest}"
 
 
 @pytest.mark.parametrize("row", TABLE, ids=lambda r: f"{r.sglang}-{r.chip}")

@@ -211,6 +211,10 @@ REASON_LAUNCH_REFUSED = "LaunchRefused"
 #: ``env_contract.EXIT_CONTRACT_VERSION``): operator and runtime image of different
 #: ascend-pd versions; also the Warning Event's.
 REASON_ENV_CONTRACT_MISMATCH = "EnvContractMismatch"
+#: ``<Role>Ready`` when a pod's launcher, and ``ModelResolved`` when the inspector, found
+#: another SGLang in the image than ``spec.runtime.sglangVersion`` (or none: exit
+#: ``env_contract.EXIT_SGLANG_VERSION``); also the Warning Event's.
+REASON_SGLANG_VERSION_MISMATCH = "SGLangVersionMismatch"
 #: NPUPreflight=False: the check that failed (``env_contract.PREFLIGHT_REASONS``, which the
 #: launcher names in its termination message) ...
 REASON_DEVICE_MISSING = ec.PREFLIGHT_REASONS["devices"]

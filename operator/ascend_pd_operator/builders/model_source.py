@@ -31,6 +31,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_INSPECTION_FAILED,
     REASON_INVALID_MODEL_CONFIG,
     REASON_LOCAL,
+    REASON_SGLANG_VERSION_MISMATCH,
     Owner,
     inspector_name,
     metadata,
@@ -57,8 +58,16 @@ class InspectorState:
     error: str = ""
     generation: int = 0
     #: ModelResolved's reason for a failure: InspectionFailed, or EnvContractMismatch when
-    #: the inspector refused the env contract's version (the launcher's exit code for it).
+    #: the inspector refused the env contract's version, or SGLangVersionMismatch the image's
+    #: SGLang (the launcher's exit codes for them: ``INSPECTOR_EXIT_REASONS``).
     reason: str = REASON_INSPECTION_FAILED
+
+
+#: ModelResolved's reason for an inspector exit code (any other: InspectionFailed).
+INSPECTOR_EXIT_REASONS = {
+    ec.EXIT_CONTRACT_VERSION: REASON_ENV_CONTRACT_MISMATCH,
+    ec.EXIT_SGLANG_VERSION: REASON_SGLANG_VERSION_MISMATCH,
+}
 
 
 @dataclass(frozen=True)
@@ -188,12 +197,12 @@ def inspector_state(job: Json, pods: list[Json]) -> InspectorState:
     model_path = annotations.get(ANNOTATION_MODEL_PATH, "")
     generation = int(annotations.get(ANNOTATION_GENERATION, "0") or 0)
     status = job.get("status") or {}
-    message, code = "", None
+    message, code = "", 0
     for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("creationTimestamp", "")):
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             terminated = (cs.get("state") or {}).get("terminated") or {}
             if terminated.get("message"):
-                message, code = terminated["message"], terminated.get("exitCode")
+                message, code = terminated["message"], int(terminated.get("exitCode") or 0)
     if status.get("succeeded"):
         config, error = ec.decode_inspect_result(message)
         if config is not None:
@@ -205,8 +214,7 @@ def inspector_state(job: Json, pods: list[Json]) -> InspectorState:
         else:
             reasons = [c.get("message") or c.get("reason") for c in status.get("conditions") or []]
             error = "; ".join(r for r in reasons if r) or "the model inspector Job failed"
-        skewed = code == ec.EXIT_CONTRACT_VERSION
-        reason = REASON_ENV_CONTRACT_MISMATCH if skewed else REASON_INSPECTION_FAILED
+        reason = INSPECTOR_EXIT_REASONS.get(code, REASON_INSPECTION_FAILED)
         return InspectorState("Failed", model_path, error=error, generation=generation,
                               reason=reason)  # fmt: skip
     return InspectorState("Running", model_path, generation=generation)
@@ -223,12 +231,14 @@ def inspector_job(owner: Owner, spec: PDDeploymentSpec) -> Json:
             ANNOTATION_GENERATION: str(owner.generation),
         },
     )
+    # the spec's SGLang version too: the inspector refuses an image with another
+    env = ec.inspector_env(spec.model.path, spec.runtime.sglang_version)
     container: Json = {
         "name": "inspect",
         "image": spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "command": ["ascend-pd-runtime", "inspect"],
-        "env": [{"name": k, "value": v} for k, v in ec.inspector_env(spec.model.path).items()],
+        "env": [{"name": k, "value": v} for k, v in env.items()],
         "terminationMessagePath": ec.DEFAULT_INSPECT_OUTPUT,
         "terminationMessagePolicy": "File",
         "resources": {

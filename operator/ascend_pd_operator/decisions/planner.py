@@ -66,6 +66,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_PLACED,
     REASON_PODS_FORCE_DELETED,
     REASON_PRUNE_FAILED,
+    REASON_SGLANG_VERSION_MISMATCH,
     ROLES,
     SCALER_KIND,
     Owner,
@@ -154,7 +155,9 @@ EVENT_CONDITIONS = (
 #: Reasons that are progress, not a problem: no Event.
 QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY)
 #: Role conditions' reasons that post a Warning Event: a pod's launcher refused to start.
-EVENT_REASONS = (REASON_LAUNCH_REFUSED, REASON_ENV_CONTRACT_MISMATCH)
+EVENT_REASONS = (
+    REASON_LAUNCH_REFUSED, REASON_ENV_CONTRACT_MISMATCH, REASON_SGLANG_VERSION_MISMATCH,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

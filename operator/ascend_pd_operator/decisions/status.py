@@ -59,6 +59,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_ROLLOUT_IN_PROGRESS,
     REASON_ROUTER_NOT_READY,
     REASON_ROUTER_READY,
+    REASON_SGLANG_VERSION_MISMATCH,
     REASON_VALID,
     REASON_WITHIN_BOUNDS,
     ROLES,
@@ -82,6 +83,7 @@ from ascend_pd_runtime.env_contract import (
     EXIT_ARGS_REFUSED,
     EXIT_CONTRACT_VERSION,
     EXIT_PREFLIGHT,
+    EXIT_SGLANG_VERSION,
     LAUNCHER_EXITS,
     preflight_reason,
 )
@@ -92,7 +94,15 @@ INVALID_MODEL_REASONS = (
     REASON_INVALID_MODEL_CONFIG,
     REASON_INSPECTION_FAILED,
     REASON_ENV_CONTRACT_MISMATCH,  # the inspector's: the image or the operator must change
+    REASON_SGLANG_VERSION_MISMATCH,  # the inspector's: the image or the spec must change
     REASON_CONFIGMAP_KEY_MISSING,
+)
+#: A role's reason when its pods' launchers refused to start, by exit code, the first found
+#: told: an SGLang other than the spec's explains a parser's refusal too.
+REFUSAL_REASONS = (
+    (EXIT_SGLANG_VERSION, REASON_SGLANG_VERSION_MISMATCH),
+    (EXIT_ARGS_REFUSED, REASON_LAUNCH_REFUSED),
+    (EXIT_CONTRACT_VERSION, REASON_ENV_CONTRACT_MISMATCH),
 )
 
 
@@ -175,7 +185,7 @@ def launch_refusal(pod: Json, code: int = EXIT_ARGS_REFUSED) -> str:
     """The launcher's termination message when a container of this pod ended, now or before
     its restart, with exit ``code``: by default SGLang's parser refused the command
     (``EXIT_ARGS_REFUSED``); ``EXIT_CONTRACT_VERSION``: the image speaks another env
-    contract than the operator."""
+    contract than the operator; ``EXIT_SGLANG_VERSION``: its SGLang is not the spec's."""
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
         for key in ("state", "lastState"):
             ended = (container.get(key) or {}).get("terminated") or {}
@@ -630,14 +640,12 @@ def _check_role(obs: Findings, spec: PDDeploymentSpec, role: str, draft: _Draft)
     draft.status[STATUS_ROLES] = {**(draft.status.get(STATUS_ROLES) or {}), role: mine}
     draft.exists = draft.exists and role_exists
     draft.ready = draft.ready and role_ready
-    refusals = [] if role_ready else launch_refusals(obs.pods, role)
-    skewed = [] if role_ready else launch_refusals(obs.pods, role, EXIT_CONTRACT_VERSION)
-    if refusals or skewed:
-        found = refusals or skewed
-        reason = REASON_LAUNCH_REFUSED if refusals else REASON_ENV_CONTRACT_MISMATCH
-        draft.conds.append(_refused_condition(role, found, reason))
-        draft.first_wait = draft.first_wait or found[0]
-        return
+    for code, reason in [] if role_ready else REFUSAL_REASONS:
+        found = launch_refusals(obs.pods, role, code)
+        if found:
+            draft.conds.append(_refused_condition(role, found, reason))
+            draft.first_wait = draft.first_wait or found[0]
+            return
     waits = [] if role_ready else role_waits(obs, spec, role)
     draft.first_wait = draft.first_wait or (waits[0] if waits else "")
     # out of the instances it runs: a count the ratio bounds hold back is no missing instance

@@ -217,7 +217,13 @@ def test_inspector_job_shape(dsv3: Json) -> None:
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["ascend-pd-runtime", "inspect"]
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env == ec.inspector_env("/models/DeepSeek-V3")
+    assert env == {
+        "ASCEND_PD_CONTRACT_VERSION": "1",
+        "ASCEND_PD_MODEL_PATH": "/models/DeepSeek-V3",
+        "ASCEND_PD_INSPECT_OUTPUT": "/dev/termination-log",
+        # the inspector refuses an image whose SGLang is not the spec's
+        "ASCEND_PD_SGLANG_VERSION": dsv3["spec"]["runtime"]["sglangVersion"],
+    }
     assert container["terminationMessagePolicy"] == "File"
     assert container["volumeMounts"][0]["mountPath"] == "/models/DeepSeek-V3"
     assert "huawei.com/Ascend910" not in str(container["resources"])

@@ -26,6 +26,7 @@ from ascend_pd_runtime.preflight import (
     tcp_answer,
     wait_reachable,
 )
+from tests.unit.runtime.fake_sglang import sglang_site
 from tests.unit.runtime.test_launcher import _env
 
 # --- what the real tools print, and parsing it -----------------------------------------
@@ -287,6 +288,8 @@ def _launch_env(tmp_path: Path, checks: str | None, npus: dict[str, str]) -> dic
                    dist_init_addr="127.0.0.1:5757", store_url="tcp://127.0.0.1:24666")  # fmt: skip
     environ[ec.DEVICES_PER_NODE] = "8"
     environ[ec.TERMINATION_LOG] = str(tmp_path / "termination-log")
+    # the image's SGLang, which the launcher checks first: the spec's version
+    environ["PYTHONPATH"] = str(sglang_site(tmp_path / "image", environ[ec.SGLANG_VERSION]))
     if checks is not None:
         environ[ec.PREFLIGHT_CHECKS_VAR] = checks
         environ[ec.PREFLIGHT_TIMEOUT] = "5"
