@@ -13,7 +13,6 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
 from .errors import BadInput
 from .fit import GIB, NPU_MEMORY_BYTES, RoleParallel, check_fit
@@ -21,10 +20,17 @@ from .layout import (
     DEFAULT_SGLANG_VERSION,
     SPECULATIVE_ALGORITHMS,
     TRANSFER_BACKENDS,
+    KVLayout,
     LayoutRequest,
     compute_layout,
 )
-from .model_facts import BUNDLED_MODELS, bundled_config, config_path, load_model_facts
+from .model_facts import (
+    BUNDLED_MODELS,
+    ModelFacts,
+    bundled_config,
+    config_path,
+    load_model_facts,
+)
 from .partition import parse_partition
 from .plan import plan_document, plan_table
 
@@ -105,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if doc["compatible"] else EXIT_INCOMPATIBLE
 
 
-def fit_warnings(args: argparse.Namespace, facts: Any, layout: Any) -> list[str]:
+def fit_warnings(args: argparse.Namespace, facts: ModelFacts, layout: KVLayout) -> list[str]:
     """The fit check's warnings, when both roles' tensor sizes are given."""
     if args.prefill_tp is None or args.decode_tp is None:
         return []
