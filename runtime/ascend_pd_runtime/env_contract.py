@@ -64,7 +64,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from .errors import BadInput, ContractMismatch
 from .layout import SPECULATIVE_ALGORITHMS, LayoutRequest
@@ -99,7 +99,7 @@ PORT = "ASCEND_PD_PORT"  #: SGLang HTTP server port
 # --- PD disaggregation ------------------------------------------------------------------
 BOOTSTRAP_PORT = "ASCEND_PD_BOOTSTRAP_PORT"  #: this prefill instance's bootstrap port
 TRANSFER_BACKEND = "ASCEND_PD_TRANSFER_BACKEND"  #: ascend | mooncake
-TRANSFER_PROTOCOL = "ASCEND_PD_TRANSFER_PROTOCOL"  #: e.g. sdma (ASCEND_MF_TRANSFER_PROTOCOL)
+TRANSFER_PROTOCOL = "ASCEND_PD_TRANSFER_PROTOCOL"  #: TransferProtocol (ASCEND_MF_TRANSFER_PROTOCOL)
 STORE_URL = "ASCEND_PD_STORE_URL"  #: tcp://host:port, exported as ASCEND_MF_STORE_URL
 HCCL_SOCKET_IFNAME = "ASCEND_PD_HCCL_SOCKET_IFNAME"  #: empty: leave HCCL's default
 #: seconds, exported as HCCL_CONNECT_TIMEOUT; only on pods of a spec that sets
@@ -247,7 +247,10 @@ MODEL_CONFIG_KEY = "config.json"
 DEFAULT_INSPECT_OUTPUT = "/dev/termination-log"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
-#: The ``config.json`` keys the inspector publishes: everything ``parse_model_facts`` reads.
+#: The ``config.json`` keys the inspector publishes: everything ``parse_model_facts`` reads
+#: for the KV layout. The weights' sizes it also reads (``weights.WEIGHT_KEYS``, for the
+#: offline fit check of ``ascend-pd plan``/``render``) are left out: the operator does not
+#: judge the fit, and the message must stay small.
 MODEL_CONFIG_KEYS = (
     "architectures",
     "model_type",
@@ -264,6 +267,17 @@ MODEL_CONFIG_KEYS = (
 )
 
 ROLES = ("prefill", "decode")
+
+#: The memfabric transfer protocols (ASCEND_MF_TRANSFER_PROTOCOL) every supported SGLang
+#: carries on A2 and A3: ``sdma`` (the default: HCCS/UB, within one server or super-pod)
+#: and ``device_rdma`` (the NPUs' RoCE NICs, across servers). SGLang's
+#: ``AscendTransferEngine`` (sglang/srt/disaggregation/ascend/transfer_engine.py) takes only
+#: these two in 0.5.10; 0.5.20 and later take any ``TransDataOpType`` of the installed
+#: memfabric (1.3.0 also names host_rdma, and device_urma and device_uboe, the fabrics of
+#: Ascend 950, which ascend-pd does not run on). Both read any other value, a typo
+#: included, as sdma with only a log warning: the API refuses it instead.
+TransferProtocol = Literal["sdma", "device_rdma"]
+TRANSFER_PROTOCOLS: tuple[str, ...] = get_args(TransferProtocol)
 
 
 @dataclass(frozen=True)

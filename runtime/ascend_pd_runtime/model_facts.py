@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ModelConfigError
+from .weights import WeightShape, parse_weight_shape
 
 Attention = Literal["mla", "mha"]
 
@@ -50,6 +52,9 @@ class ModelFacts:
     model_type: str = ""
     torch_dtype: str = "bfloat16"
     source: str = field(default="<model facts>", compare=False)
+    #: the sizes the weights follow from (``weights.py``); None when the source gives only
+    #: the layout's facts. Not part of the layout: two facts that differ only here are equal.
+    weights: WeightShape | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _require_positive(self.source, "num_hidden_layers", self.num_hidden_layers)
@@ -172,7 +177,43 @@ def parse_model_facts(raw: Any, source: str = "config.json") -> ModelFacts:
         model_type=_str(raw, "model_type", source),
         torch_dtype=_str(raw, "torch_dtype", source) or "bfloat16",
         source=source,
+        weights=parse_weight_shape(raw),
     )
+
+
+#: The model configs shipped with the runtime (``ascend_pd_runtime/examples/<name>.json``):
+#: ``ascend-pd plan`` and ``ascend-pd render`` take their names for ``--model-config``.
+BUNDLED_MODELS = ("deepseek-v3", "deepseek-v3.2", "deepseek-v2-lite", "qwen2-7b")
+
+
+def bundled_config(name: str) -> Path:
+    """Path of the bundled ``config.json`` of ``name`` (one of ``BUNDLED_MODELS``)."""
+    return Path(str(resources.files("ascend_pd_runtime") / "examples" / f"{name}.json"))
+
+
+def config_path(given: str) -> Path:
+    """``given`` as a path (a config.json or a model directory), or a bundled model's name
+    when no such path exists."""
+    path = Path(given)
+    if not path.exists() and given in BUNDLED_MODELS:
+        return bundled_config(given)
+    return path
+
+
+def bundled_weights(facts: ModelFacts) -> tuple[str, WeightShape] | None:
+    """The bundled model whose layout facts are ``facts``' (architecture, layers, MTP
+    layers, MLA widths), and its weight shape: the size of a model whose facts were given
+    without its sizes (``spec.model.config``). None when no bundled model matches."""
+
+    def key(f: ModelFacts) -> tuple[object, ...]:
+        return (f.architecture, f.attention, f.num_hidden_layers, f.num_nextn_predict_layers,
+                f.kv_lora_rank, f.qk_rope_head_dim, f.index_head_dim)  # fmt: skip
+
+    for name in BUNDLED_MODELS:
+        known = load_model_facts(bundled_config(name))
+        if key(known) == key(facts) and facts.architecture and known.weights:
+            return name, known.weights
+    return None
 
 
 def _int(raw: Mapping[str, Any], key: str, source: str, required: bool = False) -> int | None:

@@ -237,7 +237,8 @@ def intent(
 
 def _example_extra(args: list[str]) -> dict[str, Any]:
     """The examples' extraArgs, read by hand (each flag the examples use)."""
-    known = {"--mem-fraction-static": ("mem_fraction_static", float)}
+    known = {"--mem-fraction-static": ("mem_fraction_static", float),
+             "--quantization": ("quantization", str)}  # fmt: skip
     switches = {"--enable-dp-attention": "enable_dp_attention"}
     want: dict[str, Any] = {}
     i = 0

@@ -904,8 +904,13 @@ class Ascend(_Model):
     store_port: int = Field(
         24666, ge=1, le=65535, description="Memfabric store port on prefill instance 0's leader."
     )
-    transfer_protocol: str = Field(
-        "sdma", description="Memfabric transfer protocol (ASCEND_MF_TRANSFER_PROTOCOL)."
+    transfer_protocol: ec.TransferProtocol = Field(
+        "sdma",
+        description="How memfabric (transferBackend ascend) moves the KV, as "
+        "ASCEND_MF_TRANSFER_PROTOCOL: sdma over the HCCS/UB fabric, only within one domain "
+        "(an A2 server, an A3 super-pod); device_rdma over the NPUs' RoCE NICs, across "
+        "servers. docs/compatibility.md recommends one per chip: device_rdma on A2, sdma "
+        "within an A3 super-pod.",
     )
     hccl_connect_timeout_seconds: int | None = Field(
         None, ge=MIN_HCCL_CONNECT_TIMEOUT_SECONDS, le=MAX_HCCL_CONNECT_TIMEOUT_SECONDS,

@@ -18,14 +18,15 @@ The rules:
   other pods. The roles' own affinity is the scheduler's to judge, not ours.
 - The KV transfer must reach from every prefill to every decode instance. Memfabric's
   ``sdma`` (the default ``ascend.transferProtocol`` of the ``ascend`` transfer backend)
-  moves the KV over the HCCS/UB fabric, which a topology domain (a super-pod) bounds: with
+  moves the KV over the HCCS/UB fabric, which a topology domain (a super-pod) bounds
+  (``transfer``; without spec.placement ``transfer.implied_mismatch`` judges it): with
   it, scope Instance puts every instance of the deployment in the same domain (each still
   pinned on its own), the one its running instances use, else the best fit for all the new
   ones. When only instances spread over several domains would fit, or the running ones
   already are spread, the plan needs the protocol to cross domains: ``TransferProtocolMismatch``,
   no instance is created (in either mode: a preference would only move the failure to the
-  first transfer), running ones are kept. Other protocols (e.g. RDMA over the NICs) and the
-  mooncake backend are taken to cross domains; scope None chooses nothing and is not judged.
+  first transfer), running ones are kept. ``device_rdma`` (RDMA over the NICs) and the
+  mooncake backend cross domains; scope None chooses nothing and is not judged.
 - ``scope`` Deployment: every instance in one domain; once chosen it is kept (the previous
   status, or the running instances' pins) while any instance exists, and the new instances
   must fit in it. With none running the domain is chosen for all instances to create.
@@ -86,6 +87,7 @@ from ascend_pd_operator.api.vocabulary import (
 from ascend_pd_operator.builders.pinning import Pin
 from ascend_pd_operator.decisions.device_info import NodeDevices
 from ascend_pd_operator.decisions.recovery import ready_condition
+from ascend_pd_operator.decisions.transfer import single_domain_protocol
 
 #: How often an instance waiting for a domain is decided again (a freed or added node
 #: queues no reconcile of a deployment that has no pod on it).
@@ -419,21 +421,6 @@ class PlacementDecision:
     capacity: tuple[Json, ...] = ()
     #: a choice is due and the pods' usage was not read: read it, then decide again
     needs_usage: bool = False
-
-
-#: Memfabric transfer protocols (``ascend.transferProtocol``, compared without case) that
-#: reach only within one topology domain: ``sdma`` runs over the HCCS/UB fabric of one
-#: super-pod. A protocol not named here is taken to cross domains (RDMA over the NICs does):
-#: what is not known to fail is not refused.
-SINGLE_DOMAIN_PROTOCOLS = frozenset({"sdma"})
-
-
-def single_domain_protocol(spec: PDDeploymentSpec) -> str:
-    """The transfer protocol when it reaches only within one domain ("" when it crosses)."""
-    protocol = spec.ascend.transfer_protocol
-    if spec.runtime.transfer_backend != "ascend":
-        return ""
-    return protocol if protocol.lower() in SINGLE_DOMAIN_PROTOCOLS else ""
 
 
 def transfer_mismatch(spec: PDDeploymentSpec, protocol: str, spread: str) -> str:

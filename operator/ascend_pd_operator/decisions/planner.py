@@ -67,6 +67,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_PODS_FORCE_DELETED,
     REASON_PRUNE_FAILED,
     REASON_SGLANG_VERSION_MISMATCH,
+    REASON_TRANSFER_PROTOCOL_MISMATCH,
     ROLES,
     SCALER_KIND,
     Owner,
@@ -134,6 +135,7 @@ from ascend_pd_operator.decisions.status import (
     unscheduled_waits,
     without_empty,
 )
+from ascend_pd_operator.decisions.transfer import implied_mismatch
 from ascend_pd_runtime.model_facts import ModelFacts
 from ascend_pd_runtime.plan import layout_fingerprint
 
@@ -694,6 +696,13 @@ def _placement_findings(draft: Plan, spec: Any) -> dict[str, Any]:
     """What the status says of spec.placement: its condition, status.placement and the
     instances waiting for a domain."""
     placed = draft.placement
+    if spec is not None and spec.placement is None and draft.ok:
+        # no placement: what the spec's shape says of the transfer's domains (not blocking)
+        implied = implied_mismatch(spec)
+        return {"placement_condition": {
+            "type": COND_PLACEMENT_FEASIBLE, "status": "False",
+            "reason": REASON_TRANSFER_PROTOCOL_MISMATCH, "message": implied,
+        }} if implied else {}  # fmt: skip
     if placed is None or spec is None or spec.placement is None:
         return {}
     obs = draft.observation

@@ -139,6 +139,8 @@ class Findings:
     router_pods: list[Json] = field(default_factory=list)
     #: With spec.placement (``placement``): the PlacementFeasible condition, status.placement
     #: and the instances not created for want of a domain (name -> the condition's reason).
+    #: Without it the condition alone, when the spec's transfer protocol cannot cross the
+    #: servers it implies (``transfer.implied_mismatch``).
     placement_condition: Json | None = None
     placement_status: Json | None = None
     placement_blocked: Mapping[str, str] = field(default_factory=dict)
@@ -770,7 +772,9 @@ def _check_ratio(obs: Findings, spec: PDDeploymentSpec, draft: _Draft) -> None:
 
 
 def _check_placement(obs: Findings, applied: bool, draft: _Draft) -> None:
-    """PlacementFeasible and status.placement, with spec.placement only; while a change is
+    """PlacementFeasible and status.placement, with spec.placement (without it only
+    PlacementFeasible, when the spec's protocol cannot cross the servers it implies:
+    ``transfer.implied_mismatch``); while a change is
     refused (nothing applied) they stay as the last applied spec left them."""
     previous = _find(obs.previous.get("conditions") or [], COND_PLACEMENT_FEASIBLE)
     if obs.placement_condition is not None:

@@ -163,8 +163,9 @@ def test_dsv3_statefulsets_services_and_env(dsv3: Json) -> None:
     assert env[ec.NNODES] == "2" and env[ec.PP_SIZE] == "2" and env[ec.TP_SIZE] == "8"
     assert env[ec.LAYER_PARTITION] == "30,31"
     assert env[ec.SPECULATIVE_ALGORITHM] == "NEXTN" and env[ec.SPECULATIVE_ROLES] == "decode"
-    assert env[ec.TRANSFER_PROTOCOL] == "sdma"
-    assert json.loads(env[ec.EXTRA_ARGS]) == ["--mem-fraction-static", "0.8"]
+    assert env[ec.TRANSFER_PROTOCOL] == "device_rdma"
+    assert json.loads(env[ec.EXTRA_ARGS]) == [
+        "--quantization", "modelslim", "--mem-fraction-static", "0.8"]  # fmt: skip
 
 
 def test_bootstrap_ports_unique_per_prefill_instance(dsv3: Json) -> None:

@@ -22,6 +22,7 @@ from ascend_pd_operator.api.crd import (
 )
 from ascend_pd_operator.wiring.cli import main as cli_main
 from ascend_pd_operator.wiring.crd_cli import COPIES
+from ascend_pd_runtime import env_contract as ec
 from tests.unit.operator.schema_nodes import schema_nodes
 
 from .conftest import ROOT
@@ -103,6 +104,15 @@ def test_cel_variants() -> None:
     with_cel = yaml.safe_dump(crd(True))
     assert with_cel.count("x-kubernetes-validations") >= 6
     assert "x-kubernetes-validations" not in yaml.safe_dump(crd(False))
+
+
+@pytest.mark.parametrize("with_cel", [True, False])
+def test_the_transfer_protocol_is_an_enum_on_every_server(with_cel: bool) -> None:
+    # 1.20's variant has no CEL, so the enum must be the schema's own, not a rule
+    ascend = openapi_schema(with_cel)["properties"]["spec"]["properties"]["ascend"]
+    protocol = ascend["properties"]["transferProtocol"]
+    assert (protocol["enum"], protocol["default"]) == (list(ec.TRANSFER_PROTOCOLS), "sdma")
+    assert ec.TRANSFER_PROTOCOLS == ("sdma", "device_rdma")
 
 
 def test_names_and_printer_columns() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_operator.api.models import parse_spec
+from ascend_pd_operator.api.models import SpecError, parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.pinning import Pin
 from ascend_pd_operator.decisions.placement import Usage, decide, pod_npus, usage_of
@@ -26,13 +26,13 @@ OWNER = Owner("dsv3", "llm", "uid-1", 1)
 ALL = [("prefill", 0), ("prefill", 1), ("decode", 0)]
 
 
-def spec(protocol: str = "", **placement: Any) -> Any:
+def spec(protocol: str = "sdma", **placement: Any) -> Any:
     """The example's spec with ``placement``; ``protocol``: its ascend.transferProtocol
-    (the example's is sdma, which reaches only within a domain)."""
+    (sdma by default, which reaches only within a domain: the domains here are super-pods,
+    whose UB fabric joins their nodes)."""
     resource = copy.deepcopy(load_example("deepseek-v3-pp2.yaml"))
     resource["spec"]["placement"] = {"topologyKey": KEY, **placement}
-    if protocol:
-        resource["spec"]["ascend"]["transferProtocol"] = protocol
+    resource["spec"]["ascend"]["transferProtocol"] = protocol
     return parse_spec(resource["spec"])
 
 
@@ -376,13 +376,12 @@ def test_running_instances_spread_over_domains_are_kept_and_nothing_is_added() -
 @pytest.mark.parametrize(
     ("protocol", "placement"),
     [
-        ("", {"scope": "Deployment"}),  # both roles in one domain
-        ("", {"scope": "Deployment", "mode": "Preferred"}),
-        ("", {"scope": "Instance", "domains": ["sp-0"]}),  # one domain for everything
-        ("", {"scope": "None", "domains": ["sp-0"]}),
-        ("SDMA", {"scope": "Deployment"}),
+        ("sdma", {"scope": "Deployment"}),  # both roles in one domain
+        ("sdma", {"scope": "Deployment", "mode": "Preferred"}),
+        ("sdma", {"scope": "Instance", "domains": ["sp-0"]}),  # one domain for everything
+        ("sdma", {"scope": "None", "domains": ["sp-0"]}),
         (RDMA, {"scope": "Instance"}),  # RDMA over the NICs crosses domains
-        ("host_rdma", {"scope": "None"}),
+        (RDMA, {"scope": "None"}),
     ],
 )
 def test_a_plan_the_protocol_can_serve_is_not_refused(
@@ -392,11 +391,17 @@ def test_a_plan_the_protocol_can_serve_is_not_refused(
     assert found.reason != "TransferProtocolMismatch" and found.status == "True", found
 
 
-def test_sdma_in_any_case_is_the_single_domain_protocol() -> None:
-    found = decide(OWNER, spec("SDMA", scope="Instance"), ALL, {},
-                   nodes(("sp-0", 4), ("sp-1", 4)), Usage(), {})  # fmt: skip
-    assert found.reason == "TransferProtocolMismatch"
-    assert found.message.startswith("ascend.transferProtocol SDMA moves the KV only within")
+@pytest.mark.parametrize("protocol", ["SDMA", "rdma", "host_rdma", ""])
+def test_a_protocol_sglang_would_read_as_sdma_is_refused(protocol: str) -> None:
+    # SGLang reads anything but its protocols as sdma (0.5.10: anything but sdma and
+    # device_rdma), so a typo would move the KV over the wrong fabric without a word
+    resource = copy.deepcopy(load_example("deepseek-v3-pp2.yaml"))
+    resource["spec"]["ascend"]["transferProtocol"] = protocol
+    with pytest.raises(SpecError) as refused:
+        parse_spec(resource["spec"])
+    assert str(refused.value) == (
+        f"spec.ascend.transferProtocol: Input should be 'sdma' or 'device_rdma' (got {protocol!r})"
+    )
 
 
 def test_the_mooncake_backend_is_not_judged_by_memfabric_protocol() -> None:

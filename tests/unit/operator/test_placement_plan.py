@@ -260,8 +260,9 @@ def test_a_preference_given_up_is_told_once(dsv3: Json) -> None:
 def test_a_protocol_that_cannot_cross_the_domains_creates_nothing_and_says_why(
     dsv3: Json,
 ) -> None:
-    # the example's transferProtocol is sdma; 4 nodes a domain: only spread instances fit
+    # sdma (the super-pods' UB fabric); 4 nodes a domain: only spread instances fit
     cr = with_placement(dsv3, scope="Instance")
+    cr["spec"]["ascend"]["transferProtocol"] = "sdma"
     p = plan(observe(cr, nodes=topology(**{"sp-0": 4, "sp-1": 4}), node_usage=Usage()), NOW)
     assert statefulsets(p) == {}
     cond = conditions(p)["PlacementFeasible"]

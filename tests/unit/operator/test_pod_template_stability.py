@@ -16,6 +16,11 @@ One such decision: the router discovers leaders by ``ascendpd.io/leader`` instea
 0.1.0's ``ascendpd.io/routable`` (CHANGELOG.md). A 0.1.0 router keeps its exact template
 until every leader carries the new label (``rollout.discovery_label``), then rolls once;
 ``GOLDEN_ROUTER_0_1_0`` holds that first template to 0.1.0's digests.
+
+The specs are the examples as 0.1.0 shipped them (``examples_0_1_0/``): a running
+deployment keeps the spec it was applied with, whatever the examples say today (they since
+load W8A8 weights, use the transfer protocol their chip needs and a decode that fits, which
+a user applying them changes on purpose).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -34,7 +40,8 @@ from ascend_pd_operator.builders.model_source import inspector_job
 from ascend_pd_operator.builders.router import router_deployment
 from ascend_pd_operator.wiring.render_cli import render
 
-from .conftest import EXAMPLES
+#: The examples as 0.1.0 shipped them: the specs of the running deployments to upgrade.
+EXAMPLES_0_1_0 = Path(__file__).resolve().parent / "examples_0_1_0"
 
 
 def _digest(template: Json) -> str:
@@ -66,7 +73,7 @@ EXAMPLE_RUNTIME_0_1_0 = {"sglangVersion": "0.5.23"}
 
 
 def _example(name: str) -> tuple[Json, list[Json]]:
-    docs = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+    docs = [d for d in yaml.safe_load_all((EXAMPLES_0_1_0 / name).read_text()) if d]
     resource = next(d for d in docs if d["kind"] == "PDDeployment")
     resource["spec"]["runtime"].update(EXAMPLE_RUNTIME_0_1_0)
     return resource, [d for d in docs if d["kind"] == "ConfigMap"]
