@@ -338,11 +338,17 @@ def _mount_names_rule(where: str, whose: str) -> Rule:
     )
 
 
-def _role_mounts_over(s: Any) -> list[str]:
-    """Mount paths of a role over the driver, or over the model when a volume holds it."""
+def _owned_paths(s: Any) -> list[str]:
+    """The paths the operator mounts itself: the driver, and the model when a volume holds it."""
     owned = [s.ascend.driver_host_path]
     if s.model.volume is not None:
         owned.append(s.model.path)
+    return owned
+
+
+def _role_mounts_over(s: Any) -> list[str]:
+    """Mount paths of a role over the driver, or over the model when a volume holds it."""
+    owned = _owned_paths(s)
     return [
         f"{role}.volumeMounts {path!r}"
         for role in ("prefill", "decode")
@@ -1049,9 +1055,7 @@ def _host_mounts_clashing(mounts: list[Any]) -> list[str]:
 
 def _host_mounts_over_owned(s: Any) -> list[str]:
     """Entries at, inside or above the driver, or the model when a volume holds it."""
-    owned = [s.ascend.driver_host_path]
-    if s.model.volume is not None:
-        owned.append(s.model.path)
+    owned = _owned_paths(s)
     return [
         f"{h.name} {h.target()!r}"
         for h in s.ascend.host_mounts
