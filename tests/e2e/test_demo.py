@@ -8,6 +8,7 @@ suite's cluster; ``demo --down`` must leave no process and no data of it behind.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,10 @@ def test_demo_shows_a_ready_deepseek_v3_pp_deployment_and_down_removes_it(
         assert done.returncode == 0, done.stdout + done.stderr
         out = done.stdout
         assert "phase Ready" in out
-        assert "dsv3   True    Ready   2         1        2     61" in out
+        # NAME READY PHASE PREFILL DECODE REASON AGE PP LAYERS ENDPOINT MESSAGE (-o wide)
+        assert re.search(
+            r"^dsv3\s+True\s+Ready\s+2/2\s+1/1\s+Ready\s+\S+\s+2\s+61\s+http://", out, re.M
+        ), out
         assert "statefulset.apps/dsv3-prefill-1   2/2" in out
         assert "totalKvLayers 61, kvBufGroups 2, draft layers prefill 0 / decode 1" in out
         assert "prefill PP rank 1: layers [30, 61)" in out

@@ -32,7 +32,7 @@ def test_example_becomes_ready_with_its_layout(
     )
     assert st["kvLayout"]["totalKvLayers"] == 27 and st["kvLayout"]["kvBufGroups"] == 2
     assert st["roles"]["decode"] == {"replicas": 2, "effectiveReplicas": 2, "readyReplicas": 2,
-                                     "nodesPerInstance": 1,
+                                     "ready": "2/2", "nodesPerInstance": 1,
                                      "updatedReplicas": 2, "availableReplicas": 2,
                                      "surgeReplicas": 0}  # fmt: skip
     assert "prefill" not in st and "decode" not in st  # each role's is at status.roles only
@@ -498,7 +498,7 @@ def test_an_operator_restarted_mid_rollout_converges_to_the_same_state(
             "Ready at the latest generation, the scaled-away instance drained",
             timeout=180,
         )
-        assert st["roles"]["prefill"] == {"replicas": 1, "effectiveReplicas": 1,
+        assert st["roles"]["prefill"] == {"replicas": 1, "effectiveReplicas": 1, "ready": "1/1",
                                           "readyReplicas": 1, "nodesPerInstance": 2,
                                           "updatedReplicas": 1, "availableReplicas": 1,
                                           "surgeReplicas": 0}  # fmt: skip
