@@ -51,7 +51,7 @@ def test_example_becomes_ready_with_its_layout(
     assert plan is not None
     assert json.loads(plan["data"]["plan.json"])["fingerprint"] == st["kvLayout"]["fingerprint"]
     printed = kubectl("get", "pdd", "-n", namespace).stdout.split("\n")[0].split()
-    assert printed[:8] == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "PP", "LAYERS", "AGE"]
+    assert printed == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE"]
     _budgets_and_router_identity(kubectl, namespace, cr["metadata"]["uid"], cluster.server_version)
 
 
