@@ -110,12 +110,15 @@ def command(tier: Tier, extra: Sequence[str] = ()) -> list[str]:
 
 def build_control_plane() -> int:
     """Build what the cluster tiers need, outside any test's timeout."""
-    from ascend_pd_dev.controlplane import build
+    from ascend_pd_dev.controlplane import build, versions
 
     def progress(message: str) -> None:
         print(f"prepare: {message}", flush=True)
 
-    build.ensure_binaries(progress)
+    plane = versions.control_plane()
+    progress(f"Kubernetes {plane.version} ({versions.K8S_VERSION_ENV} or the default "
+             f"{versions.DEFAULT})")  # fmt: skip
+    plane.ensure_binaries(progress, False)
     build.ensure_runtime_packages(progress)
     return 0
 
