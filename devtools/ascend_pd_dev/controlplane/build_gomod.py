@@ -315,7 +315,8 @@ def _build(cache: Path, progress: Progress) -> None:
         with build.heartbeat(progress, USUALLY):
             build._run(build_command(go, staged, VERSION), log, "go build",
                        env=build_environment(dict(os.environ), go, work), cwd=module)  # fmt: skip
-        work_mb = _disk_mb(work)
+        # what the caches hold once go is done (its scratch directory is gone by then)
+        caches_mb = _disk_mb(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for name in BINARIES:
@@ -330,7 +331,7 @@ def _build(cache: Path, progress: Progress) -> None:
         "kubernetes": VERSION,
         "go": str(go),
         "build_seconds": round(elapsed, 1),
-        "work_disk_mb": work_mb,
+        "caches_disk_mb": caches_mb,
         "load_average": os.getloadavg()[0],
     }
     (cache / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
