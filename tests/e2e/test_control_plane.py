@@ -161,7 +161,10 @@ def test_rbac_refuses_a_user_without_roles_until_a_role_grants_it(
 def test_simulated_nodes_offer_ascend_devices(kubectl: Any) -> None:
     nodes = _get(kubectl, "nodes", "-l", f"{SIM_LABEL}=true")["items"]
     assert nodes, "kubelet-sim registered no node"
+    server = json.loads(kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"]
     for node in nodes:
+        # the kubelets of the API server's release, as a cluster would run
+        assert node["status"]["nodeInfo"]["kubeletVersion"] == f"{server}-sim"
         assert int(node["status"]["allocatable"][ASCEND]) > 0
         assert _condition(node, "Ready")["status"] == "True"  # type: ignore[index]
         assert "no container" in node["status"]["nodeInfo"]["osImage"]
