@@ -332,7 +332,6 @@ def _build(cache: Path, progress: Progress) -> None:
         "go": str(go),
         "build_seconds": round(elapsed, 1),
         "caches_disk_mb": caches_mb,
-        "load_average": os.getloadavg()[0],
     }
     (cache / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
     progress(f"built in {elapsed / 60:.1f} min; cached in {bin_dir()}")
