@@ -12,9 +12,9 @@ Each tier's output goes to ``.dev/tiers/<tier>.log``; a tier that fails prints i
 
 The tiers that need the local control plane start once ``prepare`` has built it (the
 release ``ASCEND_PD_K8S_VERSION`` names, else 1.36): on a fresh machine that build takes
-about 27 minutes on 2 busy cores (1.36; 1.20's took 14), and inside the first test's fixture
-it counted in that test's timeout (a cold ``.ci/run`` failed the first reliability scenario
-so). The others start at once.
+10 CPU minutes, 15 to 30 minutes on 2 busy cores (1.36; 1.20's took 11 to 14), and inside
+the first test's fixture it counted in that test's timeout (a cold ``.ci/run`` failed the
+first reliability scenario so). The others start at once.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class Tier:
     cluster: str = ""
     #: what it costs, for the start order (longest first); from the last measured run
     expected_minutes: float = 1.0
-    #: it starts once ``prepare`` has built the control plane: a cold build (27 min on 2
-    #: cores for 1.36) inside a test's fixture would count in that test's timeout
+    #: it starts once ``prepare`` has built the control plane: a cold build (15 to 30 min on
+    #: 2 busy cores for 1.36) inside a test's fixture would count in that test's timeout
     needs_control_plane: bool = True
     #: what the interpreter runs with ``args``: pytest, but for ``PREPARE``
     program: tuple[str, ...] = PYTEST

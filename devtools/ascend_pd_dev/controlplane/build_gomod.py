@@ -51,7 +51,7 @@ MODULE_PATH = "ascend-pd.dev/controlplane"
 GO_MINIMUM = (1, 26)
 #: what a 2-core machine took for a cold build (modules downloaded and compiled), for the
 #: progress lines; docs/development.md has the measurement
-USUALLY = "25-35 minutes on 2 cores"
+USUALLY = "10 CPU minutes: 15-30 minutes on 2 busy cores"
 COMMANDS = tuple(f"k8s.io/kubernetes/cmd/{name}" for name in BINARIES)
 #: the staging modules of k8s.io/kubernetes v1.36 (its go.mod's ``=> ./staging/...``
 #: replacements; ``staging_modules`` reads them from a release's go.mod for ``--update``)
