@@ -6,7 +6,7 @@ import base64
 import socket
 from pathlib import Path
 
-from ascend_pd_dev.controlplane import certs, cluster
+from ascend_pd_dev.controlplane import certs, cluster, commands
 
 
 def test_previous_ports_are_reused_while_free_and_replaced_when_taken() -> None:
@@ -21,15 +21,15 @@ def test_previous_ports_are_reused_while_free_and_replaced_when_taken() -> None:
     assert len({chosen.etcd_client, chosen.etcd_peer, chosen.apiserver, chosen.scheduler}) == 4
 
 
-def test_command_lines_bind_loopback_and_enable_rbac(tmp_path: Path) -> None:
+def test_1_20_command_lines_bind_loopback_and_enable_rbac(tmp_path: Path) -> None:
     layout = cluster.Layout(tmp_path)
     pki = certs.Pki(layout.pki)
     ports = cluster.Ports(2379, 2380, 6443, 10251)
-    api = cluster.apiserver_argv(Path("/b/kube-apiserver"), layout, pki, ports)
+    api = cluster.apiserver_argv(Path("/b/kube-apiserver"), layout, pki, ports, 20)
     assert "--authorization-mode=RBAC" in api and "--bind-address=127.0.0.1" in api
     assert "--insecure-port=0" in api and "--secure-port=6443" in api
     assert f"--token-auth-file={pki.tokens_csv}" in api
-    cm = cluster.controller_manager_argv(Path("/b/kcm"), layout, pki)
+    cm = cluster.controller_manager_argv(Path("/b/kcm"), layout, pki, 20)
     (controllers,) = [a for a in cm if a.startswith("--controllers=")]
     assert set(controllers.split("=", 1)[1].split(",")) >= {
         "deployment",
@@ -41,13 +41,42 @@ def test_command_lines_bind_loopback_and_enable_rbac(tmp_path: Path) -> None:
         "serviceaccount",
         "serviceaccount-token",
     }
-    scheduler = cluster.scheduler_argv(Path("/b/kube-scheduler"), layout, ports)
+    assert "--port=0" in cm and "--secure-port=0" in cm
+    scheduler = cluster.scheduler_argv(Path("/b/kube-scheduler"), layout, ports, 20)
     # no HTTPS port (the fixed default 10259 would collide between clusters); health on loopback
     assert "--secure-port=0" in scheduler and "--port=10251" in scheduler
     assert "--address=127.0.0.1" in scheduler and "--leader-elect=false" in scheduler
+    assert commands.scheduler_health_url(10251, 20) == "http://127.0.0.1:10251/healthz"
     etcd = cluster.etcd_argv(Path("/usr/bin/etcd"), layout, ports)
     everything = etcd + api + cm + scheduler
     assert not [a for a in everything if "=0.0.0.0" in a or "//0.0.0.0" in a]
+
+
+def test_1_36_command_lines_use_no_removed_flag_and_enforce_pod_security(
+    tmp_path: Path,
+) -> None:
+    """1.24 removed the insecure ports: a 1.36 binary refuses ``--insecure-port``, ``--port``
+    and ``--address`` (unknown flag) and would not start."""
+    layout = cluster.Layout(tmp_path)
+    pki = certs.Pki(layout.pki)
+    ports = cluster.Ports(2379, 2380, 6443, 10259)
+    api = cluster.apiserver_argv(Path("/b/kube-apiserver"), layout, pki, ports, 36)
+    cm = cluster.controller_manager_argv(Path("/b/kcm"), layout, pki, 36)
+    scheduler = cluster.scheduler_argv(Path("/b/kube-scheduler"), layout, ports, 36)
+    removed = ("--insecure-port=", "--port=", "--address=")
+    assert not [a for a in api + cm + scheduler if a.startswith(removed)]
+    assert "--enable-admission-plugins=PodSecurity" in api
+    assert "--authorization-mode=RBAC" in api and "--anonymous-auth=false" in api
+    assert f"--service-account-signing-key-file={pki.sa_key}" in api
+    # the scheduler's health is on its HTTPS port, on loopback, on the port the cluster chose
+    assert "--secure-port=10259" in scheduler and "--bind-address=127.0.0.1" in scheduler
+    assert commands.scheduler_health_url(10259, 36) == "https://127.0.0.1:10259/healthz"
+    # the same controllers on both releases
+    assert [a for a in cm if a.startswith("--controllers=")] == [
+        a
+        for a in cluster.controller_manager_argv(Path("/b/kcm"), layout, pki, 20)
+        if a.startswith("--controllers=")
+    ]
 
 
 def test_kubeconfig_has_one_token_user_and_the_ca() -> None:
@@ -60,13 +89,16 @@ def test_kubeconfig_has_one_token_user_and_the_ca() -> None:
 
 def test_state_round_trips(tmp_path: Path) -> None:
     layout = cluster.Layout(tmp_path)
-    state = cluster.ClusterState(cluster.Ports(1, 2, 3, 4), 8, 8, domains=2)
+    state = cluster.ClusterState(cluster.Ports(1, 2, 3, 4), 8, 8, domains=2, k8s_release="1.36")
     cluster.save_state(layout, state)
     assert cluster.load_state(layout) == state
-    # a state file from before the scheduler and the domains: no scheduler port, no domains
+    # a state file from before the scheduler, the domains and the releases: no scheduler
+    # port, no domains, and the only release there was then
     layout.state.write_text('{"ports": {"etcd_client": 1, "etcd_peer": 2, "apiserver": 3}, '
                             '"nodes": 8, "ascend_per_node": 8}')  # fmt: skip
-    assert cluster.load_state(layout) == cluster.ClusterState(cluster.Ports(1, 2, 3, 0), 8, 8)
+    assert cluster.load_state(layout) == cluster.ClusterState(
+        cluster.Ports(1, 2, 3, 0), 8, 8, k8s_release="1.20"
+    )
     layout.state.write_text("{")
     assert cluster.load_state(layout) is None
 

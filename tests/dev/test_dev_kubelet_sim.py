@@ -14,6 +14,7 @@ from ascend_pd_dev.kubelet_sim.nodes import (
     DOMAIN_LABEL,
     NODE_STATUS_REPORT_SECONDS,
     SIM_LABEL,
+    kubelet_version,
     node_manifest,
 )
 from ascend_pd_dev.kubelet_sim.pod_status import desired_status, status_signature
@@ -43,6 +44,15 @@ def test_node_manifest_declares_ascend_capacity_and_says_it_is_simulated() -> No
     assert node["metadata"]["labels"][SIM_LABEL] == "true"
     assert "no container" in node["status"]["nodeInfo"]["osImage"]
     assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": "127.0.1.4"}
+
+
+def test_nodes_report_the_api_server_s_release_as_their_kubelet_s() -> None:
+    version = kubelet_version("v1.36.3")
+    assert version == "v1.36.3-sim"
+    node = node_manifest(0, 8, NOW, version=version)
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.3-sim"
+    # no answer from /version: a version that claims no release
+    assert kubelet_version("") == "v0.0.0-sim"
 
 
 def _ready(status: dict) -> str:

@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from ascend_pd_dev.controlplane import build  # noqa: E402
+from ascend_pd_dev.controlplane import versions  # noqa: E402
 from bench import bench_unrelated  # noqa: E402
 from bench.__main__ import check_rows  # noqa: E402
 
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.local, pytest.mark.simulated, pytest.mark.timeout(900)
 
 
 def test_unrelated_bench_smoke(cluster: Any) -> None:
-    if not build.binaries_ready():
+    if not versions.control_plane().binaries_ready():
         pytest.skip("the control-plane binaries are not built here")
     rows = bench_unrelated.run(bench_unrelated.SMOKE)
     check_rows(rows)

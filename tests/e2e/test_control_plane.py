@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ascend_pd_dev.controlplane import versions
 from ascend_pd_dev.kubelet_sim import knobs
 from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE, DOMAIN_LABEL, HOSTNAME_KEY, SIM_LABEL
 from ascend_pd_dev.kubelet_sim.objects import parse_iso
@@ -97,7 +98,42 @@ def test_api_server_answers_and_reports_its_version(cluster: Any, kubectl: Any) 
     version = json.loads(kubectl("version", "-o", "json").stdout)["serverVersion"]
     assert (int(version["major"]), int(version["minor"].rstrip("+"))) == cluster.server_version
     if cluster.local:
-        assert version["gitVersion"] == "v1.20.2"
+        assert version["gitVersion"] == f"v{versions.control_plane().version}"
+
+
+@pytest.mark.local
+def test_pod_security_admission_enforces_only_the_level_a_namespace_is_labelled_with(
+    cluster: Any, kubectl: Any, namespace: str
+) -> None:
+    """Pod Security admission (1.25 on; the local 1.36 API server runs it): an unlabelled
+    namespace admits a privileged pod (every level defaults to ``privileged``, as upstream),
+    a namespace labelled ``pod-security.kubernetes.io/enforce=restricted`` refuses it with
+    the plugin's own words, and ``privileged`` (the label the docs tell users to set)
+    admits it again."""
+    if cluster.server_version < (1, 25):
+        pytest.skip(
+            "Pod Security admission is served from Kubernetes 1.25 (the local 1.20 has none)"
+        )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "privileged", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/x:1",
+                                 "securityContext": {"privileged": True}}]},
+    }  # fmt: skip
+
+    def create() -> Any:
+        return kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod),
+                       check=False)  # fmt: skip
+
+    assert create().returncode == 0, create().stderr
+    label = "pod-security.kubernetes.io/enforce"
+    kubectl("label", "namespace", namespace, f"{label}=restricted")
+    refused = create()
+    assert refused.returncode != 0
+    assert 'violates PodSecurity "restricted:latest": privileged' in refused.stderr, refused.stderr
+    kubectl("label", "namespace", namespace, f"{label}=privileged", "--overwrite")
+    assert create().returncode == 0, create().stderr
 
 
 @pytest.mark.local
@@ -125,7 +161,10 @@ def test_rbac_refuses_a_user_without_roles_until_a_role_grants_it(
 def test_simulated_nodes_offer_ascend_devices(kubectl: Any) -> None:
     nodes = _get(kubectl, "nodes", "-l", f"{SIM_LABEL}=true")["items"]
     assert nodes, "kubelet-sim registered no node"
+    server = json.loads(kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"]
     for node in nodes:
+        # the kubelets of the API server's release, as a cluster would run
+        assert node["status"]["nodeInfo"]["kubeletVersion"] == f"{server}-sim"
         assert int(node["status"]["allocatable"][ASCEND]) > 0
         assert _condition(node, "Ready")["status"] == "True"  # type: ignore[index]
         assert "no container" in node["status"]["nodeInfo"]["osImage"]

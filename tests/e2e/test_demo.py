@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_dev.controlplane import build, procs
+from ascend_pd_dev.controlplane import procs, versions
 from ascend_pd_dev.testtools.kubectl import kubectl_path
 
 pytestmark = [pytest.mark.local, pytest.mark.simulated, pytest.mark.timeout(900)]
@@ -33,7 +33,7 @@ def _demo(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_demo_shows_a_ready_deepseek_v3_pp_deployment_and_down_removes_it(
     cluster: object, tmp_path: Path
 ) -> None:
-    if not build.binaries_ready():
+    if not versions.control_plane().binaries_ready():
         pytest.skip("the control-plane binaries are not built here")
     state = tmp_path / "demo"
     try:

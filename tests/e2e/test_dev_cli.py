@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ascend_pd_dev.controlplane import build, procs
+from ascend_pd_dev.controlplane import procs, versions
 from ascend_pd_dev.testtools.kubectl import kubectl_path
 
 pytestmark = pytest.mark.local
@@ -30,7 +30,7 @@ def _dev(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def state(tmp_path: Path, cluster: Any) -> Iterator[Path]:
-    if not build.binaries_ready():
+    if not versions.control_plane().binaries_ready():
         pytest.skip("the control-plane binaries are not built here")
     root = tmp_path / "dev"
     yield root

@@ -357,7 +357,11 @@ def test_cross_field_invalid_spec_creates_nothing_and_says_why(
     pdd_doc(docs)["spec"]["prefill"]["extraArgs"] = ["--tp-size", "4"]
     done = kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), check=False)
     if cluster.server_version >= (1, 25):  # CEL sees it: the API server refuses
-        assert done.returncode != 0 and "--tp-size" in done.stderr
+        # with the rule's message (static: CEL names the field, the operator the value)
+        assert done.returncode != 0, done.stdout
+        assert "spec.prefill: Invalid value" in done.stderr, done.stderr
+        assert "extraArgs may not set flags the operator manages" in done.stderr, done.stderr
+        assert get(kubectl, namespace, "pdd", "dsv2-lite") is None
         return
     assert done.returncode == 0, done.stderr
     st = wait_until(

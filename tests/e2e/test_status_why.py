@@ -3,7 +3,7 @@
 Each test breaks one thing a first deployment typically gets wrong, as the user would
 (a missing PVC, a bad image, a namespace that refuses the pods), and waits until the
 PDDeployment's Ready condition names it; the expected words are Kubernetes' own (the
-1.20 scheduler's, the kubelet's, the quota admission's), not the operator's.
+scheduler's, the kubelet's, the quota admission's), not the operator's.
 
 - a missing PVC: the namespace has the volume but not the claim (``no_models_claim``); the
   real kube-scheduler keeps the pods Pending: ``0/8 nodes are available: 8 persistentvolumeclaim
@@ -11,8 +11,8 @@ PDDeployment's Ready condition names it; the expected words are Kubernetes' own 
 - a bad image: kubelet-sim is told the registry lacks it (``unpullable-images``, through the
   roles' ``podAnnotations``, or for the router, which has none, its namespace's
   annotations): ErrImagePull, then ImagePullBackOff;
-- a refused pod: the 1.20 control plane has no PodSecurity admission (1.22 and later), so a
-  ResourceQuota refuses the pods instead. The refusal is the real one: the API server's quota
+- a refused pod: a ResourceQuota refuses the pods (the 1.20 control plane has no PodSecurity
+  admission, 1.22 and later). The refusal is the real one: the API server's quota
   admission refuses the StatefulSet controller's create, which reports it only as a
   ``FailedCreate`` Warning Event, the path a Pod Security refusal takes. (The quota
   controller is not run here, so the test writes the quota's status itself.) The Pod
@@ -45,13 +45,18 @@ def ready_saying(kubectl: Any, namespace: str, *words: str) -> str:
 
 @pytest.mark.no_models_claim
 def test_a_missing_pvc_is_named_and_creating_it_makes_the_deployment_ready(
-    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any, cluster: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     nodes = len(json.loads(kubectl("get", "nodes", "-o", "json").stdout)["items"])
-    # kube-scheduler 1.20's own words (kubelet-sim's former scheduler left out the counts)
+    # kube-scheduler's own words (kubelet-sim's former scheduler left out the counts): 1.20
+    # counts the nodes per reason; 1.36 gives its PreFilter's reason once, then its
+    # preemption's ("not found")
     claim = 'persistentvolumeclaim "models" not found'
-    why = f"not scheduled (Unschedulable): 0/{nodes} nodes are available: {nodes} {claim}."
+    if cluster.server_version <= (1, 20):
+        why = f"not scheduled (Unschedulable): 0/{nodes} nodes are available: {nodes} {claim}."
+    else:
+        why = f"not scheduled (Unschedulable): 0/{nodes} nodes are available: {claim}. not found"
     message = wait_until(
         lambda: ready_saying(kubectl, namespace, why),
         "the Ready condition naming the missing PVC",

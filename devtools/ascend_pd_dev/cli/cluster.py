@@ -1,10 +1,13 @@
-"""``ascend-pd-dev cluster up|down|status``: local Kubernetes 1.20, simulated Ascend nodes.
+"""``ascend-pd-dev cluster up|down|status``: a local Kubernetes control plane (1.36 by
+default, 1.20 with ``--k8s-version 1.20`` or ``ASCEND_PD_K8S_VERSION=1.20``), simulated
+Ascend nodes.
 
-``up`` builds the control plane once (cached per user), starts it on free loopback ports and
-prints the ``export KUBECONFIG=...`` line; a healthy cluster is left running. ``down`` stops
-exactly the processes ``up`` started (by their pid files). ``status`` exits 0 when the cluster
-is up and 3 when it is not. ``crd-server up|down`` runs a current CRD server beside it
-(``crd_server``: Kubernetes 1.36, CRDs and custom resources only) for checking the CRD.
+``up`` builds the control plane once (cached per user and release), starts it on free
+loopback ports and prints the ``export KUBECONFIG=...`` line; a healthy cluster is left
+running. ``down`` stops exactly the processes ``up`` started (by their pid files). ``status``
+exits 0 when the cluster is up and 3 when it is not. ``crd-server up|down`` runs a current
+CRD server beside it (``crd_server``: Kubernetes 1.36, CRDs and custom resources only) for
+checking the CRD.
 ``node NAME ready|not-ready|unreachable`` makes a simulated node (and its pods) NotReady and
 back (``kubelet_sim.testing.set_node_ready``).
 """
@@ -16,7 +19,15 @@ import json
 import sys
 import time
 
-from ascend_pd_dev.controlplane import build, certs, cluster, crd_server, paths, reflect2_fix
+from ascend_pd_dev.controlplane import (
+    build,
+    certs,
+    cluster,
+    crd_server,
+    paths,
+    reflect2_fix,
+    versions,
+)
 from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE
 from ascend_pd_dev.kubelet_sim.testing import set_node_ready
 
@@ -34,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help=f"{ASCEND_RESOURCE} per node (default 8)")  # fmt: skip
     up.add_argument("--rebuild", action="store_true",
                     help="rebuild the control-plane binaries even when cached")  # fmt: skip
+    up.add_argument("--k8s-version", choices=sorted(versions.CONTROL_PLANES), default=None,
+                    help=f"the Kubernetes release to run (default: ${versions.K8S_VERSION_ENV}, "
+                    f"else {versions.DEFAULT}); a cluster of another release is replaced, "
+                    "its data deleted")  # fmt: skip
     down = sub.add_parser("down", help="stop the processes 'dev up' started")
     down.add_argument("--purge", action="store_true",
                       help="also delete its data, credentials and logs (.dev/)")  # fmt: skip
@@ -77,15 +92,18 @@ def run(args: argparse.Namespace) -> int:
             return 0
         return _status(layout, args.output)
     except (build.BuildError, cluster.ClusterError, certs.CertError,
-            reflect2_fix.Reflect2FixError, crd_server.CrdServerError) as err:  # fmt: skip
+            reflect2_fix.Reflect2FixError, crd_server.CrdServerError,
+            versions.VersionError) as err:  # fmt: skip
         print(f"ascend-pd-dev cluster {action}: {err}", file=sys.stderr)
         return 1
 
 
 def _up(layout: cluster.Layout, args: argparse.Namespace) -> int:
     started = time.monotonic()
-    state = cluster.up(layout, args.nodes, args.ascend_per_node, _progress, rebuild=args.rebuild)
-    _progress(f"up in {time.monotonic() - started:.0f}s: kube-apiserver {state.server}, "
+    state = cluster.up(layout, args.nodes, args.ascend_per_node, _progress, rebuild=args.rebuild,
+                       k8s_version=args.k8s_version)  # fmt: skip
+    _progress(f"up in {time.monotonic() - started:.0f}s: Kubernetes {state.k8s_release} "
+              f"kube-apiserver {state.server}, "
               f"{state.nodes} simulated Ascend nodes; logs in {layout.logs}")  # fmt: skip
     _progress(f"look around: KUBECONFIG={layout.kubeconfig} kubectl get nodes -L accelerator")
     _progress("stop it with: ascend-pd-dev cluster down")
@@ -127,6 +145,7 @@ def _status(layout: cluster.Layout, output: str) -> int:
     state = cluster.load_state(layout)
     components = cluster.component_status(layout)
     healthy = cluster.healthy(layout)
+    plane = versions.CONTROL_PLANES[state.k8s_release] if state else versions.control_plane()
     report = {
         "up": healthy,
         "server": state.server if state else None,
@@ -136,7 +155,8 @@ def _status(layout: cluster.Layout, output: str) -> int:
         "components": {
             name: (record.pid if record else None) for name, record in components.items()
         },
-        "binaries": str(build.bin_dir()) if build.binaries_ready() else None,
+        "k8s_release": state.k8s_release if state else None,
+        "binaries": str(plane.bin_dir()) if plane.binaries_ready() else None,
     }
     if output == "json":
         print(json.dumps(report, indent=2))
@@ -146,6 +166,7 @@ def _status(layout: cluster.Layout, output: str) -> int:
             state_text = f"running (pid {record.pid})" if record else "stopped"
             print(f"  {name:<24} {state_text}")
         if state is not None:
+            print(f"  Kubernetes               {plane.version}")
             print(f"  server                   {state.server}")
             print(f"  simulated nodes          {state.nodes} x {state.ascend_per_node} "
                   f"{ASCEND_RESOURCE}")  # fmt: skip

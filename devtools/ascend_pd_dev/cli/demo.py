@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev.controlplane import cluster, paths
+from ascend_pd_dev.controlplane import cluster, paths, versions
 from ascend_pd_dev.testtools import volumes
 from ascend_pd_dev.testtools.helm import ensure_helm
 from ascend_pd_dev.testtools.kubectl import kubectl_path
@@ -81,7 +81,9 @@ def _demo(layout: cluster.Layout, pid_file: Path, timeout: float) -> int:
     root = paths.project_root()
     started = time.monotonic()
 
-    _step(1, "local control plane (the first run builds Kubernetes 1.20 from source, ~5 min)")
+    plane = versions.control_plane()
+    _step(1, f"local control plane, Kubernetes {plane.version} (built once: the first run "
+             f"compiles it, {plane.usually})")  # fmt: skip
     state = cluster.up(layout, nodes=8, ascend_per_node=8, progress=_say)
     kubeconfig = layout.kubeconfig
     kubectl = Kubectl(kubeconfig)

@@ -10,10 +10,11 @@ The tiers partition the suite by marker (and, for the two cluster tiers, by fold
 every test runs in exactly one; ``--check`` proves it against pytest's own collection.
 Each tier's output goes to ``.dev/tiers/<tier>.log``; a tier that fails prints its tail.
 
-The tiers that need the local control plane start once ``prepare`` has built it: on a
-fresh machine that build takes about 14 minutes on 2 cores, and inside the first test's
-fixture it counted in that test's timeout (a cold ``.ci/run`` failed the first reliability
-scenario so). The others start at once.
+The tiers that need the local control plane start once ``prepare`` has built it (the
+release ``ASCEND_PD_K8S_VERSION`` names, else 1.36): on a fresh machine that build takes
+10 CPU minutes, 15 to 30 minutes on 2 busy cores (1.36; 1.20's took 11 to 14), and inside
+the first test's fixture it counted in that test's timeout (a cold ``.ci/run`` failed the
+first reliability scenario so). The others start at once.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ class Tier:
     cluster: str = ""
     #: what it costs, for the start order (longest first); from the last measured run
     expected_minutes: float = 1.0
-    #: it starts once ``prepare`` has built the control plane: a cold build (14 min on 2
-    #: cores) inside a test's fixture would count in that test's timeout
+    #: it starts once ``prepare`` has built the control plane: a cold build (15 to 30 min on
+    #: 2 busy cores for 1.36) inside a test's fixture would count in that test's timeout
     needs_control_plane: bool = True
     #: what the interpreter runs with ``args``: pytest, but for ``PREPARE``
     program: tuple[str, ...] = PYTEST
@@ -110,12 +111,15 @@ def command(tier: Tier, extra: Sequence[str] = ()) -> list[str]:
 
 def build_control_plane() -> int:
     """Build what the cluster tiers need, outside any test's timeout."""
-    from ascend_pd_dev.controlplane import build
+    from ascend_pd_dev.controlplane import build, versions
 
     def progress(message: str) -> None:
         print(f"prepare: {message}", flush=True)
 
-    build.ensure_binaries(progress)
+    plane = versions.control_plane()
+    progress(f"Kubernetes {plane.version} ({versions.K8S_VERSION_ENV} or the default "
+             f"{versions.DEFAULT})")  # fmt: skip
+    plane.ensure_binaries(progress, False)
     build.ensure_runtime_packages(progress)
     return 0
 

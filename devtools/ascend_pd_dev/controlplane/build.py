@@ -43,10 +43,14 @@ APT_PACKAGES = (
 RUNTIME_PACKAGES = ("etcd-server", "openssl")
 SOURCE_PACKAGE = "kubernetes"
 SOURCE_VERSION = "1.20.5+really1.20.2-1.1+deb12u1"
+#: the Kubernetes release that source package builds
+VERSION = "1.20.2"
 GO_ROOT = Path("/usr/lib/go-1.19")
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 #: bump when the build recipe changes: each recipe has its own cache directory
 RECIPE = 2
+#: how long a build takes, for the progress lines
+USUALLY = "5-15 minutes on 2 cores"
 
 Progress = Callable[[str], None]
 
@@ -67,7 +71,7 @@ class AptSource:
 
 def cache_dir() -> Path:
     """This recipe's build cache (``~/.cache/ascend-pd/k8s-1.20.2/recipe-N``)."""
-    return paths.build_cache() / f"recipe-{RECIPE}"
+    return paths.build_cache(VERSION) / f"recipe-{RECIPE}"
 
 
 def bin_dir() -> Path:
@@ -320,10 +324,24 @@ def fetch_source(work: Path, log: Path, progress: Progress) -> Path:
     return tree
 
 
-def _heartbeat(progress: Progress, started: float, stop: threading.Event) -> None:
-    while not stop.wait(30):
-        minutes, seconds = divmod(int(time.monotonic() - started), 60)
-        progress(f"  still compiling ({minutes}m{seconds:02d}s; usually 5-10 minutes on 2 cores)")
+@contextmanager
+def heartbeat(progress: Progress, usually: str) -> Iterator[None]:
+    """A "still compiling" line every 30 s while the block runs (a long compile is otherwise
+    silent); ``usually`` says how long it takes, e.g. "5-10 minutes on 2 cores"."""
+    started = time.monotonic()
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(30):
+            minutes, seconds = divmod(int(time.monotonic() - started), 60)
+            progress(f"  still compiling ({minutes}m{seconds:02d}s; usually {usually})")
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
 
 
 def compile_binaries(tree: Path, work: Path, log: Path, progress: Progress) -> None:
@@ -331,10 +349,7 @@ def compile_binaries(tree: Path, work: Path, log: Path, progress: Progress) -> N
     reflect2_fix.apply(tree)
     progress(f"compiling {', '.join(BINARIES)} with Go 1.19 (once; cached afterwards)")
     env = build_environment(dict(os.environ), work / "gocache")
-    stop = threading.Event()
-    beat = threading.Thread(target=_heartbeat, args=(progress, time.monotonic(), stop), daemon=True)
-    beat.start()
-    try:
+    with heartbeat(progress, USUALLY):
         _run(
             make_command(),
             log,
@@ -343,8 +358,6 @@ def compile_binaries(tree: Path, work: Path, log: Path, progress: Progress) -> N
             cwd=tree,
             echo=progress,
         )
-    finally:
-        stop.set()
 
 
 def _default_progress(message: str) -> None:
@@ -364,7 +377,7 @@ def ensure_binaries(progress: Progress = _default_progress, rebuild: bool = Fals
         started = time.monotonic()
         cache.mkdir(parents=True, exist_ok=True)
         log.write_text("")
-        progress(f"building the local Kubernetes {paths.K8S_VERSION} control plane (log: {log})")
+        progress(f"building the local Kubernetes {VERSION} control plane (log: {log})")
         ensure_apt_packages(log, progress)
         work = cache / "work"
         shutil.rmtree(work, ignore_errors=True)
@@ -384,7 +397,7 @@ def ensure_binaries(progress: Progress = _default_progress, rebuild: bool = Fals
         elapsed = time.monotonic() - started
         info = {
             "recipe": RECIPE,
-            "kubernetes": paths.K8S_VERSION,
+            "kubernetes": VERSION,
             "source_package": f"{SOURCE_PACKAGE} {SOURCE_VERSION}",
             "go": str(GO_ROOT),
             "build_seconds": round(elapsed, 1),
@@ -397,7 +410,7 @@ def ensure_binaries(progress: Progress = _default_progress, rebuild: bool = Fals
 
 def ensure_runtime_packages(progress: Progress = _default_progress) -> None:
     """What a running cluster needs even when the binaries came from the cache."""
-    log = paths.build_cache() / "runtime-packages.log"
+    log = paths.cache_root() / "runtime-packages.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     ensure_apt_packages(log, progress, RUNTIME_PACKAGES)
 

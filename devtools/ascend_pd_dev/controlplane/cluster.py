@@ -5,9 +5,11 @@ Every process listens on loopback only, on free ports picked at ``up`` (and reus
 ``up`` runs while still free), and is owned through a pid file under ``.dev/run``; ``down``
 stops exactly those processes. ``up`` is idempotent: a healthy cluster is left as it is; while
 etcd and the API server are healthy, only a missing controller manager, scheduler or kubelet-sim
-is started
-(kubelet-sim is also restarted when its node options changed); otherwise whatever is left is
-stopped and everything starts again on the kept data and credentials.
+is started (kubelet-sim is also restarted when its node options changed); otherwise whatever
+is left is stopped and everything starts again on the kept data and credentials.
+
+The release (1.36 by default, 1.20 for its compatibility tier) is picked by ``versions``; what
+differs in running them, the command lines, is in ``commands``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import os
 import shutil
 import socket
 import ssl
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,30 +31,38 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev.controlplane import build, certs, procs
+from ascend_pd_dev.controlplane import build, certs, procs, versions
 from ascend_pd_dev.controlplane.build import Progress
-from ascend_pd_dev.kubelet_sim import knobs
 
-#: controllers the dev cluster runs: what workloads, ownership and namespaces need, no more
-CONTROLLERS = (
-    "deployment",
-    "replicaset",
-    "statefulset",
-    "job",
-    "garbagecollector",
-    "namespace",
-    "serviceaccount",
-    "serviceaccount-token",
-    # not "endpoint": it refuses kubelet-sim's loopback pod IPs (422) and retried each
-    # Service's Endpoints for as long as the cluster ran, the API server's busiest writes
-    # the real HPA controller, scaling PDRoleScalers through their scale subresource
-    "horizontalpodautoscaling",
-    # claims bind to volumes (kube-scheduler keeps a pod with an unbound claim Pending), and
-    # the protection finalizers the API server puts on them are removed when unused
-    "persistentvolume-binder",
-    "pvc-protection",
-    "pv-protection",
+# re-exported: callers (tests, reliability, benchmarks) know them as cluster.X
+from ascend_pd_dev.controlplane.commands import (
+    CONTROLLERS as CONTROLLERS,
 )
+from ascend_pd_dev.controlplane.commands import (
+    Layout as Layout,
+)
+from ascend_pd_dev.controlplane.commands import (
+    Ports as Ports,
+)
+from ascend_pd_dev.controlplane.commands import (
+    apiserver_argv as apiserver_argv,
+)
+from ascend_pd_dev.controlplane.commands import (
+    controller_manager_argv as controller_manager_argv,
+)
+from ascend_pd_dev.controlplane.commands import (
+    etcd_argv as etcd_argv,
+)
+from ascend_pd_dev.controlplane.commands import (
+    kubelet_sim_argv as kubelet_sim_argv,
+)
+from ascend_pd_dev.controlplane.commands import (
+    scheduler_argv as scheduler_argv,
+)
+from ascend_pd_dev.controlplane.commands import (
+    scheduler_health_url as scheduler_health_url,
+)
+from ascend_pd_dev.kubelet_sim import knobs
 
 #: start order; ``down`` stops in reverse
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet-sim")
@@ -61,15 +70,6 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 
 class ClusterError(RuntimeError):
     """The cluster did not come up; the message names the component and its log."""
-
-
-@dataclass
-class Ports:
-    etcd_client: int
-    etcd_peer: int
-    apiserver: int
-    #: kube-scheduler's plain-HTTP health port (0 in a state file older than the scheduler)
-    scheduler: int = 0
 
 
 @dataclass
@@ -81,35 +81,16 @@ class ClusterState:
     ascend_per_node: int
     #: topology domains kubelet-sim spreads the nodes over (0: no domain label)
     domains: int = 0
+    #: the Kubernetes release running ("1.36"; a state file without it is from 1.20)
+    k8s_release: str = versions.DEFAULT
+
+    @property
+    def minor(self) -> int:
+        return int(self.k8s_release.split(".")[1])
 
     @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports.apiserver}"
-
-
-class Layout:
-    """Paths under the state directory."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.pki = root / "pki"
-        self.etcd_data = root / "etcd"
-        self.run = root / "run"
-        self.logs = root / "logs"
-        self.state = root / "cluster.json"
-        self.kubeconfig = root / "kubeconfig"
-        self.lock = root / ".lock"
-        #: kubelet-sim's local runtimes (images whose launcher check it may run)
-        self.local_runtimes = self.run / "kubelet-sim-runtimes"
-
-    def pid_file(self, component: str) -> Path:
-        return self.run / f"{component}.pid"
-
-    def log_file(self, component: str) -> Path:
-        return self.logs / f"{component}.log"
-
-    def component_kubeconfig(self, component: str) -> Path:
-        return self.pki / f"{component}.kubeconfig"
 
 
 def port_free(port: int) -> bool:
@@ -151,6 +132,7 @@ def load_state(layout: Layout) -> ClusterState | None:
             nodes=int(data["nodes"]),
             ascend_per_node=int(data["ascend_per_node"]),
             domains=int(data.get("domains", 0)),
+            k8s_release=str(data.get("k8s_release", "1.20")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -178,98 +160,6 @@ def kubeconfig(server: str, ca_pem: str, user: str, token: str, context: str) ->
         "contexts": [{"name": context, "context": {"cluster": context, "user": user}}],
         "current-context": context,
     }
-
-
-def etcd_argv(etcd: Path, layout: Layout, ports: Ports) -> list[str]:
-    client = f"http://127.0.0.1:{ports.etcd_client}"
-    peer = f"http://127.0.0.1:{ports.etcd_peer}"
-    return [
-        str(etcd),
-        "--name=ascend-pd-dev",
-        f"--data-dir={layout.etcd_data}",
-        f"--listen-client-urls={client}",
-        f"--advertise-client-urls={client}",
-        f"--listen-peer-urls={peer}",
-        f"--initial-advertise-peer-urls={peer}",
-        f"--initial-cluster=ascend-pd-dev={peer}",
-        "--initial-cluster-state=new",
-        "--log-level=warn",
-        "--logger=zap",
-    ]
-
-
-def apiserver_argv(binary: Path, layout: Layout, pki: certs.Pki, ports: Ports) -> list[str]:
-    return [
-        str(binary),
-        f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
-        f"--secure-port={ports.apiserver}",
-        "--insecure-port=0",
-        f"--cert-dir={layout.pki}",
-        f"--tls-cert-file={pki.serving_crt}",
-        f"--tls-private-key-file={pki.serving_key}",
-        f"--client-ca-file={pki.ca_crt}",
-        f"--token-auth-file={pki.tokens_csv}",
-        "--authorization-mode=RBAC",
-        "--anonymous-auth=false",
-        f"--service-cluster-ip-range={certs.SERVICE_CIDR}",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-account-key-file={pki.sa_pub}",
-        f"--service-account-signing-key-file={pki.sa_key}",
-        "--allow-privileged=true",
-        "--profiling=false",
-        "--v=1",
-    ]
-
-
-def controller_manager_argv(binary: Path, layout: Layout, pki: certs.Pki) -> list[str]:
-    return [
-        str(binary),
-        f"--kubeconfig={layout.component_kubeconfig('kube-controller-manager')}",
-        f"--controllers={','.join(CONTROLLERS)}",
-        "--leader-elect=false",
-        "--port=0",
-        "--secure-port=0",
-        f"--service-account-private-key-file={pki.sa_key}",
-        f"--root-ca-file={pki.ca_crt}",
-        "--use-service-account-credentials=true",
-        # a third of the default 15 s: tests wait on what the HPA did, never on its period
-        "--horizontal-pod-autoscaler-sync-period=5s",
-        "--profiling=false",
-        "--v=1",
-    ]
-
-
-def scheduler_argv(binary: Path, layout: Layout, ports: Ports) -> list[str]:
-    """The default scheduler profile, as a cluster runs it; health on a plain-HTTP loopback
-    port (no serving certificate to make) and no HTTPS port, so clusters side by side never
-    collide on the fixed default ports."""
-    return [
-        str(binary),
-        f"--kubeconfig={layout.component_kubeconfig('kube-scheduler')}",
-        "--leader-elect=false",
-        "--address=127.0.0.1",
-        f"--port={ports.scheduler}",
-        "--secure-port=0",
-        "--profiling=false",
-        "--v=1",
-    ]
-
-
-def kubelet_sim_argv(
-    layout: Layout, nodes: int, ascend_per_node: int, domains: int = 0
-) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "ascend_pd_dev.kubelet_sim",
-        f"--kubeconfig={layout.component_kubeconfig('kubelet-sim')}",
-        f"--nodes={nodes}",
-        f"--ascend-per-node={ascend_per_node}",
-        f"--domains={domains}",
-        f"--local-runtimes={layout.local_runtimes}",
-    ]
 
 
 def _ssl_context(pki: certs.Pki) -> ssl.SSLContext:
@@ -411,17 +301,23 @@ def _start_controller_manager(
     _start_and_wait(
         layout,
         "kube-controller-manager",
-        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki),
+        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki, state.minor),
         "the default ServiceAccount",
         lambda: api_get(state, pki, "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
         120,
     )
 
 
-def scheduler_healthy(port: int) -> bool:
-    """kube-scheduler on ``127.0.0.1:port`` answers ``/healthz`` with ``ok``."""
+def scheduler_healthy(port: int, minor: int) -> bool:
+    """kube-scheduler 1.``minor`` on ``127.0.0.1:port`` answers ``/healthz`` with ``ok``."""
+    # from 1.24 its port is HTTPS with a certificate it made itself: nothing to verify it by,
+    # and loopback only
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    url = scheduler_health_url(port, minor)
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+        with urllib.request.urlopen(url, timeout=2, context=context) as resp:
             return bool(resp.read().strip() == b"ok")
     except (urllib.error.URLError, OSError):
         return False
@@ -434,9 +330,9 @@ def _start_scheduler(
     _start_and_wait(
         layout,
         "kube-scheduler",
-        scheduler_argv(bin_dir / "kube-scheduler", layout, state.ports),
+        scheduler_argv(bin_dir / "kube-scheduler", layout, state.ports, state.minor),
         "kube-scheduler /healthz",
-        lambda: scheduler_healthy(state.ports.scheduler),
+        lambda: scheduler_healthy(state.ports.scheduler, state.minor),
         120,
     )
 
@@ -483,7 +379,7 @@ def _start_apiserver(
     _start_and_wait(
         layout,
         "kube-apiserver",
-        apiserver_argv(bin_dir / "kube-apiserver", layout, pki, state.ports),
+        apiserver_argv(bin_dir / "kube-apiserver", layout, pki, state.ports, state.minor),
         "kube-apiserver /readyz",
         lambda: api_get(state, pki, "/readyz")[0] == 200,
         120,
@@ -517,7 +413,8 @@ def start_component(layout: Layout, component: str, progress: Progress = lambda 
         if component == "etcd":
             _start_etcd(layout, state, progress)
         else:
-            bin_dir = build.ensure_binaries(progress)
+            plane = versions.CONTROL_PLANES[state.k8s_release]
+            bin_dir = plane.ensure_binaries(progress, False)
             _start_apiserver(layout, state, certs.Pki(layout.pki), bin_dir, progress)
 
 
@@ -528,17 +425,25 @@ def up(
     progress: Progress,
     rebuild: bool = False,
     domains: int = 0,
+    k8s_version: str | None = None,
 ) -> ClusterState:
     """Bring the cluster up (or leave a healthy one as it is); return its state.
+
+    ``k8s_version``: the release to run (``versions.selected_release``: this, else
+    ``ASCEND_PD_K8S_VERSION``, else the default). A cluster of another release is stopped and
+    its etcd data deleted: neither release reads all that the other stored.
 
     Concurrent ``up``/``down`` calls on one state directory run one at a time, so a second
     caller finds the cluster the first one started instead of restarting it.
     """
-    bin_dir = build.ensure_binaries(progress, rebuild=rebuild)
+    plane = versions.control_plane(k8s_version)
+    bin_dir = plane.ensure_binaries(progress, rebuild)
     build.ensure_runtime_packages(progress)
     layout.root.mkdir(parents=True, exist_ok=True)
     with build.file_lock(layout.lock):
-        return _up_locked(layout, nodes, ascend_per_node, domains, progress, rebuild, bin_dir)
+        return _up_locked(
+            layout, nodes, ascend_per_node, domains, progress, rebuild, plane.release, bin_dir
+        )
 
 
 def _up_locked(
@@ -548,14 +453,21 @@ def _up_locked(
     domains: int,
     progress: Progress,
     rebuild: bool,
+    release: str,
     bin_dir: Path,
 ) -> ClusterState:
     for directory in (layout.root, layout.run, layout.logs):
         directory.mkdir(parents=True, exist_ok=True)
     pki = certs.ensure_pki(layout.pki)
     previous = load_state(layout)
+    if previous is not None and previous.k8s_release != release:
+        progress(f"switching from Kubernetes {previous.k8s_release} to {release}: its etcd "
+                 "data is deleted (neither release reads all that the other stored)")  # fmt: skip
+        stop_all(layout, progress)
+        shutil.rmtree(layout.etcd_data, ignore_errors=True)
 
-    if previous is not None and not rebuild and _core_healthy(layout, previous, pki):
+    if (previous is not None and previous.k8s_release == release and not rebuild
+            and _core_healthy(layout, previous, pki)):  # fmt: skip
         # etcd and the API server keep running; start whatever else is missing or changed
         state = previous
         if (state.nodes, state.ascend_per_node, state.domains) != (nodes, ascend_per_node,
@@ -579,7 +491,11 @@ def _up_locked(
 
     stop_all(layout, progress)
     state = ClusterState(
-        choose_ports(previous.ports if previous else None), nodes, ascend_per_node, domains
+        choose_ports(previous.ports if previous else None),
+        nodes,
+        ascend_per_node,
+        domains,
+        release,
     )
     save_state(layout, state)
     _write_kubeconfigs(layout, pki, state)
@@ -594,13 +510,18 @@ def _up_locked(
 
 
 def fresh(
-    layout: Layout, nodes: int, ascend_per_node: int, progress: Progress, domains: int = 0
+    layout: Layout,
+    nodes: int,
+    ascend_per_node: int,
+    progress: Progress,
+    domains: int = 0,
+    k8s_version: str | None = None,
 ) -> ClusterState:
     """A cluster in ``layout`` that starts from empty: whatever ran there before is stopped and
     its data deleted first, so a test session, scenario or benchmark never inherits objects
     (and simulated NPUs held by them) from whatever used the directory last."""
     down(layout, progress, purge=True)
-    return up(layout, nodes, ascend_per_node, progress, domains=domains)
+    return up(layout, nodes, ascend_per_node, progress, domains=domains, k8s_version=k8s_version)
 
 
 def _live_other_sessions(sessions: Path) -> list[int]:

@@ -1,6 +1,6 @@
 """Where the dev cluster keeps things: the build cache (per user), the runtime state (per project).
 
-The build cache outlives checkouts (``~/.cache/ascend-pd/k8s-1.20.2``); the runtime state
+The build cache outlives checkouts (``~/.cache/ascend-pd/k8s-<version>``); the runtime state
 (certificates, etcd data, pid files, logs, the kubeconfig) lives in the project's git-ignored
 ``.dev/`` so two checkouts never share a cluster. ``ASCEND_PD_DEV_DIR`` moves the state.
 """
@@ -10,9 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-
-#: the Kubernetes version the dev cluster runs (Debian bookworm's ``kubernetes`` source package)
-K8S_VERSION = "1.20.2"
 
 
 class UnderRoot:
@@ -32,9 +29,9 @@ def cache_root() -> Path:
     return Path(base) / "ascend-pd"
 
 
-def build_cache() -> Path:
-    """The per-user cache of the built control-plane binaries."""
-    return cache_root() / f"k8s-{K8S_VERSION}"
+def build_cache(version: str) -> Path:
+    """The per-user cache of the control-plane binaries of Kubernetes ``version`` (1.x.y)."""
+    return cache_root() / f"k8s-{version}"
 
 
 def project_root() -> Path:

@@ -6,7 +6,8 @@ for the kubelets of N Ascend nodes, and does only what those do to API objects (
 runs the real kube-scheduler, which binds the pods):
 
 - registers Node objects ``sim-ascend-<i>`` with ``huawei.com/Ascend910`` capacity (8 by
-  default), labelled ``ascend-pd.dev/simulated=true``, kubelet version ``v1.20.2-sim``;
+  default), labelled ``ascend-pd.dev/simulated=true``, the kubelet version the API
+  server's with ``-sim`` (``v1.36.3-sim``);
 - reports every pod bound to one of its nodes Running and Ready (after the readiness delay
   below) with a loopback pod IP (127.1.0.1 and up; a ``hostNetwork`` pod gets its node's
   127.0.1.x; no traffic is ever sent to any of them; the endpoints controller refuses loopback

@@ -20,7 +20,9 @@ from ascend_pd_dev.kubelet_sim.objects import Obj, iso, list_items, log, parse_i
 SIM_LABEL = "ascend-pd.dev/simulated"
 ASCEND_RESOURCE = "huawei.com/Ascend910"
 NODE_PREFIX = "sim-ascend-"
-KUBELET_VERSION = "v1.20.2-sim"
+#: the kubelet version a node reports when the API server's is not known (kubelet-sim
+#: reports the API server's own, ``kubelet_version``)
+KUBELET_VERSION = "v0.0.0-sim"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 #: the simulated topology domain of a node (a super-pod), when kubelet-sim is given domains
 DOMAIN_LABEL = "kubelet-sim.ascend-pd.dev/super-pod"
@@ -76,10 +78,16 @@ def _healthy_conditions(timestamp: str) -> list[Obj]:
     return conditions
 
 
-def _node_info(name: str) -> Obj:
+def kubelet_version(server_git_version: str) -> str:
+    """What a simulated node reports as its kubelet's version: the API server's release
+    (``v1.36.3`` -> ``v1.36.3-sim``), as a cluster's kubelets of the same release would."""
+    return f"{server_git_version}-sim" if server_git_version else KUBELET_VERSION
+
+
+def _node_info(name: str, version: str) -> Obj:
     return {
-        "kubeletVersion": KUBELET_VERSION,
-        "kubeProxyVersion": KUBELET_VERSION,
+        "kubeletVersion": version,
+        "kubeProxyVersion": version,
         "containerRuntimeVersion": "none://kubelet-sim-runs-no-containers",
         "operatingSystem": "linux",
         "architecture": "amd64",
@@ -111,7 +119,12 @@ def node_labels(index: int, ascend_per_node: int, domains: int = 0) -> dict[str,
 
 
 def node_manifest(
-    index: int, ascend_per_node: int, timestamp: str, owner: str = "", domains: int = 0
+    index: int,
+    ascend_per_node: int,
+    timestamp: str,
+    owner: str = "",
+    domains: int = 0,
+    version: str = KUBELET_VERSION,
 ) -> Obj:
     """The Node object of simulated node ``index``, status included."""
     name = node_name(index)
@@ -132,7 +145,7 @@ def node_manifest(
                 {"type": "InternalIP", "address": node_ip(index)},
                 {"type": "Hostname", "address": name},
             ],
-            "nodeInfo": _node_info(name),
+            "nodeInfo": _node_info(name, version),
         },
     }  # fmt: skip
 
@@ -207,7 +220,13 @@ def node_taints(current: list[Obj], readiness: str, timestamp: str) -> list[Obj]
 
 
 def register_nodes(
-    api: Any, count: int, ascend_per_node: int, owner: str, now: float, domains: int = 0
+    api: Any,
+    count: int,
+    ascend_per_node: int,
+    owner: str,
+    now: float,
+    domains: int = 0,
+    version: str = KUBELET_VERSION,
 ) -> list[Obj]:
     """Create or update nodes 0..count-1, delete surplus simulated nodes; return our nodes.
 
@@ -225,7 +244,7 @@ def register_nodes(
             api.delete_node(name)
     result = []
     for name, index in wanted.items():
-        manifest = node_manifest(index, ascend_per_node, iso(now), owner, domains)
+        manifest = node_manifest(index, ascend_per_node, iso(now), owner, domains, version)
         found = existing.get(name)
         if found is None:
             result.append(_create(api, manifest))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ascend_pd_dev.kubelet_sim import knobs, launch_check
 from ascend_pd_dev.kubelet_sim.client import make_api
-from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE, DOMAIN_LABEL
+from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE, DOMAIN_LABEL, kubelet_version
 from ascend_pd_dev.kubelet_sim.objects import log
 from ascend_pd_dev.kubelet_sim.simulator import Simulator
 
@@ -75,6 +75,21 @@ def run(sim: Simulator, interval: float) -> None:
         time.sleep(interval)
 
 
+def _server_version(api: object) -> str:
+    """The API server's ``gitVersion`` ("" when it does not answer: the nodes then report
+    ``KUBELET_VERSION``)."""
+    import urllib3
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        info = client.VersionApi(api.api_client).get_code()  # type: ignore[attr-defined]
+    except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
+        log.warning("no /version from the API server (%s); nodes report no release", err)
+        return ""
+    return str(info.git_version or "")
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = parser()
     args = arguments.parse_args(argv)
@@ -83,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.domains < 0:
         arguments.error("--domains must be a number of domains >= 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s kubelet-sim %(message)s")
+    api = make_api(args.kubeconfig)
     sim = Simulator(
-        make_api(args.kubeconfig), args.nodes, args.ascend_per_node,
+        api, args.nodes, args.ascend_per_node,
         domains=args.domains, runtimes_dir=args.local_runtimes, ready_after=args.ready_after,
+        kubelet_version=kubelet_version(_server_version(api)),
     )  # fmt: skip
     log.info("simulating %d Ascend nodes with %d %s each (no containers are run)",
              args.nodes, args.ascend_per_node, ASCEND_RESOURCE)  # fmt: skip

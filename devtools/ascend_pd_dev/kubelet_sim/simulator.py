@@ -12,6 +12,7 @@ from typing import Any
 
 from ascend_pd_dev.kubelet_sim import launch_check
 from ascend_pd_dev.kubelet_sim.nodes import (
+    KUBELET_VERSION,
     NODE_PREFIX,
     internal_ip,
     node_readiness,
@@ -36,6 +37,8 @@ class Simulator:
     runtimes_dir: Path | None = None
     #: seconds from a container's start to its readiness (``knobs.READY_AFTER`` overrides)
     ready_after: float = 0.0
+    #: the kubelet version the nodes report (``nodes.kubelet_version``)
+    kubelet_version: str = KUBELET_VERSION
     #: wall-clock seconds; every timestamp written and every delay measured comes from it
     clock: Callable[[], float] = time.time
     kubelets: Kubelets = field(init=False)
@@ -53,7 +56,7 @@ class Simulator:
     def step(self) -> None:
         """One reconcile cycle over all nodes and pods."""
         nodes = register_nodes(self.api, self.nodes, self.ascend_per_node, self.owner,
-                               self.clock(), self.domains)  # fmt: skip
+                               self.clock(), self.domains, self.kubelet_version)  # fmt: skip
         names = {n["metadata"]["name"] for n in nodes}
         pods = list_items(self.api.list_pod_for_all_namespaces)
         # once a cycle: the launch check and the kubelets read their knobs here

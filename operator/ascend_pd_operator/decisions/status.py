@@ -227,8 +227,9 @@ ROLE_MESSAGE_CHARS = 1536
 #: pod or a failing container, not the pods that only wait behind it.
 (RANK_NOT_CREATED, RANK_EXITED, RANK_WAITING, RANK_GANG, RANK_UNSCHEDULED, RANK_NODE,
  RANK_CREATING, RANK_LOADING, RANK_TERMINATING) = range(9)  # fmt: skip
-#: The StatefulSet controller's words before the API server's refusal of a pod.
-_FAILED_CREATE_PREFIX = re.compile(r"^create Pod \S+ in StatefulSet \S+ failed error: ")
+#: The StatefulSet controller's words before the API server's refusal of a pod: "create Pod"
+#: on 1.20, "Create Pod" on 1.36.
+_FAILED_CREATE_PREFIX = re.compile(r"^[Cc]reate Pod \S+ in StatefulSet \S+ failed error: ")
 #: The fix for a refused pod, by the words of the admission that refused it.
 FAILED_CREATE_FIXES = (
     ("violates PodSecurity", "the namespace's Pod Security level does not admit the runtime "

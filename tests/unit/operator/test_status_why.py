@@ -270,6 +270,28 @@ def test_a_pod_security_refusal_is_named_with_its_fix(dsv3: Json) -> None:
     )
 
 
+def test_the_statefulset_controller_s_prefix_is_dropped_in_either_release_s_words(
+    dsv3: Json,
+) -> None:
+    """The controller's words before the refusal: "create Pod ..." (1.20), "Create Pod ..."
+    (1.36, as a 1.36 controller manager wrote it): either way the status quotes the API
+    server's refusal alone."""
+    refusal = 'pods "dsv3-prefill-0-0" is forbidden: exceeded quota: q'
+    for verb in ("create", "Create"):
+        event = failed_create("dsv3-prefill-0", refusal)
+        event["message"] = (
+            f"{verb} Pod dsv3-prefill-0-0 in StatefulSet dsv3-prefill-0 failed error: {refusal}"
+        )
+        children = ready_children()
+        children[("StatefulSet", "dsv3-prefill-0")] = sts("dsv3-prefill-0", created=0)
+        message = cond(status_of(dsv3, children, [], [event]), "PrefillReady")["message"]
+        assert message.startswith(
+            "1/2 instances ready (2 nodes each): dsv3-prefill-0 (0/2 pods ready): StatefulSet "
+            'dsv3-prefill-0 cannot create pods (FailedCreate): pods "dsv3-prefill-0-0" is '
+            "forbidden: exceeded quota: q; a ResourceQuota"
+        ), (verb, message)
+
+
 def test_a_quota_refusal_is_named_and_the_latest_event_wins(dsv3: Json) -> None:
     children = ready_children()
     children[("StatefulSet", "dsv3-decode-0")] = sts("dsv3-decode-0", created=1)

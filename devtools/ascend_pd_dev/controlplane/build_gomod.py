@@ -1,0 +1,390 @@
+"""Build (once) and locate kube-apiserver, kube-controller-manager and kube-scheduler 1.36 from
+Go modules.
+
+The usual way to build Kubernetes' commands as a dependency: a module of ours
+(``gomod/k8s-1.36/go.mod``, committed with its ``go.sum``) requires ``k8s.io/kubernetes
+v1.36.N`` and ``replace``s every ``k8s.io/*`` staging module with ``v0.36.N`` of the same
+release. (k8s.io/kubernetes' own go.mod requires them at ``v0.0.0`` and points them at its
+``./staging`` tree; a main module's ``replace`` is the only one Go honours, so ours must say it.)
+The three commands are the module's ``tool``s, so ``go mod tidy`` keeps what they need.
+
+One ``go build`` compiles the three together (the packages they share once) with the machine's
+Go, modules from the Go module proxy checked against the committed go.sum (no checksum-database
+look-up), ``-trimpath -ldflags='-s -w'`` and the release stamped into ``/version``. The module
+and build caches live under the recipe's ``work/`` and are deleted afterwards: they only pay
+off on a rebuild of the same recipe, and a new patch release recompiles every ``k8s.io``
+package anyway. The binaries are cached per user and recipe like the 1.20 build
+(``build.py``), with the same file lock and progress lines; the stamp holds a digest of the
+go.mod and go.sum, so an edited module rebuilds.
+
+``python -m ascend_pd_dev.controlplane.build_gomod --update v1.36.N`` rewrites the committed
+go.mod and go.sum for another patch release (with ``go mod tidy``; network needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ascend_pd_dev.controlplane import build, paths
+from ascend_pd_dev.controlplane.build import BINARIES, BuildError, Progress
+
+#: the release the committed go.mod pins (``k8s.io/kubernetes v<VERSION>``)
+VERSION = "1.36.3"
+#: bump when the build recipe changes: each recipe has its own cache directory
+RECIPE = 1
+#: the committed module (go.mod and go.sum) of this release
+GOMOD_DIR = Path(__file__).resolve().parent / "gomod" / "k8s-1.36"
+MODULE_PATH = "ascend-pd.dev/controlplane"
+#: the oldest Go that builds this release (k8s.io/kubernetes' own ``go`` line)
+GO_MINIMUM = (1, 26)
+#: what a 2-core machine took for a cold build (modules downloaded and compiled), for the
+#: progress lines; docs/development.md has the measurement
+USUALLY = "10 CPU minutes: 15-30 minutes on 2 busy cores"
+COMMANDS = tuple(f"k8s.io/kubernetes/cmd/{name}" for name in BINARIES)
+#: the staging modules of k8s.io/kubernetes v1.36 (its go.mod's ``=> ./staging/...``
+#: replacements; ``staging_modules`` reads them from a release's go.mod for ``--update``)
+STAGING_MODULES = (
+    "k8s.io/api", "k8s.io/apiextensions-apiserver", "k8s.io/apimachinery", "k8s.io/apiserver",
+    "k8s.io/cli-runtime", "k8s.io/client-go", "k8s.io/cloud-provider",
+    "k8s.io/cluster-bootstrap", "k8s.io/code-generator", "k8s.io/component-base",
+    "k8s.io/component-helpers", "k8s.io/controller-manager", "k8s.io/cri-api",
+    "k8s.io/cri-client", "k8s.io/cri-streaming", "k8s.io/csi-translation-lib",
+    "k8s.io/dynamic-resource-allocation", "k8s.io/endpointslice", "k8s.io/externaljwt",
+    "k8s.io/kms", "k8s.io/kube-aggregator", "k8s.io/kube-controller-manager",
+    "k8s.io/kube-proxy", "k8s.io/kube-scheduler", "k8s.io/kubectl", "k8s.io/kubelet",
+    "k8s.io/metrics", "k8s.io/mount-utils", "k8s.io/pod-security-admission",
+    "k8s.io/sample-apiserver", "k8s.io/sample-cli-plugin", "k8s.io/sample-controller",
+    "k8s.io/streaming",
+)  # fmt: skip
+
+
+@dataclass
+class GoMod:
+    """What the build relies on in a go.mod: its requirements, replacements and tools."""
+
+    module: str = ""
+    go: str = ""
+    requires: dict[str, str] = field(default_factory=dict)
+    #: module -> (replacement path, replacement version; "" for a directory)
+    replaces: dict[str, tuple[str, str]] = field(default_factory=dict)
+    tools: list[str] = field(default_factory=list)
+
+
+def parse_gomod(text: str) -> GoMod:
+    """The directives of a go.mod (single-line and parenthesised blocks; comments dropped)."""
+    mod = GoMod()
+    block: str | None = None
+    for raw in text.splitlines():
+        line = raw.split("//", 1)[0].strip()
+        if not line:
+            continue
+        if block is not None:
+            if line == ")":
+                block = None
+                continue
+            verb, rest = block, line
+        else:
+            verb, _, rest = line.partition(" ")
+            rest = rest.strip()
+            if rest == "(":
+                block = verb
+                continue
+        words = rest.split()
+        if verb == "module":
+            mod.module = words[0]
+        elif verb == "go":
+            mod.go = words[0]
+        elif verb == "require" and len(words) >= 2:
+            mod.requires[words[0]] = words[1]
+        elif verb == "tool" and words:
+            mod.tools.append(words[0])
+        elif verb == "replace" and "=>" in words:
+            arrow = words.index("=>")
+            target = words[arrow + 1 :]
+            mod.replaces[words[0]] = (target[0], target[1] if len(target) > 1 else "")
+    return mod
+
+
+def staging_modules(kubernetes_gomod: str) -> tuple[str, ...]:
+    """The staging modules of a k8s.io/kubernetes go.mod: those it replaces with a directory
+    under ``./staging/``, sorted."""
+    replaces = parse_gomod(kubernetes_gomod).replaces
+    return tuple(sorted(m for m, (path, _) in replaces.items() if path.startswith("./staging/")))
+
+
+def staging_version(version: str) -> str:
+    """The staging modules' tag of Kubernetes ``version``: 1.36.3 -> v0.36.3."""
+    match = re.fullmatch(r"v?1\.(\d+)\.(\d+)", version)
+    if match is None:
+        raise BuildError(f"Kubernetes version {version!r}: expected 1.MINOR.PATCH, e.g. 1.36.3")
+    return f"v0.{match.group(1)}.{match.group(2)}"
+
+
+def render_gomod(version: str, staging: tuple[str, ...], go: str) -> str:
+    """Our go.mod before ``go mod tidy`` adds the requirements of the commands: it requires
+    k8s.io/kubernetes ``version``, makes the three commands its tools and replaces every
+    staging module with the same release's ``v0.MINOR.PATCH``."""
+    pin = staging_version(version)
+    tools = "".join(f"\t{c}\n" for c in COMMANDS)
+    replaces = "".join(f"\t{m} => {m} {pin}\n" for m in sorted(staging))
+    return (
+        f"module {MODULE_PATH}\n\ngo {go}\n\n"
+        f"require k8s.io/kubernetes v{version.lstrip('v')}\n\n"
+        f"tool (\n{tools})\n\nreplace (\n{replaces})\n"
+    )
+
+
+def gomod_problems(text: str, version: str, staging: tuple[str, ...]) -> list[str]:
+    """Why ``text`` is not a go.mod that builds the commands of Kubernetes ``version`` (empty:
+    it is): the kubernetes pin, the tools, and every staging module replaced with the same
+    release (a requirement of one left at v0.0.0, or of another release, fails or mixes)."""
+    mod = parse_gomod(text)
+    problems = []
+    want = f"v{version.lstrip('v')}"
+    if mod.requires.get("k8s.io/kubernetes") != want:
+        found = mod.requires.get("k8s.io/kubernetes")
+        problems.append(f"requires k8s.io/kubernetes {found}, expected {want}")
+    missing_tools = sorted(set(COMMANDS) - set(mod.tools))
+    if missing_tools:
+        problems.append(f"tool directives missing: {', '.join(missing_tools)}")
+    pin = staging_version(version)
+    for module in staging:
+        if mod.replaces.get(module) != (module, pin):
+            problems.append(f"{module} is replaced by {mod.replaces.get(module)}, expected {pin}")
+    for module in mod.requires:
+        if module.startswith("k8s.io/") and module not in staging and module in mod.replaces:
+            problems.append(f"{module} is replaced but is no staging module of {want}")
+    return problems
+
+
+def version_ldflags(version: str) -> str:
+    """``-s -w`` and the release stamped where ``/version`` and the client user agent read it
+    (built without it, the servers say ``v0.0.0-master``; the operator picks API versions from
+    ``/version``)."""
+    major, minor = version.lstrip("v").split(".")[:2]
+    stamps = {"gitVersion": f"v{version.lstrip('v')}", "gitMajor": major, "gitMinor": minor,
+              "gitTreeState": "clean"}  # fmt: skip
+    packages = ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+    flags = [f"-X {p}.{k}={v}" for p in packages for k, v in stamps.items()]
+    return " ".join(["-s", "-w", *flags])
+
+
+def build_command(go: Path, out_dir: Path, version: str) -> list[str]:
+    """One ``go build`` of the three commands into ``out_dir`` (shared packages compiled once)."""
+    return ["nice", "-n", "10", str(go), "build", "-trimpath",
+            f"-ldflags={version_ldflags(version)}", "-o", f"{out_dir}/", *COMMANDS]  # fmt: skip
+
+
+def build_environment(base: dict[str, str], go: Path, work: Path) -> dict[str, str]:
+    """The Go build: caches under ``work``, modules verified by go.sum alone, no toolchain
+    download, no cgo, the go.mod never rewritten; the proxy is the environment's own
+    (``GOPROXY``, Go's default when unset)."""
+    env = {k: v for k, v in base.items() if not k.startswith("GO") or k in ("GOPROXY",)}
+    env.update(
+        PATH=f"{go.parent}:{base.get('PATH', '/usr/bin:/bin')}",
+        GOMODCACHE=str(work / "gomodcache"),
+        GOCACHE=str(work / "gocache"),
+        GOPATH=str(work / "gopath"),
+        # the compiler's scratch files too, so that work/ is all the disk the build takes
+        GOTMPDIR=str(work / "tmp"),
+        # -modcacherw: the module cache is deleted afterwards, and Go makes it read-only
+        GOFLAGS="-mod=readonly -modcacherw",
+        GOSUMDB="off",
+        GOTOOLCHAIN="local",
+        GOWORK="off",
+        CGO_ENABLED="0",
+    )
+    return env
+
+
+def go_binary() -> Path:
+    """The machine's Go (``PATH``, else ``/usr/local/go/bin/go``), checked against
+    ``GO_MINIMUM``."""
+    found = shutil.which("go") or "/usr/local/go/bin/go"
+    go = Path(found)
+    if not os.access(go, os.X_OK):
+        raise BuildError(
+            f"no Go toolchain (looked on PATH and at {go}); building Kubernetes {VERSION} "
+            f"needs Go >= {'.'.join(map(str, GO_MINIMUM))}"
+        )
+    done = subprocess.run([str(go), "env", "GOVERSION"], capture_output=True, text=True,
+                          check=False, env={**os.environ, "GOTOOLCHAIN": "local"})  # fmt: skip
+    have = go_version_tuple(done.stdout.strip())
+    if have is None or have < GO_MINIMUM:
+        raise BuildError(
+            f"{go} is {done.stdout.strip() or 'unusable'}; building Kubernetes {VERSION} "
+            f"needs Go >= {'.'.join(map(str, GO_MINIMUM))}"
+        )
+    return go
+
+
+def go_version_tuple(text: str) -> tuple[int, int] | None:
+    """``go1.26.8`` -> (1, 26)."""
+    match = re.match(r"go(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def recipe_digest() -> str:
+    """What the binaries are built from: the recipe number, the go.mod and the go.sum."""
+    digest = hashlib.sha256(f"recipe {RECIPE}\n".encode())
+    for name in ("go.mod", "go.sum"):
+        digest.update((GOMOD_DIR / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """This recipe's build cache (``~/.cache/ascend-pd/k8s-1.36.N/recipe-M``)."""
+    return paths.build_cache(VERSION) / f"recipe-{RECIPE}"
+
+
+def bin_dir() -> Path:
+    return cache_dir() / "bin"
+
+
+def binaries_ready() -> bool:
+    try:
+        info = json.loads((cache_dir() / "build-info.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if info.get("recipe") != RECIPE or info.get("digest") != recipe_digest():
+        return False
+    return all(os.access(bin_dir() / b, os.X_OK) for b in BINARIES)
+
+
+def _disk_mb(root: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total // (1 << 20)
+
+
+def _default_progress(message: str) -> None:
+    print(f"ascend-pd-dev cluster: {message}", file=sys.stderr, flush=True)
+
+
+def ensure_binaries(progress: Progress = _default_progress, rebuild: bool = False) -> Path:
+    """Return the directory holding the control-plane binaries (``BINARIES``), building once."""
+    cache = cache_dir()
+    if binaries_ready() and not rebuild:
+        return bin_dir()
+    with build.file_lock(cache / ".build.lock"):
+        # another process may have finished the build while we waited for the lock
+        if binaries_ready() and not rebuild:
+            return bin_dir()
+        _build(cache, progress)
+    return bin_dir()
+
+
+def _build(cache: Path, progress: Progress) -> None:
+    started = time.monotonic()
+    log = cache / "build.log"
+    log.write_text("")
+    progress(f"building the local Kubernetes {VERSION} control plane from Go modules (log: {log})")
+    text = (GOMOD_DIR / "go.mod").read_text()
+    problems = gomod_problems(text, VERSION, STAGING_MODULES)
+    if problems:
+        raise BuildError(f"{GOMOD_DIR / 'go.mod'} does not build {VERSION}: {'; '.join(problems)}")
+    go = go_binary()
+    work = cache / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    module = work / "module"
+    module.mkdir(parents=True)
+    (work / "tmp").mkdir()
+    for name in ("go.mod", "go.sum"):
+        shutil.copy2(GOMOD_DIR / name, module / name)
+    staged = cache / "bin.new"
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir()
+    progress(f"downloading the modules and compiling {', '.join(BINARIES)} in one go build "
+             f"(once; cached afterwards)")  # fmt: skip
+    try:
+        with build.heartbeat(progress, USUALLY):
+            build._run(build_command(go, staged, VERSION), log, "go build",
+                       env=build_environment(dict(os.environ), go, work), cwd=module)  # fmt: skip
+        # what the caches hold once go is done (its scratch directory is gone by then)
+        caches_mb = _disk_mb(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for name in BINARIES:
+        if not (staged / name).is_file():
+            raise BuildError(f"go build finished but {staged / name} is missing; log: {log}")
+    shutil.rmtree(bin_dir(), ignore_errors=True)
+    staged.rename(bin_dir())
+    elapsed = time.monotonic() - started
+    info = {
+        "recipe": RECIPE,
+        "digest": recipe_digest(),
+        "kubernetes": VERSION,
+        "go": str(go),
+        "build_seconds": round(elapsed, 1),
+        "caches_disk_mb": caches_mb,
+    }
+    (cache / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
+    progress(f"built in {elapsed / 60:.1f} min; cached in {bin_dir()}")
+
+
+def update_gomod(version: str, progress: Progress = _default_progress) -> None:
+    """Rewrite the committed go.mod and go.sum for Kubernetes ``version`` (network needed):
+    the staging modules come from that release's own go.mod, the requirements from
+    ``go mod tidy``. Then set ``VERSION`` (and ``STAGING_MODULES`` if they changed)."""
+    go = go_binary()
+    with tempfile.TemporaryDirectory(prefix="k8s-gomod-") as tmp:
+        work = Path(tmp)
+        env = build_environment(dict(os.environ), go, work)
+        env["GOFLAGS"] = "-modcacherw"
+        env.pop("GOSUMDB")  # new modules are checked against the checksum database
+        want = f"k8s.io/kubernetes@v{version.lstrip('v')}"
+        done = subprocess.run([str(go), "mod", "download", "-json", want], capture_output=True,
+                              text=True, env=env, cwd=work, check=False)  # fmt: skip
+        if done.returncode != 0:
+            raise BuildError(f"go mod download {want} failed:\n{done.stdout}{done.stderr}")
+        staging = staging_modules(Path(json.loads(done.stdout)["GoMod"]).read_text())
+        module = work / "module"
+        module.mkdir()
+        go_line = ".".join(map(str, GO_MINIMUM)) + ".0"
+        (module / "go.mod").write_text(render_gomod(version, staging, go_line))
+        progress(f"go mod tidy for {want} ({len(staging)} staging modules)")
+        tidy = subprocess.run([str(go), "mod", "tidy"], capture_output=True, text=True, env=env,
+                              cwd=module, check=False)  # fmt: skip
+        if tidy.returncode != 0:
+            raise BuildError(f"go mod tidy failed:\n{tidy.stderr}")
+        GOMOD_DIR.mkdir(parents=True, exist_ok=True)
+        for name in ("go.mod", "go.sum"):
+            shutil.copy2(module / name, GOMOD_DIR / name)
+    if staging != tuple(sorted(STAGING_MODULES)):
+        progress(f"the staging modules changed; set STAGING_MODULES to {staging}")
+    progress(f"wrote {GOMOD_DIR}/go.mod and go.sum; set VERSION = {version.lstrip('v')!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ascend_pd_dev.controlplane.build_gomod")
+    parser.add_argument("--update", metavar="VERSION", help="rewrite go.mod/go.sum for VERSION")
+    parser.add_argument("--rebuild", action="store_true", help="build even when cached")
+    args = parser.parse_args(argv)
+    try:
+        if args.update:
+            update_gomod(args.update)
+        else:
+            print(ensure_binaries(rebuild=args.rebuild))
+    except BuildError as err:
+        print(f"build_gomod: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
