@@ -42,6 +42,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -199,7 +200,10 @@ def _ensure_venv_locked() -> Path:
     WHEELS.mkdir(parents=True, exist_ok=True)
     (HARNESS / "constraints.txt").write_text(TORCH + "\n")
     for step in steps:
+        began = time.monotonic()
         _pip("install", *step)
+        # what a cold build costs, in the tier's log
+        _log(f"pip install {step[0]} ...: {time.monotonic() - began:.0f} s")
     check = subprocess.run([str(PYTHON), "-c", _VENV_CHECK], capture_output=True, text=True)
     if check.returncode != 0:
         raise RuntimeError(f"{VENV}: torch does not run on CPU:\n{check.stderr[-3000:]}")
