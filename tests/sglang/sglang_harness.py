@@ -13,12 +13,13 @@ is the CUDA build: ``libtorch_cpu``, ``libtorch_cuda`` and ``libtorch_python`` l
 libcudart, cuBLAS, cuDNN, NCCL and the rest by name, so ``import torch`` fails without them
 (measured: ``libcudart.so.13: cannot open shared object file``). The GPU driver
 (``libcuda``) is opened only on use: with those libraries every CPU op the tests use runs
-and ``torch.cuda.is_available()`` is False. So the venv gets torch with ``--no-deps`` and
-exactly the NVIDIA wheels that provide the libraries it links (``CUDA_LIBRARIES``, at
-torch's pins: 1.8 GB of downloads), not all that torch's metadata asks for: no cuSOLVER
-(only ``libtorch_cuda_linalg`` links it, opened on a GPU linear-algebra call), no NVTX, no
-``cuda-bindings``. A CPU wheel (``torch-<version>+cpu``) in ``~/.cache/ascend-pd/wheels``
-is used instead when one is there, with no NVIDIA wheel (it links none).
+(and, with no GPU, ``torch.cuda.is_available()`` is False). So the venv gets torch with
+``--no-deps`` and exactly the NVIDIA wheels that provide the libraries it links
+(``CUDA_LIBRARIES``, at torch's pins: 1.8 GB of downloads), not all that torch's metadata
+asks for: no cuSOLVER (only ``libtorch_cuda_linalg`` links it, opened on a GPU
+linear-algebra call), no NVTX, no ``cuda-bindings``. A CPU wheel (``torch-<version>+cpu``)
+in ``~/.cache/ascend-pd/wheels`` is used instead when one is there, with no NVIDIA wheel (it
+links none).
 
 No resolution reads torch's metadata: it would add the CUDA wheels left out above (cuSOLVER
 alone is 200 MB). The packages that require torch (``TORCH_DEPENDENTS``) are installed with
@@ -55,6 +56,7 @@ WHEELS = CACHE / "wheels"
 HARNESS = CACHE / "sglang-harness"
 VENV = HARNESS / "venv"
 PYTHON = VENV / "bin" / "python"
+BUILD_RECORD = VENV / ".ascend-pd-build"
 STUBS = Path(__file__).resolve().parent / "stubs"
 TESTS = Path(__file__).resolve().parent
 
@@ -185,7 +187,7 @@ def venv_steps(wheels: Path) -> list[list[str]]:
 #: not in every test.
 _VENV_CHECK = (
     "import torch; x = torch.ones(2, dtype=torch.bfloat16); "
-    "assert float(x.sum()) == 2.0 and not torch.cuda.is_available(); print(torch.__version__)"
+    "assert float(x.sum()) == 2.0; print(torch.__version__)"
 )
 
 
@@ -199,11 +201,14 @@ def _ensure_venv_locked() -> Path:
     _run([sys.executable, "-m", "venv", str(VENV)])
     WHEELS.mkdir(parents=True, exist_ok=True)
     (HARNESS / "constraints.txt").write_text(TORCH + "\n")
+    seconds = []
     for step in steps:
         began = time.monotonic()
         _pip("install", *step)
-        # what a cold build costs, in the tier's log
-        _log(f"pip install {step[0]} ...: {time.monotonic() - began:.0f} s")
+        seconds.append(f"{time.monotonic() - began:.0f} s")
+    # what a cold build costs, for the tier's summary (the venv's test prints it): the
+    # process that built it may be a benchmark's, whose stderr a passing test drops
+    BUILD_RECORD.write_text(f"its pip install steps took {', '.join(seconds)}")
     check = subprocess.run([str(PYTHON), "-c", _VENV_CHECK], capture_output=True, text=True)
     if check.returncode != 0:
         raise RuntimeError(f"{VENV}: torch does not run on CPU:\n{check.stderr[-3000:]}")
