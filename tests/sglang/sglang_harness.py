@@ -1,17 +1,38 @@
 """Cached environments that run the real SGLang code from PyPI on a CPU-only machine.
 
-* one virtualenv (``venv``) with the CPU torch wheel and the pure-Python packages
-  SGLang's disaggregation modules import, pinned;
+* one virtualenv (``venv``) with torch and the pure-Python packages SGLang's
+  disaggregation modules import, pinned (``venv_steps`` says how, below);
 * per SGLang version, the wheel (``pip download --no-deps``) installed with
   ``--no-deps --target`` into ``sg-<version>``, plus the transformers release that
   version pins (they conflict with each other, so each version gets its own);
 * per test session, a hard-linked copy of that directory that
   ``runtime/install-and-patch.sh`` (what the Dockerfile runs) patches.
 
+Torch comes from PyPI alone (the machines reach no other index). PyPI's Linux x86_64 torch
+is the CUDA build: ``libtorch_cpu``, ``libtorch_cuda`` and ``libtorch_python`` link
+libcudart, cuBLAS, cuDNN, NCCL and the rest by name, so ``import torch`` fails without them
+(measured: ``libcudart.so.13: cannot open shared object file``). The GPU driver
+(``libcuda``) is opened only on use: with those libraries every CPU op the tests use runs
+(and, with no GPU, ``torch.cuda.is_available()`` is False). So the venv gets torch with
+``--no-deps`` and exactly the NVIDIA wheels that provide the libraries it links
+(``CUDA_LIBRARIES``, at torch's pins: 1.8 GB of downloads), not all that torch's metadata
+asks for: no cuSOLVER (only ``libtorch_cuda_linalg`` links it, opened on a GPU
+linear-algebra call), no NVTX, no ``cuda-bindings``. A CPU wheel (``torch-<version>+cpu``)
+in ``~/.cache/ascend-pd/wheels`` is used instead when one is there, with no NVIDIA wheel (it
+links none).
+
+No resolution reads torch's metadata: it would add the CUDA wheels left out above (cuSOLVER
+alone is 200 MB). The packages that require torch (``TORCH_DEPENDENTS``) are installed with
+``--no-deps`` beside it and their other requirements are in ``BASE_REQUIREMENTS``; the
+``transformers`` both also require comes per release in ``sg-<version>``, first on the
+path. ``triton`` (SGLang imports it) is pinned to the release PyPI's torch requires, the
+pair that torch is built and tested with.
+
 Only the hardware modules are stubbed (``stubs/``: torch_npu, torchvision);
 memfabric and mooncake are imported lazily by SGLang and are absent, except where a test or
 the connector benchmark asks for the real memfabric-hybrid wheel (``ensure_memfabric``).
-Everything lives under ``~/.cache/ascend-pd/`` and is reused across runs.
+Everything lives under ``~/.cache/ascend-pd/`` (``$ASCEND_PD_CACHE``) and is reused across
+runs.
 """
 
 from __future__ import annotations
@@ -22,6 +43,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +56,7 @@ WHEELS = CACHE / "wheels"
 HARNESS = CACHE / "sglang-harness"
 VENV = HARNESS / "venv"
 PYTHON = VENV / "bin" / "python"
+BUILD_RECORD = VENV / ".ascend-pd-build"
 STUBS = Path(__file__).resolve().parent / "stubs"
 TESTS = Path(__file__).resolve().parent
 
@@ -42,19 +65,47 @@ SUMMARY: list[str] = []
 
 VERSIONS = ("0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.19", "0.5.20", "0.5.23")
 
-TORCH = "torch==2.13.0"
-#: What SGLang 0.5.10–0.5.23 import on the way to the Ascend connector, pinned.
+TORCH_VERSION = "2.13.0"
+TORCH = f"torch=={TORCH_VERSION}"
+#: The NVIDIA wheels whose libraries PyPI's torch 2.13.0 links (``readelf -d`` of
+#: ``torch/lib/*.so``: NEEDED), at torch's pins (the CUDA toolkit's: its
+#: ``cuda-toolkit==13.0.3``'s, nvJitLink the lowest it allows); the loader needs them at
+#: ``import torch``, the GPU driver only on use.
+CUDA_LIBRARIES = (
+    "nvidia-cuda-runtime==13.0.96",  # libcudart.so.13
+    "nvidia-cuda-cupti==13.0.85",  # libcupti.so.13 (libtorch_cpu's profiler)
+    "nvidia-cuda-nvrtc==13.0.88",  # libnvrtc.so.13
+    "nvidia-cublas==13.1.1.3",  # libcublas.so.13, libcublasLt.so.13
+    "nvidia-cudnn-cu13==9.20.0.48",  # libcudnn.so.9
+    "nvidia-cufft==12.0.0.61",  # libcufft.so.12
+    "nvidia-cufile==1.15.1.6",  # libcufile.so.0
+    "nvidia-curand==10.4.0.35",  # libcurand.so.10
+    "nvidia-cusparse==12.6.3.3",  # libcusparse.so.12
+    "nvidia-nvjitlink==13.0.88",  # libnvJitLink.so.13 (libcusparse's)
+    "nvidia-cusparselt-cu13==0.8.1",  # libcusparseLt.so.0
+    "nvidia-nccl-cu13==2.29.7",  # libnccl.so.2
+    "nvidia-nvshmem-cu13==3.4.5",  # libnvshmem_host.so.3 (libtorch_nvshmem's)
+)
+#: What SGLang imports that requires torch: installed with ``--no-deps`` (their other
+#: requirements are in ``BASE_REQUIREMENTS``), so no resolution reads torch's metadata.
+TORCH_DEPENDENTS = ("compressed-tensors==0.20.1", "xgrammar==0.2.9")
+#: What SGLang 0.5.10–0.5.23 import on the way to the Ascend connector, pinned, and
+#: torch's and ``TORCH_DEPENDENTS``' own requirements but transformers (per release).
 BASE_REQUIREMENTS = (
     "numpy==2.4.6",
     "aiohttp==3.14.5",
     "apache-tvm-ffi==0.1.15.post2",
-    "compressed-tensors==0.20.1",
     "dill==0.4.1",
     "einops==0.8.2",
+    "filelock==4.3.2",
+    "fsspec==2026.9.0",
     "gguf==0.19.0",
     "httpx==0.28.1",
     "ipython==9.18.1",
+    "jinja2==3.1.6",
+    "loguru==0.7.3",
     "msgspec==0.23.0",
+    "networkx==3.6.1",
     "openai==3.57.0",
     "orjson==3.13.0",
     "packaging==26.4",
@@ -68,9 +119,11 @@ BASE_REQUIREMENTS = (
     "requests==2.34.2",
     "sentencepiece==0.2.3",
     "starlette==1.10.0",
+    "sympy==1.14.0",
     "tqdm==4.70.1",
-    "triton==3.9.0",
-    "xgrammar==0.2.9",
+    # torch 2.13.0's own pin (its CPU wheel names none)
+    "triton==3.7.1",
+    "typing_extensions==4.16.0",
 )
 
 
@@ -110,37 +163,55 @@ def _cache_lock() -> Iterator[None]:
 
 
 def ensure_venv() -> Path:
-    """The shared virtualenv; torch never resolves to a CUDA build (it is pinned and
-    installed on its own with --no-deps, the CPU wheel found through --find-links)."""
+    """The shared virtualenv (``venv_steps``); built once, again when the steps change."""
     with _cache_lock():
         return _ensure_venv_locked()
 
 
+def venv_steps(wheels: Path) -> list[list[str]]:
+    """The ``pip install`` argument lists that build the venv, in order: torch (a
+    ``torch-<version>+cpu`` wheel in ``wheels`` if there is one, else PyPI's CUDA build and
+    ``CUDA_LIBRARIES``) and ``TORCH_DEPENDENTS`` with ``--no-deps``; then
+    ``BASE_REQUIREMENTS``, resolved, with ``--no-warn-conflicts`` (torch's unmet CUDA
+    requirements are deliberate)."""
+    cpu = sorted(wheels.glob(f"torch-{TORCH_VERSION}+cpu-*.whl"))
+    torch = [str(cpu[-1])] if cpu else [TORCH, *CUDA_LIBRARIES]
+    links = ["--find-links", str(wheels)]
+    return [
+        ["--no-deps", *links, *torch, *TORCH_DEPENDENTS],
+        ["--no-warn-conflicts", *links, *BASE_REQUIREMENTS],
+    ]
+
+
+#: Run in the new venv before it is stamped: a venv torch cannot import in fails here, once,
+#: not in every test.
+_VENV_CHECK = (
+    "import torch; x = torch.ones(2, dtype=torch.bfloat16); "
+    "assert float(x.sum()) == 2.0; print(torch.__version__)"
+)
+
+
 def _ensure_venv_locked() -> Path:
-    content = "\n".join((TORCH, *BASE_REQUIREMENTS))
+    steps = venv_steps(WHEELS)
+    content = "\n".join(" ".join(step) for step in steps)
     if _stamp(VENV, content):
         return PYTHON
-    _log(f"creating {VENV} (CPU torch and SGLang's pure-Python imports)")
+    _log(f"creating {VENV} (torch and SGLang's pure-Python imports)")
     shutil.rmtree(VENV, ignore_errors=True)
     _run([sys.executable, "-m", "venv", str(VENV)])
     WHEELS.mkdir(parents=True, exist_ok=True)
-    constraints = HARNESS / "constraints.txt"
-    constraints.write_text(TORCH + "\n")
-    links = ["--find-links", str(WHEELS)]
-    _pip("install", "--no-deps", *links, TORCH)
-    _pip(
-        "install",
-        *links,
-        "-c",
-        str(constraints),
-        "filelock",
-        "typing_extensions",
-        "sympy",
-        "networkx",
-        "jinja2",
-        "fsspec",
-        *BASE_REQUIREMENTS,
-    )
+    (HARNESS / "constraints.txt").write_text(TORCH + "\n")
+    seconds = []
+    for step in steps:
+        began = time.monotonic()
+        _pip("install", *step)
+        seconds.append(f"{time.monotonic() - began:.0f} s")
+    # what a cold build costs, for the tier's summary (the venv's test prints it): the
+    # process that built it may be a benchmark's, whose stderr a passing test drops
+    BUILD_RECORD.write_text(f"its pip install steps took {', '.join(seconds)}")
+    check = subprocess.run([str(PYTHON), "-c", _VENV_CHECK], capture_output=True, text=True)
+    if check.returncode != 0:
+        raise RuntimeError(f"{VENV}: torch does not run on CPU:\n{check.stderr[-3000:]}")
     _write_stamp(VENV, content)
     return PYTHON
 
