@@ -68,6 +68,11 @@ def test_1_36_command_lines_use_no_removed_flag_and_enforce_pod_security(
     assert "--enable-admission-plugins=PodSecurity" in api
     assert "--authorization-mode=RBAC" in api and "--anonymous-auth=false" in api
     assert f"--service-account-signing-key-file={pki.sa_key}" in api
+    # the aggregation layer: extension API servers (KEDA's metrics adapter) trust requests
+    # proxied with the front-proxy client certificate
+    assert f"--requestheader-client-ca-file={pki.front_proxy_ca_crt}" in api
+    assert f"--proxy-client-cert-file={pki.front_proxy_client_crt}" in api
+    assert "--requestheader-allowed-names=front-proxy-client" in api
     # the scheduler's health is on its HTTPS port, on loopback, on the port the cluster chose
     assert "--secure-port=10259" in scheduler and "--bind-address=127.0.0.1" in scheduler
     assert commands.scheduler_health_url(10259, 36) == "https://127.0.0.1:10259/healthz"

@@ -125,3 +125,32 @@ def test_a_cluster_tier_starts_when_the_build_ends_not_when_another_tier_does(
     assert {r.tier.name: r.code for r in runs} == {
         "prepare": 0, "waiting-probe": 0, "cluster-probe": 0
     }  # fmt: skip
+
+
+def test_a_tier_after_a_build_starts_once_it_succeeded_and_not_when_it_failed(
+    tmp_path: Path,
+) -> None:
+    built = tmp_path / "keda-built"
+    prepare = Tier("prepare", ("-c", "pass"), needs_control_plane=False, program=())
+    # the tier's own build takes a while; started before it ended, the tier finds no file
+    keda = Tier("prepare-keda", ("-c", f"import time, pathlib; time.sleep(1); "
+                                 f"pathlib.Path({str(built)!r}).touch()"), program=())  # fmt: skip
+    test = _probe_test(tmp_path / "test_keda.py", f"assert Path({str(built)!r}).exists()")
+    args = (str(test), "--rootdir", str(tmp_path))
+    runs = run_all([Tier("keda-probe", args, after=("prepare-keda",))], 3, [], prepare=prepare,
+                   builds=[keda])  # fmt: skip
+    assert [(r.tier.name, r.code) for r in runs] == [
+        ("prepare", 0), ("prepare-keda", 0), ("keda-probe", 0)
+    ]  # fmt: skip
+    # a tier names no build: the build is not run
+    runs = run_all([Tier("plain-probe", args, needs_control_plane=False)], 3, [],
+                   prepare=prepare, builds=[keda])  # fmt: skip
+    assert [r.tier.name for r in runs] == ["plain-probe"]
+    failing = Tier("prepare-keda", ("-c", "raise SystemExit(4)"), program=())
+    runs = run_all([Tier("keda-probe", args, after=("prepare-keda",)),
+                    Tier("cluster-probe", (str(_probe_test(tmp_path / "test_ok.py", "pass")),
+                                           "--rootdir", str(tmp_path)))],
+                   3, [], prepare=prepare, builds=[failing])  # fmt: skip
+    codes = {r.tier.name: (r.code, r.process is not None) for r in runs}
+    assert codes == {"prepare": (0, True), "prepare-keda": (4, True),
+                     "keda-probe": (4, False), "cluster-probe": (0, True)}  # fmt: skip

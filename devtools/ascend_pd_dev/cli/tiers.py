@@ -14,7 +14,10 @@ The tiers that need the local control plane start once ``prepare`` has built it 
 release ``ASCEND_PD_K8S_VERSION`` names, else 1.36): on a fresh machine that build takes
 10 CPU minutes, 15 to 30 minutes on 2 busy cores (1.36; 1.20's took 11 to 14), and inside
 the first test's fixture it counted in that test's timeout (a cold ``.ci/run`` failed the
-first reliability scenario so). The others start at once.
+first reliability scenario so). The others start at once. A tier may also wait for a build
+of its own (``after``): the ``prometheus-e2e`` tier for ``prepare-keda``, which builds KEDA
+once the control plane is built (not beside it: both compile on every core), while the
+other cluster tiers already run.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class Tier:
     needs_control_plane: bool = True
     #: what the interpreter runs with ``args``: pytest, but for ``PREPARE``
     program: tuple[str, ...] = PYTEST
+    #: the builds (``BUILDS``, by name) that must have succeeded before it starts
+    after: tuple[str, ...] = ()
 
 
 TIERS = (
@@ -67,8 +72,10 @@ TIERS = (
                  f"e2e and not prometheus and {NOT_OTHERS}"), "e2e", 10),
     # a real Prometheus scraping the running operator: short, so beside the e2e tier
     # rather than in it (the e2e tier is the longest)
+    # KEDA scaling a role on a Prometheus query too (tests/e2e/test_keda_scaling.py)
     Tier("prometheus-e2e", ("tests", "--ignore=tests/reliability", "-m",
-                            f"e2e and prometheus and {NOT_OTHERS}"), "e2e-prometheus", 1),
+                            f"e2e and prometheus and {NOT_OTHERS}"), "e2e-prometheus", 3,
+         after=("prepare-keda",)),
     # tests/e2e has a test of the sglang tier: it gets a cluster of its own too. Its SGLang
     # environments come first (minutes), the one cluster test (20 min budget) waits for
     # the build itself: the tier need not wait
@@ -83,6 +90,11 @@ TIERS = (
 #: before the tiers that need it; a no-op with the binaries cached.
 PREPARE = Tier("prepare", ("--prepare",), expected_minutes=0, needs_control_plane=False,
                program=("-m", "ascend_pd_dev.cli.tiers"))  # fmt: skip
+#: Builds KEDA (``build_keda.ensure_keda``) once the control plane is built, for the tiers
+#: that name it in ``after``; a no-op when cached.
+PREPARE_KEDA = Tier("prepare-keda", ("--prepare-keda",), expected_minutes=0,
+                    program=("-m", "ascend_pd_dev.cli.tiers"))  # fmt: skip
+BUILDS = (PREPARE_KEDA,)
 
 
 @dataclass
@@ -121,6 +133,18 @@ def build_control_plane() -> int:
              f"{versions.DEFAULT})")  # fmt: skip
     plane.ensure_binaries(progress, False)
     build.ensure_runtime_packages(progress)
+    return 0
+
+
+def build_keda() -> int:
+    """Build KEDA's operator and metrics adapter, outside any test's timeout."""
+    from ascend_pd_dev.controlplane import build, build_keda
+
+    try:
+        build_keda.ensure_keda(lambda message: print(f"prepare-keda: {message}", flush=True))
+    except build.BuildError as err:
+        print(f"prepare-keda: {err}", flush=True)
+        return 1
     return 0
 
 
@@ -186,13 +210,21 @@ def run_tiers(tiers: Sequence[Tier], jobs: int, extra: Sequence[str]) -> int:
 
 
 def run_all(
-    tiers: Sequence[Tier], jobs: int, extra: Sequence[str], prepare: Tier = PREPARE
+    tiers: Sequence[Tier],
+    jobs: int,
+    extra: Sequence[str],
+    prepare: Tier = PREPARE,
+    builds: Sequence[Tier] = BUILDS,
 ) -> list[Run]:
     """Run ``tiers``, ``jobs`` at once, the longest first, those that need the control plane
-    once ``prepare`` has built it; print each as it ends and then the table."""
+    once ``prepare`` has built it and those ``after`` a build once it has succeeded; print
+    each as it ends and then the table."""
     ordered = sorted(tiers, key=lambda t: -t.expected_minutes)
+    wanted = {name for t in ordered for name in t.after}
+    ordered[:0] = [b for b in builds if b.name in wanted]
     if any(t.needs_control_plane for t in ordered):
         ordered.insert(0, prepare)
+    ended: dict[str, int] = {}
     todo = [Run(t, LOG_DIR / f"{t.name}.log") for t in ordered]
     runs = list(todo)
     running: list[Run] = []
@@ -200,7 +232,8 @@ def run_all(
     prepared = False
     began = time.monotonic()
     while todo or running:
-        ready = [r for r in todo if not r.tier.needs_control_plane or prepared]
+        ready = [r for r in todo if (not r.tier.needs_control_plane or prepared)
+                 and all(ended.get(name) == 0 for name in r.tier.after)]  # fmt: skip
         while ready and len(running) < jobs:
             run = ready.pop(0)
             todo.remove(run)
@@ -218,6 +251,7 @@ def run_all(
                 run.process.returncode = code = os.waitstatus_to_exitcode(status)
                 running.remove(run)
                 finish(run, code, usage.ru_utime + usage.ru_stime)
+                ended[run.tier.name] = code
                 if run is prepare_run:
                     prepared = code == 0
                     if not prepared:
@@ -226,6 +260,12 @@ def run_all(
                             todo.remove(waiting)
                             waiting.code = code
                             print(f"tiers: {waiting.tier.name} not run: prepare failed")
+                if code != 0:
+                    # nor would the build a tier waits for
+                    for waiting in [r for r in todo if run.tier.name in r.tier.after]:
+                        todo.remove(waiting)
+                        waiting.code = code
+                        print(f"tiers: {waiting.tier.name} not run: {run.tier.name} failed")
         # a tier that ended may let others start (the build, a free job): back to the top
         if running and not reaped:
             # each tier is a child process: wait for any of them, not for a fixed time
@@ -271,9 +311,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="check that the tiers partition the suite, run nothing")  # fmt: skip
     parser.add_argument("--prepare", action="store_true",
                         help="only build what the cluster tiers need")  # fmt: skip
+    parser.add_argument("--prepare-keda", action="store_true",
+                        help="only build KEDA (the prometheus-e2e tier's)")  # fmt: skip
     args, extra = parser.parse_known_args(argv)
     if args.prepare:
         return build_control_plane()
+    if args.prepare_keda:
+        return build_keda()
     tiers = [t for t in TIERS if not args.only or t.name in args.only]
     if args.check:
         return check(tiers)

@@ -10,6 +10,11 @@ service-account tokens stay valid across restarts. Users are token users (``--to
 - ``ascend-pd:kubelet-sim`` in ``system:masters``: the simulated kubelet (it creates nodes and
   writes pod status, which no single bootstrap role grants without the Node authorizer);
 - ``ascend-pd:nobody``: authenticated, no role at all, so tests can show RBAC refusing it.
+
+The aggregation layer has a CA of its own (``front-proxy-ca``, as kubeadm makes it): the API
+server proxies a request to an extension API server (KEDA's metrics adapter, for
+``external.metrics.k8s.io``) with the ``front-proxy-client`` certificate and the user in
+request headers, which the extension server trusts because that CA signed the certificate.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from ascend_pd_dev.controlplane.paths import UnderRoot
 #: (a /24 ran out: "failed to allocate a serviceIP: range is full").
 SERVICE_CIDR = "10.0.0.0/20"
 SERVICE_IP = "10.0.0.1"
+
+#: the common name of the API server's client certificate for the aggregation layer (the only
+#: name the extension API servers accept request headers from: ``--requestheader-allowed-names``)
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 #: user -> groups; the order is the order of tokens.csv
 USERS: dict[str, tuple[str, ...]] = {
@@ -64,6 +73,10 @@ class Pki:
     sa_pub = UnderRoot("service-account.pub")
     tokens_csv = UnderRoot("tokens.csv")
     tokens_json = UnderRoot("tokens.json")
+    front_proxy_ca_crt = UnderRoot("front-proxy-ca.crt")
+    front_proxy_ca_key = UnderRoot("front-proxy-ca.key")
+    front_proxy_client_crt = UnderRoot("front-proxy-client.crt")
+    front_proxy_client_key = UnderRoot("front-proxy-client.key")
 
     def tokens(self) -> dict[str, str]:
         """user -> bearer token."""
@@ -133,6 +146,7 @@ def ensure_pki(root: Path) -> Pki:
             "-out", str(pki.sa_key),
         )  # fmt: skip
         _openssl("pkey", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub))
+    _ensure_front_proxy(pki)
     tokens: dict[str, str] = {}
     if pki.tokens_json.is_file():
         tokens = pki.tokens()
@@ -143,3 +157,32 @@ def ensure_pki(root: Path) -> Pki:
     for path in root.iterdir():
         path.chmod(0o600)
     return pki
+
+
+def _ensure_front_proxy(pki: Pki) -> None:
+    """The aggregation layer's CA and the API server's client certificate signed by it (a
+    state directory older than them gets them on the next start)."""
+    if not (pki.front_proxy_ca_crt.is_file() and pki.front_proxy_ca_key.is_file()):
+        _openssl(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "3650",
+            "-subj", "/CN=ascend-pd-dev-front-proxy-ca", "-keyout", str(pki.front_proxy_ca_key),
+            "-out", str(pki.front_proxy_ca_crt),
+        )  # fmt: skip
+        pki.front_proxy_client_crt.unlink(missing_ok=True)
+    if pki.front_proxy_client_crt.is_file() and pki.front_proxy_client_key.is_file():
+        return
+    csr = pki.root / "front-proxy-client.csr"
+    ext = pki.root / "front-proxy-client.ext"
+    ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+                   "extendedKeyUsage=clientAuth\n")  # fmt: skip
+    _openssl(
+        "req", "-new", "-newkey", "rsa:2048", "-nodes", "-sha256",
+        "-subj", f"/CN={FRONT_PROXY_CLIENT}", "-keyout", str(pki.front_proxy_client_key),
+        "-out", str(csr),
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(pki.front_proxy_ca_crt),
+        "-CAkey", str(pki.front_proxy_ca_key), "-CAcreateserial", "-days", "3650", "-sha256",
+        "-extfile", str(ext), "-out", str(pki.front_proxy_client_crt),
+    )  # fmt: skip
+    csr.unlink()

@@ -101,7 +101,7 @@ def apiserver_argv(
     binary: Path, layout: Layout, pki: certs.Pki, ports: Ports, minor: int
 ) -> list[str]:
     """kube-apiserver of release 1.``minor``: RBAC, no anonymous requests, static token
-    users, service-account tokens signed with the cluster's key."""
+    users, service-account tokens signed with the cluster's key, the aggregation layer."""
     argv = [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
@@ -120,6 +120,16 @@ def apiserver_argv(
         f"--service-account-key-file={pki.sa_pub}",
         f"--service-account-signing-key-file={pki.sa_key}",
         "--allow-privileged=true",
+        # the aggregation layer (kubeadm's flags): extension API servers such as KEDA's
+        # metrics adapter get requests proxied with this client certificate, the user in
+        # the X-Remote-* headers
+        f"--requestheader-client-ca-file={pki.front_proxy_ca_crt}",
+        f"--requestheader-allowed-names={certs.FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki.front_proxy_client_crt}",
+        f"--proxy-client-key-file={pki.front_proxy_client_key}",
         "--profiling=false",
         "--v=1",
     ]
