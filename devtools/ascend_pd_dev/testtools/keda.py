@@ -39,6 +39,8 @@ API_SERVICE = "v1beta1.external.metrics.k8s.io"
 #: the names the one certificate is valid for: how the aggregation layer (the Service's DNS
 #: name) and the adapter's gRPC client (loopback) reach the two servers
 CERT_NAMES = ("localhost", f"{ADAPTER_SERVICE}.{NAMESPACE}.svc", "IP:127.0.0.1")
+#: the CRDs the tests create objects of
+ESTABLISHED = ("scaledobjects.keda.sh", "triggerauthentications.keda.sh")
 
 
 class KedaError(RuntimeError):
@@ -147,8 +149,18 @@ class Keda:
         crds = sorted((self.keda_dir / "crds").glob("*.yaml"))
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=keda-dev",
                      *(a for crd in crds for a in ("-f", str(crd))))  # fmt: skip
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s",
-                     "crd/scaledobjects.keda.sh", "crd/triggerauthentications.keda.sh")  # fmt: skip
+        # read, not ``kubectl wait``: right after the apply a CRD has no conditions yet, and
+        # ``kubectl wait`` fails on that ("accessor error"), as ``kubectl.install_crd`` says
+        deadline = time.monotonic() + 120
+        while not all(self.established(crd) for crd in ESTABLISHED):
+            if time.monotonic() > deadline:
+                raise KedaError(f"KEDA's CRDs not Established in 120 s: {ESTABLISHED}")
+            time.sleep(0.5)
+
+    def established(self, crd: str) -> bool:
+        out = self.kubectl("get", "crd", crd, "-o", "json", check=False)
+        conditions = (json.loads(out).get("status") or {}).get("conditions") or [] if out else []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "WATCH_NAMESPACE": "",
