@@ -41,7 +41,7 @@ GOMOD_DIR = Path(__file__).resolve().parent / "gomod" / "keda-2.21"
 #: binary name (go build names it after the package's last element) -> package
 COMMANDS = {"operator": f"{MODULE}/cmd/operator", "adapter": f"{MODULE}/cmd/adapter"}
 #: what a cold build took on a 2-core machine (docs/development.md has the measurement)
-USUALLY = "20 CPU minutes: 15-40 minutes on 2 busy cores"
+USUALLY = "16 CPU minutes: 10-40 minutes on 2 busy cores"
 
 
 def cache_dir() -> Path:
