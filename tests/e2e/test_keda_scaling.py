@@ -162,6 +162,12 @@ def test_a_keda_scaledobject_scales_decode_with_a_prometheus_query(
     exporter.gauge.set(35)
     instances = wait_until(_settled_at(kubectl, namespace, 4), "KEDA: 4 decode", timeout=600)
     assert instances == [f"{NAME}-decode-{i}" for i in range(4)]
+    # through the external metrics API: the HPA controller says what it rescaled on (KEDA's
+    # operator itself only ever scales between zero and the minimum)
+    events = (get(kubectl, namespace, "events", "--field-selector",
+                  "reason=SuccessfulRescale") or {}).get("items", [])  # fmt: skip
+    messages = [e["message"] for e in events]
+    assert any("New size: 4" in m and "external metric" in m for m in messages), messages
 
     # and drains: back to 1 (the newest instances go)
     exporter.gauge.set(0)

@@ -72,6 +72,8 @@ def make_certs(cert_dir: Path) -> Path:
     _openssl("x509", "-req", "-in", str(csr), "-CA", str(cert_dir / "ca.crt"), "-CAkey",
              str(ca_key), "-CAcreateserial", "-days", "30", "-sha256", "-extfile", str(ext),
              "-out", str(cert_dir / "tls.crt"))  # fmt: skip
+    (cert_dir / "trusted").mkdir(exist_ok=True)
+    (cert_dir / "trusted" / "ca.crt").write_bytes((cert_dir / "ca.crt").read_bytes())
     return cert_dir
 
 
@@ -101,7 +103,8 @@ def operator_argv(binary: Path, cert_dir: Path, grpc_port: int, probe_port: int)
         f"--metrics-service-bind-address=127.0.0.1:{grpc_port}",
         f"--cert-dir={cert_dir}",
         "--enable-cert-rotation=false",
-        f"--ca-dir={cert_dir}",
+        # the CAs its scalers trust (a directory of certificates only: it reads every file)
+        f"--ca-dir={cert_dir / 'trusted'}",
         "--zap-log-level=info",
     ]
 
