@@ -31,9 +31,10 @@ import aiohttp
 from aiohttp import web
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-HOP_HEADERS = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
-)
+#: Not forwarded: they describe one connection. Content-Encoding is: the body passes as sent
+#: (``auto_decompress=False``), so a gzipped answer (the API server gzips those over 128 KiB,
+#: e.g. a CRD list with KEDA's) must still say it is gzipped.
+HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "host"})
 STATS_PATH = "/__faultproxy/stats"
 CONFIG_PATH = "/__faultproxy/config"
 

@@ -16,8 +16,8 @@ processes against the dev cluster, installed as its chart would install it.
 One CA signs one certificate for all three TLS legs (the adapter serving the API server, the
 operator serving gRPC and the adapter's gRPC client certificate), as KEDA's own cert
 rotation makes one ``kedaorg-certs`` Secret for them. ``stop`` removes the APIService before
-it stops the adapter: an APIService without its server breaks discovery for every client
-(and namespace deletion).
+it stops the adapter (an APIService without its server breaks discovery for every client,
+and namespace deletion), and then the CRDs.
 """
 
 from __future__ import annotations
@@ -217,6 +217,10 @@ class Keda:
         self.kubectl("delete", "apiservice", API_SERVICE, "--ignore-not-found", check=False)
         for process in self.processes.values():
             stop_child_group(process, 20.0)
+        # and the CRDs: the cluster's other tests find it as they would without KEDA
+        crds = sorted((self.keda_dir / "crds").glob("*.yaml"))
+        self.kubectl("delete", "--ignore-not-found", "--wait=false",
+                     *(a for crd in crds for a in ("-f", str(crd))), check=False)  # fmt: skip
 
     def __enter__(self) -> Keda:
         return self.start()

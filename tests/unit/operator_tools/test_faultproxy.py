@@ -12,6 +12,11 @@ from aiohttp import web
 from ascend_pd_dev.testtools.faultproxy import FaultPlan, FaultProxy, request_kind
 
 
+#: a list as large as the CRDs of a cluster with KEDA's installed (its ScaledJob CRD is 0.67 MB)
+BIG = {"kind": "CustomResourceDefinitionList", "items": [{"i": i, "pad": "x" * 1000}
+                                                         for i in range(700)]}  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def upstream():
     async def get(request):
@@ -31,6 +36,13 @@ def upstream():
             await asyncio.sleep(0.05)
         return response
 
+    async def big(request):
+        # the API server gzips a large answer (over 128 KiB) for a client that accepts it
+        response = web.json_response(BIG)
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            response.enable_compression(web.ContentCoding.gzip)
+        return response
+
     ready = threading.Event()
     holder = {}
 
@@ -42,6 +54,7 @@ def upstream():
             return await (watch(request) if request.query.get("watch") else get(request))
 
         app.router.add_get("/api/v1/pods", pods)
+        app.router.add_get("/apis/big", big)
         app.router.add_patch("/api/v1/pods/x", patch)
         app.router.add_post("/api/v1/pods", create)
         runner = web.AppRunner(app)
@@ -197,3 +210,16 @@ def test_counts_watch_requests_by_path_and_label_selector(upstream):
 )
 def test_requests_are_counted_per_verb_and_resource(method, path, watch, kind):
     assert request_kind(method, path, watch) == kind
+
+
+def test_a_compressed_answer_reaches_the_client_as_compressed(upstream):
+    # the proxy forwards the body as the API server sent it (gzip), so it must say so: once
+    # dropped, Content-Encoding left kopf reading gzip as JSON ("can't decode byte 0x8b")
+    proxy = FaultProxy(upstream).start()
+    try:
+        answer = requests.get(proxy.url + "/apis/big", headers={"Accept-Encoding": "gzip"},
+                              timeout=10)  # fmt: skip
+        assert answer.headers.get("Content-Encoding") == "gzip"
+        assert answer.json() == BIG
+    finally:
+        proxy.stop()
