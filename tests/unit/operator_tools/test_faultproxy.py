@@ -11,7 +11,6 @@ from aiohttp import web
 
 from ascend_pd_dev.testtools.faultproxy import FaultPlan, FaultProxy, request_kind
 
-
 #: a list as large as the CRDs of a cluster with KEDA's installed (its ScaledJob CRD is 0.67 MB)
 BIG = {"kind": "CustomResourceDefinitionList", "items": [{"i": i, "pad": "x" * 1000}
                                                          for i in range(700)]}  # fmt: skip
