@@ -323,21 +323,28 @@ def test_an_image_whose_sglang_is_not_the_spec_s_is_refused_naming_both_versions
     assert ended["message"].startswith(head), ended["message"]
     assert not ready(refused_pod)
 
+    # One status read where all three say it: group recovery recreates a refused instance's
+    # pods (with backoff), and a new pod says "loading weights" until its launcher refuses
+    # again, so each condition read on its own may catch that moment.
+    def all_say_it() -> dict[str, dict[str, Any]] | None:
+        status = get(kubectl, namespace, "pdd", NAME).get("status") or {}
+        conds = {c["type"]: c for c in status.get("conditions", [])}
+        said = {t: conds.get(t, {}) for t in ("PrefillReady", "DecodeReady", "Ready")}
+        roles = [said["PrefillReady"], said["DecodeReady"]]
+        if all(c.get("reason") == REASON_SGLANG_VERSION_MISMATCH for c in roles) and head in str(
+            said["Ready"].get("message", "")
+        ):
+            return said
+        return None
+
+    said = wait_until(all_say_it, f"PrefillReady, DecodeReady {REASON_SGLANG_VERSION_MISMATCH} "
+                      "and Ready naming it, in one status", timeout=TIMEOUT)  # fmt: skip
     for role, condition_type in (("prefill", "PrefillReady"), ("decode", "DecodeReady")):
-        cond = wait_until(
-            lambda t=condition_type: (
-                (c := condition(kubectl, namespace, t)).get("reason")
-                == REASON_SGLANG_VERSION_MISMATCH
-                and c
-            ),
-            f"{condition_type}=False, {REASON_SGLANG_VERSION_MISMATCH}",
-            timeout=TIMEOUT,
-        )
+        cond = said[condition_type]
         assert cond["status"] == "False", cond
         assert cond["message"].startswith(f"pod {NAME}-{role}-"), cond
         assert head in cond["message"], cond
-    ready_cond = condition(kubectl, namespace, "Ready")
-    assert ready_cond["status"] == "False" and head in ready_cond["message"], ready_cond
+    assert said["Ready"]["status"] == "False", said["Ready"]
     warning = wait_until(
         lambda: [e for e in events(kubectl, namespace, REASON_SGLANG_VERSION_MISMATCH)
                  if e["involvedObject"]["kind"] == "PDDeployment"],
