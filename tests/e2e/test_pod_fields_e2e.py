@@ -191,7 +191,7 @@ def test_each_refusal_comes_from_the_api_server_or_the_operator_and_nothing_move
     of a Ready deployment:
     refused with its message, and no child or pod of the deployment changes."""
     assert len(POD_CASES) >= 20, CORPUS / "pods.yaml"
-    cel = cluster.server_version >= (1, 25)
+    cel = cluster.cel_enforced
     base = pdd(NAME, namespace, host_network=True)
     _apply(kubectl, base)
     wait_until(lambda: _ready(kubectl, namespace), f"{NAME} Ready")
