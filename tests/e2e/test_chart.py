@@ -177,7 +177,7 @@ def test_install_test_upgrade_uninstall(
     crd = get_json(kubectl, "crd", CRD_NAME)
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert schema_description(kubectl) == OLD_SCHEMA_MARK
-    if cluster.server_version < (1, 25):
+    if not cluster.cel_enforced:
         assert "x-kubernetes-validations" not in yaml.safe_dump(crd)
     deployment = get_json(kubectl, "-n", ns, "deployment", FULLNAME)
     assert deployment["status"].get("readyReplicas") == 1

@@ -110,7 +110,7 @@ def test_pod_security_admission_enforces_only_the_level_a_namespace_is_labelled_
     a namespace labelled ``pod-security.kubernetes.io/enforce=restricted`` refuses it with
     the plugin's own words, and ``privileged`` (the label the docs tell users to set)
     admits it again."""
-    if cluster.server_version < (1, 25):
+    if not cluster.pod_security_admission:
         pytest.skip(
             "Pod Security admission is served from Kubernetes 1.25 (the local 1.20 has none)"
         )

@@ -60,7 +60,7 @@ TIMEOUT = 420.0  # a busy 2-core machine; nothing asserts on durations
 
 @pytest.fixture(scope="module")
 def crd(cluster: Any, kubectl: Any) -> None:
-    with_cel = cluster.server_version >= (1, 25)
+    with_cel = cluster.cel_enforced
     install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
 
 
@@ -192,7 +192,7 @@ def test_bad_extra_args_end_in_a_termination_message_and_a_status_condition(
     # 2. The first line of defence refuses control characters, and nothing rolls: the API
     #    server's CEL rule where it enforces one (>= 1.25), else the operator's static rules.
     bad = ["--foo\n--tp-size 4"]
-    if cluster.server_version >= (1, 25):
+    if cluster.cel_enforced:
         body = json.dumps({"spec": {"prefill": {"extraArgs": bad}}})
         done = kubectl("patch", "pdd", NAME, "-n", namespace, "--type", "merge", "-p", body,
                        check=False)  # fmt: skip

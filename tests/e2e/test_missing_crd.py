@@ -41,7 +41,7 @@ def health(op: Operator) -> tuple[int, dict[str, Any]]:
 def test_a_missing_crd_fails_healthz_and_is_one_log_line(
     cluster: Any, kubectl: Any, namespace: str, tmp_path: Path, wait_until: Any
 ) -> None:
-    with_cel = cluster.server_version >= (1, 25)
+    with_cel = cluster.cel_enforced
     install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
     kubectl("delete", "crd", SCALERS, "--wait=true")
     log = tmp_path / "operator.log"

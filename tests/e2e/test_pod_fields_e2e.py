@@ -109,7 +109,12 @@ def test_every_pod_field_reaches_the_pods(
         # the Priority admission plugin resolved the class the operator passed on
         assert (spec["priorityClassName"], spec["priority"]) == (priority_class, 4242), name
         assert spec["securityContext"] == ROLE_FIELDS["podSecurityContext"], name
-        assert container["securityContext"] == ROLE_FIELDS["containerSecurityContext"], name
+        # the role's over the operator's defaults, field by field (docs/security.md)
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"add": ["IPC_LOCK"], "drop": ["NET_RAW"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }, name
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes["toolkit"]["hostPath"]["path"] == "/usr/local/Ascend/ascend-toolkit"
         assert volumes["cache"]["emptyDir"] == {}
@@ -136,7 +141,10 @@ def test_every_pod_field_reaches_the_pods(
     assert spec["imagePullSecrets"] == [{"name": "registry"}]
     assert spec["serviceAccountName"] == "llm-router"
     assert (spec["priorityClassName"], spec["priority"]) == (priority_class, 4242)
-    assert spec["securityContext"] == ROUTER_FIELDS["podSecurityContext"]
+    # theirs over the restricted defaults: their UID replaces the default UID and GID
+    assert spec["securityContext"] == {
+        **ROUTER_FIELDS["podSecurityContext"], "seccompProfile": {"type": "RuntimeDefault"}
+    }  # fmt: skip
     assert container["securityContext"] == ROUTER_FIELDS["containerSecurityContext"]
     assert {"name": "tmp", "emptyDir": {"medium": "Memory"}} in spec["volumes"]
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
@@ -191,7 +199,7 @@ def test_each_refusal_comes_from_the_api_server_or_the_operator_and_nothing_move
     of a Ready deployment:
     refused with its message, and no child or pod of the deployment changes."""
     assert len(POD_CASES) >= 20, CORPUS / "pods.yaml"
-    cel = cluster.server_version >= (1, 25)
+    cel = cluster.cel_enforced
     base = pdd(NAME, namespace, host_network=True)
     _apply(kubectl, base)
     wait_until(lambda: _ready(kubectl, namespace), f"{NAME} Ready")

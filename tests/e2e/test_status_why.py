@@ -15,8 +15,8 @@ scheduler's, the kubelet's, the quota admission's), not the operator's.
   admission, 1.22 and later). The refusal is the real one: the API server's quota
   admission refuses the StatefulSet controller's create, which reports it only as a
   ``FailedCreate`` Warning Event, the path a Pod Security refusal takes. (The quota
-  controller is not run here, so the test writes the quota's status itself.) The Pod
-  Security wording and its fix are unit-tested (``tests/unit/operator/test_status_why.py``).
+  controller is not run here, so the test writes the quota's status itself.) A Pod
+  Security refusal on the 1.36 control plane: ``test_pod_security_e2e.py``.
 """
 
 from __future__ import annotations

@@ -492,7 +492,8 @@ class Capabilities(_Model):
 
 class PodSecurityContext(_Model):
     """The pod's securityContext (core/v1 PodSecurityContext, the fields Kubernetes 1.20
-    has, without windowsOptions). The operator sets none of them itself."""
+    has, without windowsOptions). Given fields replace the operator's defaults one by one
+    (the router's: docs/security.md)."""
 
     run_as_user: Id | None = Field(
         None, description="UID the containers run as; unset: the image's."
@@ -530,8 +531,8 @@ class PodSecurityContext(_Model):
 
 class ContainerSecurityContext(_Model):
     """The container's securityContext (core/v1 SecurityContext, the fields Kubernetes 1.20
-    has, without procMount and windowsOptions); it overrides the pod's. The operator sets
-    none of them itself."""
+    has, without procMount and windowsOptions); it overrides the pod's. Given fields replace
+    the operator's defaults one by one (docs/security.md)."""
 
     run_as_user: Id | None = Field(None, description="UID the container runs as.")
     run_as_group: Id | None = Field(None, description="GID the container runs as.")
@@ -780,7 +781,9 @@ class RoleSpec(_PodFields):
     container_security_context: ContainerSecurityContext | None = Field(
         None,
         description="securityContext of the runtime container (and prefill's of the model "
-        "inspector's); unset: none. The NPUs come from the device plugin, not from privileges.",
+        "inspector's), field by field over the operator's defaults for the runtime container: "
+        "allowPrivilegeEscalation false, capabilities drop NET_RAW, seccompProfile "
+        "RuntimeDefault. The NPUs come from the device plugin, not from privileges.",
     )
     volumes: list[Volume] = _map_list(
         "Extra volumes of this role's pods (and prefill's of the model inspector: a model on a "
@@ -833,10 +836,18 @@ class Router(_PodFields):
         "PriorityClass of the router pods; empty: scheduling.priorityClassName."
     )
     pod_security_context: PodSecurityContext | None = Field(
-        None, description="securityContext of the router pods; unset: none."
+        None,
+        description="securityContext of the router pods, field by field over the "
+        "operator's defaults (Pod Security restricted): runAsNonRoot true, runAsUser and "
+        "runAsGroup 65532 (a runAsUser or runAsGroup given replaces both; runAsUser 0 drops "
+        "runAsNonRoot), seccompProfile RuntimeDefault.",
     )
     container_security_context: ContainerSecurityContext | None = Field(
-        None, description="securityContext of the router container; unset: none."
+        None,
+        description="securityContext of the router container, field by field over "
+        "the operator's defaults: allowPrivilegeEscalation false (not beside privileged or "
+        "CAP_SYS_ADMIN), capabilities drop ALL, readOnlyRootFilesystem true with an emptyDir "
+        "on /tmp (unless the router's volumeMounts use /tmp).",
     )
     volumes: list[Volume] = _map_list("Extra volumes of the router pods.", "name")
     volume_mounts: list[VolumeMount] = _map_list(

@@ -111,6 +111,10 @@ VOLUME_DRIVER = "ascend-driver"
 VOLUME_KV_LAYOUT = "kv-layout"
 RUNTIME_VOLUMES = (VOLUME_MODEL, VOLUME_SHM, VOLUME_DRIVER, VOLUME_KV_LAYOUT)
 SHM_MOUNT_PATH = "/dev/shm"
+#: The router's writable /tmp on its read-only root filesystem (``security.router_tmp``):
+#: left out where the router's own volumes name it or mount /tmp, so it never collides.
+VOLUME_ROUTER_TMP = "ascend-pd-tmp"
+ROUTER_TMP_MOUNT_PATH = "/tmp"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ puts on instance leaders only) once they are Running and Ready, reading a prefil
 bootstrap port from its ``vocabulary.ANNOTATION_BOOTSTRAP_PORT``. Nothing in its arguments
 depends on how many instances there are, so scaling a role never changes the router's
 Deployment and never restarts it. Its ServiceAccount may only read pods, in its own
-namespace.
+namespace. Its pod meets Pod Security ``restricted`` (``security``): non-root, nothing to
+escalate, every capability dropped, seccomp ``RuntimeDefault``, a read-only root filesystem.
 
 Its selectors also name the serving KV-layout generation (``LABEL_FINGERPRINT``), so one
 router never pairs a prefill and a decode of two generations. When a new generation has a
@@ -41,6 +42,11 @@ from ascend_pd_operator.api.vocabulary import (
     metadata,
     router_name,
     selector,
+)
+from ascend_pd_operator.builders.security import (
+    router_container_security,
+    router_pod_security,
+    router_tmp,
 )
 from ascend_pd_operator.builders.workloads import (
     scheduling_fields,
@@ -112,9 +118,17 @@ def router_deployment(
         container["resources"] = resources
     r = spec.router
     volumes, mounts = user_volumes(r)
+    # A router of 0.1.0 keeps its exact template until it rolls to the leader label
+    # (``rollout.discovery_label``): the security defaults come with that one roll.
+    hardened = discovery == LABEL_LEADER
+    if hardened:
+        tmp_volumes, tmp_mounts = router_tmp(r)
+        volumes, mounts = tmp_volumes + volumes, tmp_mounts + mounts
     if mounts:
         container["volumeMounts"] = mounts
     container.update(user_container_fields(r))
+    if hardened:
+        container["securityContext"] = router_container_security(r)
     pod_spec: Json = {
         # The discovery's pod watch authenticates with this account's token.
         "serviceAccountName": name,
@@ -125,6 +139,8 @@ def router_deployment(
         # the router's Role to it too: router_role_binding).
         **user_pod_fields(r),
     }
+    if hardened:
+        pod_spec["securityContext"] = router_pod_security(r)
     if volumes:
         pod_spec["volumes"] = volumes
     if r.node_selector:

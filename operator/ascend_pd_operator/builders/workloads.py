@@ -31,6 +31,7 @@ from ascend_pd_operator.api.vocabulary import (
     selector,
 )
 from ascend_pd_operator.builders.pinning import Pin, pin_annotations, pin_labels, pinned_affinity
+from ascend_pd_operator.builders.security import runtime_container_security
 from ascend_pd_operator.builders.volcano import VOLCANO_SCHEDULER, instance_podgroup
 from ascend_pd_runtime.layout import KVLayout
 from ascend_pd_runtime.plan import layout_fingerprint
@@ -313,7 +314,8 @@ def pod_template(
         "volumeMounts": mounts + extra_mounts,
         "readinessProbe": readiness_probe(owner, role, index),
         **({"lifecycle": drain["lifecycle"]} if "lifecycle" in drain else {}),
-        **user_container_fields(r),
+        # The operator's defaults with the role's containerSecurityContext over them.
+        "securityContext": runtime_container_security(r),
     }
     pod_spec: Json = {
         # Also with a serviceAccountName of the user's: the runtime uses no Kubernetes API.

@@ -101,7 +101,10 @@ def test_the_router_and_the_inspector_get_none() -> None:
     resource = _with(load_example("deepseek-v3-pp2.yaml"), [{"name": "firmware"}])
     routers = [m for m in _children(resource) if m["kind"] == "Deployment"]
     assert len(routers) == 1
-    assert "volumes" not in routers[0]["spec"]["template"]["spec"]
+    # the router's only volume is its writable /tmp
+    assert routers[0]["spec"]["template"]["spec"]["volumes"] == [
+        {"name": "ascend-pd-tmp", "emptyDir": {}}
+    ]
     spec = copy.deepcopy(resource["spec"])
     spec["model"].pop("config")
     job = inspector_job(Owner("dsv3", "llm"), parse_spec(spec))

@@ -94,8 +94,10 @@ def test_a_roles_fields_reach_its_pods(children: dict, instance: str) -> None:
     assert pod["securityContext"] == {
         "fsGroup": 1000, "sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}]
     }  # fmt: skip
+    # theirs over the operator's defaults (test_security_contexts)
     assert container["securityContext"] == {
-        "capabilities": {"add": ["IPC_LOCK"]}, "privileged": False
+        "capabilities": {"add": ["IPC_LOCK"], "drop": ["NET_RAW"]}, "privileged": False,
+        "allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"},
     }  # fmt: skip
     # the operator's volumes first, then the user's, as given
     assert [v["name"] for v in pod["volumes"]] == [
@@ -119,7 +121,12 @@ def test_a_role_without_them_has_none(children: dict) -> None:
     pod = children[("StatefulSet", "dsv3-decode-0")]["spec"]["template"]["spec"]
     for key in ("imagePullSecrets", "serviceAccountName", "securityContext"):
         assert key not in pod, key
-    assert "securityContext" not in pod["containers"][0]
+    # the operator's defaults alone (test_security_contexts)
+    assert pod["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["NET_RAW"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert pod["priorityClassName"] == "everyone"  # scheduling's
     assert [v["name"] for v in pod["volumes"]] == ["model", "dshm", "ascend-driver", "kv-layout"]
 
@@ -138,11 +145,16 @@ def test_the_routers_fields_reach_its_pod(children: dict) -> None:
     assert pod["serviceAccountName"] == "llm-router"
     assert pod["automountServiceAccountToken"] is True  # its discovery watches pods
     assert pod["priorityClassName"] == "llm-router-prio"
-    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000}
+    # the user's over the operator's restricted defaults: their UID replaces the default
+    # UID and GID; the default seccomp profile stays
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}
+    }  # fmt: skip
     assert container["securityContext"] == {
         "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
     }  # fmt: skip
+    # their own /tmp: the operator's is left out
     assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"medium": "Memory"}}]
     assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
 
@@ -162,8 +174,13 @@ def test_without_an_account_the_router_runs_as_its_own() -> None:
     children = _children(resource)
     pod = children[("Deployment", "dsv3-router")]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "dsv3-router"
-    for key in ("nodeSelector", "tolerations", "imagePullSecrets", "securityContext", "volumes"):
+    for key in ("nodeSelector", "tolerations", "imagePullSecrets"):
         assert key not in pod, key
+    # the operator's restricted defaults (docs/security.md)
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532,
+                                      "runAsGroup": 65532,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    assert pod["volumes"] == [{"name": "ascend-pd-tmp", "emptyDir": {}}]
     subjects = children[("RoleBinding", "dsv3-router")]["subjects"]
     assert subjects == [{"kind": "ServiceAccount", "name": "dsv3-router", "namespace": "llm"}]
 

@@ -17,6 +17,12 @@ One such decision: the router discovers leaders by ``ascendpd.io/leader`` instea
 until every leader carries the new label (``rollout.discovery_label``), then rolls once;
 ``GOLDEN_ROUTER_0_1_0`` holds that first template to 0.1.0's digests.
 
+Another (issue 36): the security defaults (``builders.security``). The runtime container's
+(no privilege escalation, NET_RAW dropped, seccomp RuntimeDefault) restarts every runtime
+instance once on the upgrade (``RUNTIME_HARDENED``); the router's ride on its one roll to
+the leader label. Without them every template is what it was
+(``test_the_security_defaults_are_the_only_change``).
+
 The specs are the examples as 0.1.0 shipped them (``examples_0_1_0/``): a running
 deployment keeps the spec it was applied with, whatever the examples say today (they since
 load W8A8 weights, use the transfer protocol their chip needs and a decode that fits, which
@@ -35,7 +41,12 @@ import yaml
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
-from ascend_pd_operator.api.vocabulary import LABEL_FINGERPRINT, LABEL_LEGACY_ROUTABLE, Owner
+from ascend_pd_operator.api.vocabulary import (
+    LABEL_FINGERPRINT,
+    LABEL_LEGACY_ROUTABLE,
+    VOLUME_ROUTER_TMP,
+    Owner,
+)
 from ascend_pd_operator.builders.model_source import inspector_job
 from ascend_pd_operator.builders.router import router_deployment
 from ascend_pd_operator.wiring.render_cli import render
@@ -48,9 +59,29 @@ def _digest(template: Json) -> str:
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _templates(resource: Json, configmaps: list[Json], legacy: bool = False) -> dict[str, str]:
+def _without_security(template: Json) -> Json:
+    """``template`` without what the security defaults add (the specs here set no security
+    context of their own): the pod's and container's securityContext, the router's /tmp."""
+    template = copy.deepcopy(template)
+    pod = template["spec"]
+    pod.pop("securityContext", None)
+    container = pod["containers"][0]
+    container.pop("securityContext", None)
+    for key, where in (("volumes", pod), ("volumeMounts", container)):
+        kept = [v for v in where.get(key, []) if v["name"] != VOLUME_ROUTER_TMP]
+        if kept:
+            where[key] = kept
+        else:
+            where.pop(key, None)
+    return template
+
+
+def _templates(
+    resource: Json, configmaps: list[Json], legacy: bool = False, unhardened: bool = False
+) -> dict[str, str]:
     """The digests of the workloads' pod templates; ``legacy``: the router's as the operator
-    keeps it for a router of 0.1.0 while a leader lacks the new label."""
+    keeps it for a router of 0.1.0 while a leader lacks the new label; ``unhardened``:
+    without the security defaults (``_without_security``)."""
     code, manifests, message = render(resource, None, "llm", configmaps)
     assert code == 0, message
     out = {}
@@ -62,7 +93,8 @@ def _templates(resource: Json, configmaps: list[Json], legacy: bool = False) -> 
             serving = m["metadata"]["labels"][LABEL_FINGERPRINT]
             m = router_deployment(owner, parse_spec(resource["spec"]), serving,
                                   LABEL_LEGACY_ROUTABLE)  # fmt: skip
-        out[f"{m['kind']}/{m['metadata']['name']}"] = _digest(m["spec"]["template"])
+        template = _without_security(m["spec"]["template"]) if unhardened else m["spec"]["template"]
+        out[f"{m['kind']}/{m['metadata']['name']}"] = _digest(template)
     return out
 
 
@@ -135,16 +167,55 @@ GOLDEN_BUSY_0_1_0 = {
     "StatefulSet/dsv3-decode-0": "f80014364db48c0e",
     "Deployment/dsv3-router": "2b1dc04ccb282fe0",
 }
-#: The routers once every leader carries ``ascendpd.io/leader`` (their one roll).
-ROUTERS_ON_THE_LEADER_LABEL = {
+#: The routers once every leader carries ``ascendpd.io/leader`` (their one roll), before the
+#: security defaults: their one roll carries those too (the leader label is unreleased) ...
+ROUTERS_ON_THE_LEADER_LABEL_UNHARDENED = {
     "deepseek-v2-lite.yaml": {"Deployment/dsv2-lite-router": "2685d6ae72a7f3ef"},
     "deepseek-v3-a3.yaml": {"Deployment/dsv3-a3-router": "3878c4edf4ec06ba"},
     "deepseek-v3-pp2.yaml": {"Deployment/dsv3-router": "0a8d875a0680f712"},
     "deepseek-v3.2.yaml": {"Deployment/dsv32-router": "15f2dc07abdc743b"},
     "busy": {"Deployment/dsv3-router": "05ec8b704c80bb8c"},
 }
-GOLDEN = {name: {**g, **ROUTERS_ON_THE_LEADER_LABEL[name]} for name, g in GOLDEN_0_1_0.items()}
-GOLDEN_BUSY = {**GOLDEN_BUSY_0_1_0, **ROUTERS_ON_THE_LEADER_LABEL["busy"]}
+#: ... and with them (``builders.security``: restricted by default).
+ROUTERS_ON_THE_LEADER_LABEL = {
+    "deepseek-v2-lite.yaml": {"Deployment/dsv2-lite-router": "d8baaca2854abdb7"},
+    "deepseek-v3-a3.yaml": {"Deployment/dsv3-a3-router": "86facf2ffa618e6b"},
+    "deepseek-v3-pp2.yaml": {"Deployment/dsv3-router": "bee1b384c18ebe22"},
+    "deepseek-v3.2.yaml": {"Deployment/dsv32-router": "6ec1fba18e020423"},
+    "busy": {"Deployment/dsv3-router": "160615914717783e"},
+}
+#: The runtime templates with the runtime container's security defaults (no privilege
+#: escalation, NET_RAW dropped, seccomp RuntimeDefault): a decision to restart every
+#: runtime instance once on the upgrade to this version (CHANGELOG.md). Without those
+#: defaults they are 0.1.0's exactly (``test_the_security_defaults_are_the_only_change``).
+RUNTIME_HARDENED = {
+    "deepseek-v2-lite.yaml": {
+        "StatefulSet/dsv2-lite-prefill-0": "5c2e8c57bf3d75ae",
+        "StatefulSet/dsv2-lite-decode-0": "c1a5674af8959072",
+        "StatefulSet/dsv2-lite-decode-1": "9a8d4720b03b08a2",
+    },
+    "deepseek-v3-a3.yaml": {
+        "StatefulSet/dsv3-a3-prefill-0": "831927a95b005d16",
+        "StatefulSet/dsv3-a3-decode-0": "1228f3e6452ff591",
+    },
+    "deepseek-v3-pp2.yaml": {
+        "StatefulSet/dsv3-prefill-0": "335b474b2868b887",
+        "StatefulSet/dsv3-prefill-1": "1fd90989e17f4b5f",
+        "StatefulSet/dsv3-decode-0": "579e1073c965cd1f",
+    },
+    "deepseek-v3.2.yaml": {
+        "StatefulSet/dsv32-prefill-0": "e723b19b8c823149",
+        "StatefulSet/dsv32-decode-0": "2a162a5263cdebf9",
+    },
+    "busy": {
+        "StatefulSet/dsv3-prefill-0": "29e35aef2d19849d",
+        "StatefulSet/dsv3-prefill-1": "c84712f2f4880ed3",
+        "StatefulSet/dsv3-decode-0": "8857d7b08e653a46",
+    },
+}
+GOLDEN = {name: {**RUNTIME_HARDENED[name], **ROUTERS_ON_THE_LEADER_LABEL[name]}
+          for name in GOLDEN_0_1_0}  # fmt: skip
+GOLDEN_BUSY = {**RUNTIME_HARDENED["busy"], **ROUTERS_ON_THE_LEADER_LABEL["busy"]}
 #: The model inspector Job's carry ``ASCEND_PD_CONTRACT_VERSION`` too, as 0.1.0's does (a Job
 #: is written once per inspection, never rolled; the earlier digests lacked the variable) ...
 GOLDEN_INSPECTOR_0_1_0 = {"example": "8faae304f7ee122d", "busy": "0b86a8b74f07e163"}
@@ -162,10 +233,24 @@ def test_templates_with_every_older_field_are_those_of_0_1_0() -> None:
     assert _templates(*_busy()) == GOLDEN_BUSY
 
 
+def _routers(digests: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in digests.items() if k.startswith("Deployment/")}
+
+
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_a_router_of_0_1_0_keeps_its_template_until_every_leader_is_labelled(name: str) -> None:
-    assert _templates(*_example(name), legacy=True) == GOLDEN_0_1_0[name]
-    assert _templates(*_busy(), legacy=True) == GOLDEN_BUSY_0_1_0
+    assert _routers(_templates(*_example(name), legacy=True)) == _routers(GOLDEN_0_1_0[name])
+    assert _routers(_templates(*_busy(), legacy=True)) == _routers(GOLDEN_BUSY_0_1_0)
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_the_security_defaults_are_the_only_change(name: str) -> None:
+    """Without what the security defaults add, every template is what it was: 0.1.0's
+    runtime templates, the routers' of their one roll."""
+    before = {**GOLDEN_0_1_0[name], **ROUTERS_ON_THE_LEADER_LABEL_UNHARDENED[name]}
+    assert _templates(*_example(name), unhardened=True) == before
+    busy = {**GOLDEN_BUSY_0_1_0, **ROUTERS_ON_THE_LEADER_LABEL_UNHARDENED["busy"]}
+    assert _templates(*_busy(), unhardened=True) == busy
 
 
 def test_inspector_templates_are_those_of_0_1_0() -> None:
