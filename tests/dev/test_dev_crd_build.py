@@ -7,7 +7,39 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd_dev.controlplane import build, cluster, crd_build, crd_server
+from ascend_pd_dev.controlplane import apt, cluster, crd_build, crd_server
+
+DEB822 = """Types: deb
+# a comment
+URIs: http://mirror.example/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://mirror.example/debian-security
+Suites: bookworm-security
+Components: main contrib
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: https://third.party.example/node
+Suites: nodistro
+Components: main
+
+Types: deb
+Enabled: no
+URIs: http://disabled.example/debian
+Suites: bookworm
+Components: main
+"""
+
+ONE_LINE = """# comment
+deb [arch=amd64 signed-by=/k.gpg] http://other.example/debian/ bookworm main non-free
+deb https://packages.example/apt cloud-sdk-bookworm main
+deb-src http://mirror.example/debian bookworm main
+"""
+
 
 INDEX = """\
 Package: golang-k8s-apiextensions-apiserver-dev
@@ -44,6 +76,25 @@ Version: 1.0-1
 """
 
 
+def test_only_this_releases_archive_entries_are_read() -> None:
+    sources = apt.parse_apt_sources(ONE_LINE, DEB822, "bookworm")
+    assert [(s.uri, s.suite) for s in sources] == [
+        ("http://other.example/debian", "bookworm"),
+        ("http://mirror.example/debian", "bookworm"),
+        ("http://mirror.example/debian", "bookworm-updates"),
+        ("http://mirror.example/debian-security", "bookworm-security"),
+    ]
+    assert sources[0].signed_by == "/k.gpg"
+
+
+def test_private_apt_options_never_point_at_the_system_lists(tmp_path: Path) -> None:
+    options = apt.private_apt_options(tmp_path)
+    values = [o for o in options if o != "-o"]
+    for key in ("Dir::Etc::SourceList", "Dir::Etc::SourceParts", "Dir::State::Lists", "Dir::Cache"):
+        (entry,) = [v for v in values if v.startswith(key + "=")]
+        assert entry.split("=", 1)[1].startswith(str(tmp_path))
+
+
 def test_the_closure_follows_go_library_depends_only() -> None:
     index = crd_build.parse_packages(INDEX)
     closure = crd_build.go_closure(index, crd_build.ROOT_PACKAGE)
@@ -61,22 +112,22 @@ def test_the_closure_follows_go_library_depends_only() -> None:
 
 
 def test_a_missing_root_names_it() -> None:
-    with pytest.raises(build.BuildError, match="golang-k8s-apiextensions-apiserver-dev"):
+    with pytest.raises(crd_build.BuildError, match="golang-k8s-apiextensions-apiserver-dev"):
         crd_build.go_closure({}, crd_build.ROOT_PACKAGE)
 
 
 def test_the_sid_list_reuses_the_system_mirror_and_keyring() -> None:
     sources = [
-        build.AptSource("http://deb.debian.org/debian-security", "bookworm-security", ("main",),
+        apt.AptSource("http://deb.debian.org/debian-security", "bookworm-security", ("main",),
                         "/usr/share/keyrings/debian-archive-keyring.gpg"),
-        build.AptSource("http://deb.debian.org/debian", "bookworm", ("main",),
+        apt.AptSource("http://deb.debian.org/debian", "bookworm", ("main",),
                         "/usr/share/keyrings/debian-archive-keyring.gpg"),
     ]  # fmt: skip
     assert crd_build.sid_source_list(sources) == (
         "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
         "http://deb.debian.org/debian sid main\n"
     )
-    with pytest.raises(build.BuildError):
+    with pytest.raises(crd_build.BuildError):
         crd_build.sid_source_list(sources[:1])
 
 
@@ -86,7 +137,7 @@ def test_the_version_stamp() -> None:
     flags = crd_build.version_ldflags("v1.36.4")
     assert "-X k8s.io/component-base/version.gitVersion=v1.36.4" in flags
     assert "-X k8s.io/component-base/version.gitMinor=36" in flags
-    with pytest.raises(build.BuildError):
+    with pytest.raises(crd_build.BuildError):
         crd_build.kube_version("1.2.3")
 
 

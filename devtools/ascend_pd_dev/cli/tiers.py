@@ -7,14 +7,21 @@ instances. Most of a cluster tier's time is spent waiting on conditions, so runn
 tiers together fills the idle cores instead of adding their times up.
 
 The tiers partition the suite by marker (and, for the two cluster tiers, by folder), so
-every test runs in exactly one; ``--check`` proves it against pytest's own collection.
+every test runs in exactly one; ``--check`` proves it against pytest's own collection. One
+tier is declared a re-run (``Tier.rerun``): ``floor`` runs a short subset of the e2e tests
+again, by node id, on the oldest supported release (``versions.FLOOR``), on a cluster of its
+own; ``--check`` proves each of its tests also runs in a tier of the partition.
 Each tier's output goes to ``.dev/tiers/<tier>.log``; a tier that fails prints its tail.
 
-The tiers that need the local control plane start once ``prepare`` has built it (the
-release ``ASCEND_PD_K8S_VERSION`` names, else 1.36): on a fresh machine that build takes
-10 CPU minutes, 15 to 30 minutes on 2 busy cores (1.36; 1.20's took 11 to 14), and inside
-the first test's fixture it counted in that test's timeout (a cold ``.ci/run`` failed the
-first reliability scenario so). The others start at once.
+The tiers that need the local control plane start once their release is built: a
+``prepare-<release>`` step builds each release the chosen tiers run (``ASCEND_PD_K8S_VERSION``,
+else the newest, for most; the floor for ``floor``), one after the other, the newest first.
+On a fresh machine each build takes 10 CPU minutes or more, 15 to 30 minutes on 2 busy cores
+(docs/development.md has the numbers), and inside the first test's fixture it counted in
+that test's timeout (a cold ``.ci/run`` failed the first reliability scenario so). One build
+at a time: ``go build`` already keeps every core busy, two at once would only share them
+(and double the memory and disk) and delay the newest release, which most tiers wait for.
+The others start at once.
 """
 
 from __future__ import annotations
@@ -26,10 +33,11 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ascend_pd_dev.controlplane import versions
 from ascend_pd_dev.controlplane.paths import TEST_CLUSTER_ENV, project_root
 
 ROOT = project_root()
@@ -52,9 +60,32 @@ class Tier:
     #: it starts once ``prepare`` has built the control plane: a cold build (15 to 30 min on
     #: 2 busy cores for 1.36) inside a test's fixture would count in that test's timeout
     needs_control_plane: bool = True
-    #: what the interpreter runs with ``args``: pytest, but for ``PREPARE``
+    #: what the interpreter runs with ``args``: pytest, but for ``prepare``
     program: tuple[str, ...] = PYTEST
+    #: the Kubernetes release its cluster runs (a row of ``versions.RELEASES``); "": the one
+    #: ``ASCEND_PD_K8S_VERSION`` names, else the default
+    k8s_release: str = ""
+    #: it re-runs tests that a tier of the partition owns (on another release): ``--check``
+    #: allows its tests twice, and only those
+    rerun: bool = False
 
+    @property
+    def release(self) -> str:
+        """The release the tier's cluster runs."""
+        return self.k8s_release or versions.selected_release()
+
+
+#: what the floor tier runs (node ids of tests the e2e tier owns)
+FLOOR_TESTS = (
+    "tests/e2e/test_control_plane.py::test_api_server_answers_and_reports_its_version",
+    "tests/e2e/test_control_plane.py::"
+    "test_pod_security_admission_enforces_only_the_level_a_namespace_is_labelled_with",
+    "tests/e2e/test_chart.py::test_install_test_upgrade_uninstall",
+    "tests/e2e/test_operator.py::test_example_becomes_ready_with_its_layout",
+    "tests/e2e/test_operator.py::test_cross_field_invalid_spec_creates_nothing_and_says_why",
+    "tests/e2e/test_status_why.py::"
+    "test_a_pod_the_api_server_refuses_is_named_from_the_statefulset_s_failed_create",
+)
 
 TIERS = (
     Tier("reliability", ("tests/reliability", f"--ignore={OWN_CONTROL_PLANE}", "-m",
@@ -78,11 +109,20 @@ TIERS = (
     # the CRD server is a binary of its own, built in its session fixture
     Tier("crdserver", ("tests", "-m", "crdserver and not sglang"), "e2e-crdserver", 2,
          needs_control_plane=False),
+    # the oldest supported release: the chart's CRDs with their CEL rules, the operator's
+    # main path (a PDDeployment Ready, its policy/v1 budgets, its status), the CEL verdicts
+    # and Pod Security enforcement. Tests of the e2e tier, run again on a cluster of its own.
+    Tier("floor", (*FLOOR_TESTS, "-m", "e2e"), "e2e-floor", 4, k8s_release=versions.FLOOR,
+         rerun=True),
 )  # fmt: skip
-#: Builds the local control plane (``build.ensure_binaries``, the runtime packages) once,
-#: before the tiers that need it; a no-op with the binaries cached.
-PREPARE = Tier("prepare", ("--prepare",), expected_minutes=0, needs_control_plane=False,
-               program=("-m", "ascend_pd_dev.cli.tiers"))  # fmt: skip
+
+
+def prepare_tier(release: str) -> Tier:
+    """Builds release ``release`` of the local control plane (and the runtime packages) once,
+    before the tiers that run it; a no-op with the binaries cached."""
+    return Tier(f"prepare-{release}", ("--prepare", release), expected_minutes=0,
+                needs_control_plane=False, program=("-m", "ascend_pd_dev.cli.tiers"),
+                k8s_release=release)  # fmt: skip
 
 
 @dataclass
@@ -109,16 +149,16 @@ def command(tier: Tier, extra: Sequence[str] = ()) -> list[str]:
             *extra]  # fmt: skip
 
 
-def build_control_plane() -> int:
-    """Build what the cluster tiers need, outside any test's timeout."""
-    from ascend_pd_dev.controlplane import build, versions
+def build_control_plane(release: str | None = None) -> int:
+    """Build what the cluster tiers of ``release`` (else the selected one) need, outside any
+    test's timeout."""
+    from ascend_pd_dev.controlplane import build
 
     def progress(message: str) -> None:
         print(f"prepare: {message}", flush=True)
 
-    plane = versions.control_plane()
-    progress(f"Kubernetes {plane.version} ({versions.K8S_VERSION_ENV} or the default "
-             f"{versions.DEFAULT})")  # fmt: skip
+    plane = versions.control_plane(release)
+    progress(f"Kubernetes {plane.version}")
     plane.ensure_binaries(progress, False)
     build.ensure_runtime_packages(progress)
     return 0
@@ -128,6 +168,8 @@ def start(run: Run, extra: Sequence[str]) -> None:
     env = dict(os.environ)
     if run.tier.cluster:
         env[TEST_CLUSTER_ENV] = run.tier.cluster
+    if run.tier.k8s_release:
+        env[versions.K8S_VERSION_ENV] = run.tier.k8s_release
     run.log.parent.mkdir(parents=True, exist_ok=True)
     with run.log.open("wb") as out:
         run.process = subprocess.Popen(
@@ -186,28 +228,41 @@ def run_tiers(tiers: Sequence[Tier], jobs: int, extra: Sequence[str]) -> int:
 
 
 def run_all(
-    tiers: Sequence[Tier], jobs: int, extra: Sequence[str], prepare: Tier = PREPARE
+    tiers: Sequence[Tier],
+    jobs: int,
+    extra: Sequence[str],
+    prepare: Callable[[str], Tier] = prepare_tier,
 ) -> list[Run]:
     """Run ``tiers``, ``jobs`` at once, the longest first, those that need the control plane
-    once ``prepare`` has built it; print each as it ends and then the table."""
+    once ``prepare(release)`` has built their release (the builds one at a time, the
+    selected release first); print each as it ends and then the table."""
     ordered = sorted(tiers, key=lambda t: -t.expected_minutes)
-    if any(t.needs_control_plane for t in ordered):
-        ordered.insert(0, prepare)
-    todo = [Run(t, LOG_DIR / f"{t.name}.log") for t in ordered]
+    selected = versions.selected_release()
+    releases = sorted({t.release for t in ordered if t.needs_control_plane},
+                      key=lambda r: (r != selected, r))  # fmt: skip
+    builds = {r: Run(t, LOG_DIR / f"{t.name}.log") for r in releases for t in [prepare(r)]}
+
+    def is_build(run: Run) -> bool:
+        return any(run is b for b in builds.values())
+
+    todo = [*builds.values(), *(Run(t, LOG_DIR / f"{t.name}.log") for t in ordered)]
     runs = list(todo)
     running: list[Run] = []
-    prepare_run: Run | None = None
-    prepared = False
+    #: release -> whether its build succeeded, once it ended
+    built: dict[str, bool] = {}
     began = time.monotonic()
+
+    def startable(run: Run) -> bool:
+        if is_build(run):
+            # one build at a time: go build already keeps every core busy
+            return not any(map(is_build, running))
+        return not run.tier.needs_control_plane or built.get(run.tier.release, False)
+
     while todo or running:
-        ready = [r for r in todo if not r.tier.needs_control_plane or prepared]
-        while ready and len(running) < jobs:
-            run = ready.pop(0)
+        while len(running) < jobs and (run := next(filter(startable, todo), None)):
             todo.remove(run)
             start(run, extra)
             running.append(run)
-            if run.tier is prepare:
-                prepare_run = run
         reaped = False
         for run in list(running):
             assert run.process is not None
@@ -218,15 +273,17 @@ def run_all(
                 run.process.returncode = code = os.waitstatus_to_exitcode(status)
                 running.remove(run)
                 finish(run, code, usage.ru_utime + usage.ru_stime)
-                if run is prepare_run:
-                    prepared = code == 0
-                    if not prepared:
-                        # nothing would build it: the tiers that need it fail at once
-                        for waiting in [r for r in todo if r.tier.needs_control_plane]:
+                release = next((r for r, b in builds.items() if b is run), None)
+                if release is not None:
+                    built[release] = code == 0
+                    if code != 0:
+                        # nothing would build it: the tiers that run it fail at once
+                        for waiting in [r for r in todo if r.tier.needs_control_plane
+                                        and r.tier.release == release]:  # fmt: skip
                             todo.remove(waiting)
                             waiting.code = code
-                            print(f"tiers: {waiting.tier.name} not run: prepare failed")
-        # a tier that ended may let others start (the build, a free job): back to the top
+                            print(f"tiers: {waiting.tier.name} not run: {run.tier.name} failed")
+        # a tier that ended may let others start (a build, a free job): back to the top
         if running and not reaped:
             # each tier is a child process: wait for any of them, not for a fixed time
             with contextlib.suppress(ChildProcessError):
@@ -246,19 +303,31 @@ def collected(args: Sequence[str]) -> set[str]:
 
 
 def check(tiers: Sequence[Tier]) -> int:
-    """Every test of the suite in exactly one tier."""
+    """Every test of the suite in exactly one tier of the partition; each test of a re-run
+    tier (``Tier.rerun``) in one of them too."""
     everything = collected(["tests"])
     seen: dict[str, list[str]] = {}
+    reruns: dict[str, set[str]] = {}
     for tier in tiers:
-        for test in collected(tier.args):
+        found = collected(tier.args)
+        if tier.rerun:
+            reruns[tier.name] = found
+            continue
+        for test in found:
             seen.setdefault(test, []).append(tier.name)
     missing = sorted(everything - set(seen))
     twice = sorted(f"{t} ({', '.join(n)})" for t, n in seen.items() if len(n) > 1)
-    for what, tests in (("in no tier", missing), ("in two tiers", twice)):
+    # a re-run of nothing (a renamed test) or of a test no other tier runs is a mistake
+    strays = sorted(f"{t} ({name})" for name, found in reruns.items() for t in found - set(seen))
+    empty = sorted(name for name, found in reruns.items() if not found)
+    for what, tests in (("in no tier", missing), ("in two tiers", twice),
+                        ("re-run but in no tier of the partition", strays),
+                        ("(re-run tiers) selecting nothing", empty)):  # fmt: skip
         if tests:
             print(f"tiers: {len(tests)} tests {what}:", *tests[:50], sep="\n  ")
-    print(f"tiers: {len(everything)} tests, {len(seen)} in the tiers")
-    return 1 if missing or twice else 0
+    print(f"tiers: {len(everything)} tests, {len(seen)} in the tiers, "
+          f"{sum(map(len, reruns.values()))} re-run")  # fmt: skip
+    return 1 if missing or twice or strays or empty else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -269,11 +338,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run only these tiers")  # fmt: skip
     parser.add_argument("--check", action="store_true",
                         help="check that the tiers partition the suite, run nothing")  # fmt: skip
-    parser.add_argument("--prepare", action="store_true",
-                        help="only build what the cluster tiers need")  # fmt: skip
+    parser.add_argument("--prepare", nargs="?", const="", default=None, metavar="RELEASE",
+                        help="only build what the cluster tiers of RELEASE (default: the "
+                             "selected one) need")  # fmt: skip
     args, extra = parser.parse_known_args(argv)
-    if args.prepare:
-        return build_control_plane()
+    if args.prepare is not None:
+        return build_control_plane(args.prepare or None)
     tiers = [t for t in TIERS if not args.only or t.name in args.only]
     if args.check:
         return check(tiers)

@@ -8,8 +8,9 @@ etcd and the API server are healthy, only a missing controller manager, schedule
 is started (kubelet-sim is also restarted when its node options changed); otherwise whatever
 is left is stopped and everything starts again on the kept data and credentials.
 
-The release (1.36 by default, 1.20 for its compatibility tier) is picked by ``versions``; what
-differs in running them, the command lines, is in ``commands``.
+The release (``versions.RELEASES``: the newest by default, the oldest for the compatibility
+tier) is picked by ``versions``; what differs in running them, the command lines, is in
+``commands``.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class ClusterState:
     ascend_per_node: int
     #: topology domains kubelet-sim spreads the nodes over (0: no domain label)
     domains: int = 0
-    #: the Kubernetes release running ("1.36"; a state file without it is from 1.20)
+    #: the Kubernetes release running ("1.36"; a state file without it is from 1.20, no longer
+    #: run: ``up`` replaces that cluster)
     k8s_release: str = versions.DEFAULT
 
     @property
@@ -413,7 +415,12 @@ def start_component(layout: Layout, component: str, progress: Progress = lambda 
         if component == "etcd":
             _start_etcd(layout, state, progress)
         else:
-            plane = versions.CONTROL_PLANES[state.k8s_release]
+            plane = versions.RELEASES.get(state.k8s_release)
+            if plane is None:
+                raise ClusterError(
+                    f"the cluster in {layout.root} runs Kubernetes {state.k8s_release}, no "
+                    "longer supported: run `up` again"
+                )
             bin_dir = plane.ensure_binaries(progress, False)
             _start_apiserver(layout, state, certs.Pki(layout.pki), bin_dir, progress)
 

