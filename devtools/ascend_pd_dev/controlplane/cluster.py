@@ -303,21 +303,21 @@ def _start_controller_manager(
     _start_and_wait(
         layout,
         "kube-controller-manager",
-        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki, state.minor),
+        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki),
         "the default ServiceAccount",
         lambda: api_get(state, pki, "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
         120,
     )
 
 
-def scheduler_healthy(port: int, minor: int) -> bool:
-    """kube-scheduler 1.``minor`` on ``127.0.0.1:port`` answers ``/healthz`` with ``ok``."""
-    # from 1.24 its port is HTTPS with a certificate it made itself: nothing to verify it by,
-    # and loopback only
+def scheduler_healthy(port: int) -> bool:
+    """kube-scheduler on ``127.0.0.1:port`` answers ``/healthz`` with ``ok``."""
+    # its port is HTTPS with a certificate it made itself: nothing to verify it by, and
+    # loopback only
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    url = scheduler_health_url(port, minor)
+    url = scheduler_health_url(port)
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as resp:
             return bool(resp.read().strip() == b"ok")
@@ -332,9 +332,9 @@ def _start_scheduler(
     _start_and_wait(
         layout,
         "kube-scheduler",
-        scheduler_argv(bin_dir / "kube-scheduler", layout, state.ports, state.minor),
+        scheduler_argv(bin_dir / "kube-scheduler", layout, state.ports),
         "kube-scheduler /healthz",
-        lambda: scheduler_healthy(state.ports.scheduler, state.minor),
+        lambda: scheduler_healthy(state.ports.scheduler),
         120,
     )
 
@@ -381,7 +381,7 @@ def _start_apiserver(
     _start_and_wait(
         layout,
         "kube-apiserver",
-        apiserver_argv(bin_dir / "kube-apiserver", layout, pki, state.ports, state.minor),
+        apiserver_argv(bin_dir / "kube-apiserver", layout, pki, state.ports),
         "kube-apiserver /readyz",
         lambda: api_get(state, pki, "/readyz")[0] == 200,
         120,
