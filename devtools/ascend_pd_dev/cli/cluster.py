@@ -6,8 +6,8 @@ release of ``versions.RELEASES`` by default, another with ``--k8s-version`` or
 loopback ports and prints the ``export KUBECONFIG=...`` line; a healthy cluster is left
 running. ``down`` stops exactly the processes ``up`` started (by their pid files). ``status``
 exits 0 when the cluster is up and 3 when it is not. ``crd-server up|down`` runs a current
-CRD server beside it (``crd_server``: Kubernetes 1.36, CRDs and custom resources only) for
-checking the CRD.
+CRD checker beside it (``crd_server``: the default release's kube-apiserver alone, with its
+own etcd) for checking the CRD.
 ``node NAME ready|not-ready|unreachable`` makes a simulated node (and its pods) NotReady and
 back (``kubelet_sim.testing.set_node_ready``).
 """
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("--output", choices=["text", "json"], default="text")
     crd = sub.add_parser(
         "crd-server",
-        help="a current CRD server (Kubernetes 1.36, CRDs only) for checking the CRD",
+        help="the newest kube-apiserver alone (no controllers, no nodes) for checking the CRD",
     )
     crd.add_argument("crd_action", choices=["up", "down"], metavar="up|down")
     node = sub.add_parser(
@@ -133,8 +133,8 @@ def _crd_server(action: str) -> int:
         _progress("nothing was running" if not stopped else "down")
         return 0
     server = crd_server.start(root, _progress, fresh=False)
-    _progress(f"CRD server {crd_server.server_version(server)} at {server.url} (CRDs and "
-              "custom resources only; no namespaces, workloads or controllers)")  # fmt: skip
+    _progress(f"kube-apiserver {crd_server.server_version(server)} at {server.url} (alone: "
+              "no controllers, no nodes)")  # fmt: skip
     _progress("stop it with: ascend-pd-dev cluster crd-server down")
     print(f"export KUBECONFIG={server.kubeconfig}")
     return 0

@@ -106,9 +106,9 @@ TIERS = (
     Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 11, needs_control_plane=False),
     Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver"), "e2e-unit", 5,
          needs_control_plane=False),
-    # the CRD server is a binary of its own, built in its session fixture
-    Tier("crdserver", ("tests", "-m", "crdserver and not sglang"), "e2e-crdserver", 2,
-         needs_control_plane=False),
+    # the default release's kube-apiserver alone (``crd_server``), started in its session
+    # fixture: it waits for that release's build like the cluster tiers
+    Tier("crdserver", ("tests", "-m", "crdserver and not sglang"), "e2e-crdserver", 2),
     # the oldest supported release: the chart's CRDs with their CEL rules, the operator's
     # main path (a PDDeployment Ready, its policy/v1 budgets, its status), the CEL verdicts
     # and Pod Security enforcement. Tests of the e2e tier, run again on a cluster of its own.

@@ -7,6 +7,7 @@ kube-controller-manager and kube-scheduler once from Go modules, under ``build``
 build-once lock; ``certs`` makes the CA, serving certificate and token users;
 ``cluster`` runs etcd, the API server, the controller manager, the scheduler and kubelet-sim
 as background processes owned through pid files (``procs``), with the command lines of
-``commands`` and their state where ``paths`` says. ``crd_build`` and ``crd_server`` build and
-run a current CRD server (Kubernetes 1.36, CRDs only) beside it, for checking the CRD.
+``commands`` and their state where ``paths`` says. ``crd_server`` runs the newest
+release's kube-apiserver alone beside it, for checking the CRD; ``apt`` reads the system's
+Debian archive entries for the Prometheus install.
 """

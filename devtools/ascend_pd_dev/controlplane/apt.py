@@ -1,7 +1,7 @@
 """The system's Debian archive entries, read (never changed) for a private apt state.
 
-The CRD server's build (``crd_build``) and the Prometheus install (``prometheus``) download
-Debian packages through apt with a configuration of their own (their own source list, index
+The Prometheus install (``prometheus``) downloads Debian packages through apt with a
+configuration of its own (their own source list, index
 and cache under their cache directory), on the mirrors and keyrings the system's own entries
 name: these read those entries and make the options that keep apt off the system's state.
 """

@@ -1,12 +1,12 @@
 """What every build here shares: building once under a file lock, with progress lines.
 
-The control plane's binaries (``build_gomod``, one Kubernetes release each) and the CRD
-server (``crd_build``) are each built once per user and recipe into a cache directory, and a
-build takes minutes: ``build_once`` runs a build under that directory's file lock (concurrent
-callers wait for one build instead of starting several, then find it done), announces it,
-reports its time and writes the ``build-info.json`` stamp that says it is complete. Also here:
-running a build step into its log, the heartbeat of a long compile, and the Debian packages
-(etcd, openssl) a running cluster needs.
+The control plane's binaries (``build_gomod``, one Kubernetes release each; the CRD checker
+runs the newest release's kube-apiserver) are built once per user, release and recipe into a
+cache directory, and a build takes minutes: ``build_once`` runs a build under that
+directory's file lock (concurrent callers wait for one build instead of starting several,
+then find it done), announces it, reports its time and writes the ``build-info.json`` stamp
+that says it is complete. Also here: running a build step into its log, the heartbeat of a
+long compile, and the Debian packages (etcd, openssl) a running cluster needs.
 """
 
 from __future__ import annotations
