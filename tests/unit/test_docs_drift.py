@@ -15,6 +15,9 @@ comes, without a test naming it.
 - a Helm flag newer than the oldest Helm the docs support carries its version where it is
   used and in docs/compatibility.md;
 - docs/operator.md's usage of ``ascend-pd run`` shows every flag its parser has.
+- the minimum Kubernetes the README, docs/compatibility.md and docs/development.md state, and
+  each chart's ``kubeVersion``, is the floor of the dev cluster's release table
+  (``versions.FLOOR``, the release the ``floor`` test tier runs).
 """
 
 from __future__ import annotations
