@@ -34,7 +34,7 @@ unit: venv
 promql-test: venv
 	$(BIN)/pytest -m prometheus tests/prometheus
 
-# The CRD on a current Kubernetes (a CRD server built once from Debian's Go sources).
+# The CRD on the newest Kubernetes (its kube-apiserver alone, from the dev cluster's build).
 crd-test: venv
 	$(BIN)/pytest -m crdserver tests/crdserver
 

@@ -8,11 +8,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ascend_pd_dev.controlplane import versions
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ascend-pd-operator"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-#: the oldest Kubernetes the chart supports (the local control plane) and a current one
-KUBE_VERSIONS = ("1.20.0", "1.31.0")
+#: the oldest Kubernetes the chart supports (the floor of the dev cluster's release table,
+#: which the ``floor`` tier runs) and a current one
+KUBE_VERSIONS = (f"{versions.FLOOR}.0", "1.31.0")
 RELEASE = "apd"
 NAMESPACE = "ascend-pd-system"
 

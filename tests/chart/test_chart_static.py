@@ -1,6 +1,6 @@
 """Static checks of the Helm chart with the real helm: lint, the ci/ values matrix rendered
-for Kubernetes 1.20 and a current release, every manifest validated against the current
-Kubernetes schemas, the restricted pod-security fields, strict values, and the CRD
+for the oldest supported Kubernetes and a current release, every manifest validated against
+its release's Kubernetes schemas, the restricted pod-security fields, strict values, and the CRD
 variant by cluster version."""
 
 from __future__ import annotations
@@ -23,13 +23,9 @@ from pod_security import pod_specs, restricted_violations
 
 from tests.unit.test_docs_drift import APPLY, CRD_NAMES, applied_crd_files
 
-#: the schemas of the current render's Kubernetes, and the oldest kubernetes-validate ships
-#: for the 1.20 renders (they contain no kind that changed between 1.20 and 1.25 except the
-#: policy/v1beta1 PDB, checked separately)
-CURRENT_SCHEMA = KUBE_VERSIONS[-1]
-OLDEST_SCHEMA = min(
-    kubernetes_validate.utils.all_versions(), key=lambda v: tuple(map(int, v.split(".")))
-)
+#: each render is validated against its own release's schemas (kubernetes-validate ships
+#: 1.25 on)
+SCHEMAS = set(kubernetes_validate.utils.all_versions())
 
 MATRIX = [(values, kube) for values in CI_VALUES for kube in KUBE_VERSIONS]
 MATRIX_IDS = [f"{values.stem}-k8s{kube}" for values, kube in MATRIX]
@@ -80,7 +76,8 @@ def test_app_version_is_the_project_version() -> None:
 def test_manifests_match_kubernetes_schemas(render: Render, values: Path, kube: str) -> None:
     manifests = render([values], kube)
     assert manifests
-    schema = CURRENT_SCHEMA if kube == KUBE_VERSIONS[-1] else OLDEST_SCHEMA
+    assert kube in SCHEMAS, f"kubernetes-validate has no schemas of {kube}"
+    schema = kube
     for doc in manifests:
         name = f"{doc['kind']}/{doc['metadata']['name']}"
         if doc["apiVersion"] == "monitoring.coreos.com/v1":
@@ -89,11 +86,6 @@ def test_manifests_match_kubernetes_schemas(render: Render, values: Path, kube: 
                 monitoring_crds.validate(doc)
             except jsonschema.ValidationError as exc:
                 pytest.fail(f"{name} against the vendored CRD: {exc.message} at {list(exc.path)}")
-            continue
-        if doc["apiVersion"] == "policy/v1beta1":
-            # gone from the shipped schemas; its 1.20 shape is checked below and the
-            # e2e install on 1.20 proves the API server takes it
-            assert kube == "1.20.0", name
             continue
         try:
             kubernetes_validate.validate(doc, schema, strict=True)
@@ -223,7 +215,7 @@ def test_all_namespaces_uses_one_cluster_role(render: Render) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kube", "api_version"), [("1.20.0", "policy/v1beta1"), ("1.31.0", "policy/v1")]
+    ("kube", "api_version"), [(KUBE_VERSIONS[0], "policy/v1"), ("1.31.0", "policy/v1")]
 )
 def test_pdb_api_by_cluster_version(render: Render, kube: str, api_version: str) -> None:
     pdb = one(render([CHART / "ci" / "gang-values.yaml"], kube), "PodDisruptionBudget")
@@ -272,7 +264,7 @@ PLURALS = ("pddeployments", "pdrolescalers")
 
 @pytest.mark.parametrize(
     ("kube", "variant"),
-    [("1.20.0", "nocel"), ("1.24.9", "nocel"), ("1.25.0", "cel"), ("1.31.0", "cel")],
+    [(KUBE_VERSIONS[0], "cel"), ("1.31.0", "cel")],
 )
 def test_crd_variant_by_cluster_version(render: Render, kube: str, variant: str) -> None:
     crds = by_kind(render([], kube), "CustomResourceDefinition")
@@ -483,10 +475,13 @@ def test_template_names_are_chart_prefixed() -> None:
     assert [d for d in defines if not d.startswith("ascend-pd-operator.")] == []
 
 
-def test_clusters_older_than_1_20_are_refused(helm: Path) -> None:
-    done = run_template(helm, kube_version="1.19.16")
+def test_clusters_older_than_the_floor_are_refused(helm: Path) -> None:
+    floor = KUBE_VERSIONS[0]
+    major, minor, _ = floor.split(".")
+    done = run_template(helm, kube_version=f"{major}.{int(minor) - 1}.16")
     assert done.returncode != 0
-    assert "kubeVersion" in done.stderr or ">=1.20.0-0" in done.stderr, done.stderr
+    assert "kubeVersion" in done.stderr or f">={floor}-0" in done.stderr, done.stderr
+    assert run_template(helm, kube_version=floor).returncode == 0
 
 
 def test_packaged_chart_carries_its_files(helm: Path, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""The session's CRD server: built once (cached per user), started on free loopback ports with
-its own etcd data directory, the CEL CRD installed, and everything stopped at the end."""
+"""The session's CRD checker: the default release's kube-apiserver (built once, cached per
+user), started alone on free loopback ports with its own etcd data directory, the CEL CRD
+installed, and everything stopped at the end."""
 
 from __future__ import annotations
 

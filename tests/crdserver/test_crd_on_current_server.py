@@ -1,7 +1,8 @@
-"""The CEL CRD on a current API server (apiextensions-apiserver 1.36, ``dev/crd_server``).
+"""The CEL CRD on the newest API server alone (the default release's kube-apiserver with its
+own etcd, ``controlplane/crd_server``).
 
-The operator's e2e suite runs on the 1.20 control plane, which knows no CEL; this server
-decides what only the CRD decides on a current Kubernetes: that the CRD (its defaults, its CEL
+Beside the operator's e2e suite, this server decides what only the CRD decides on the newest
+Kubernetes, without a controller or node in the way: that the CRD (its defaults, its CEL
 rules and their estimated cost) is accepted, that ``kubectl explain`` describes every field,
 that the examples are accepted and shown with the printer columns, that the bad-input corpus is
 refused where the corpus says the schema or CEL refuses it (and accepted where it says the
@@ -159,8 +160,8 @@ def test_every_example_is_accepted_and_listed(
     docs = _pddeployments(example)
     assert docs
     for doc in docs:
-        # No namespaces API here and NamespaceLifecycle is off: the examples name no
-        # namespace (`kubectl apply -n <namespace>`); this one is taken as it is.
+        # NamespaceLifecycle is off, so no namespace need exist: the examples name none
+        # (`kubectl apply -n <namespace>`); this one is taken as it is.
         namespace, name = "llm", doc["metadata"]["name"]
         done = kubectl(
             "apply", "--validate=strict", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc)

@@ -1,4 +1,5 @@
-"""The pure parts of the 1.36 control-plane build (Go modules) and of picking the release."""
+"""The pure parts of the control-plane build (Go modules, one committed module per release) and
+of picking the release."""
 
 from __future__ import annotations
 
@@ -28,24 +29,32 @@ replace (
 """
 
 
-def test_the_committed_gomod_pins_every_staging_module_to_the_pinned_release() -> None:
+@pytest.mark.parametrize("release", sorted(versions.RELEASES))
+def test_the_committed_gomod_pins_every_staging_module_to_the_pinned_release(
+    release: str,
+) -> None:
     """Read independently of the build's own checker: Go resolves a requirement of a k8s.io
     staging module at v0.0.0 (what k8s.io/kubernetes requires) only through a replace of
     ours, and every such replace must be the release k8s.io/kubernetes is pinned at."""
-    text = (build_gomod.GOMOD_DIR / "go.mod").read_text()
+    row = versions.RELEASES[release]
+    assert row.gomod_dir.name == f"k8s-{release}"
+    assert row.version.startswith(f"{release}.")
+    text = (row.gomod_dir / "go.mod").read_text()
     pinned = re.search(r"^\s*k8s\.io/kubernetes (v1\.(\d+)\.(\d+))", text, re.M)
-    assert pinned is not None and pinned.group(1) == f"v{build_gomod.VERSION}"
-    release = f"v0.{pinned.group(2)}.{pinned.group(3)}"
+    assert pinned is not None and pinned.group(1) == f"v{row.version}"
+    staging_release = f"v0.{pinned.group(2)}.{pinned.group(3)}"
     replaced = dict(re.findall(r"^\s*(k8s\.io/\S+) => \1 (v\S+)$", text, re.M))
     assert replaced, "no k8s.io replace lines"
-    assert set(replaced.values()) == {release}
+    assert set(replaced.values()) == {staging_release}
     at_v000 = re.findall(r"^\s*(k8s\.io/\S+) v0\.0\.0(?:\s|$)", text, re.M)
     assert at_v000 and set(at_v000) <= set(replaced)
-    assert build_gomod.gomod_problems(text, build_gomod.VERSION, build_gomod.STAGING_MODULES) == []
+    staging = build_gomod.committed_staging(text)
+    assert staging == tuple(sorted(replaced))
+    assert build_gomod.gomod_problems(text, row.version, staging) == []
     # the go.sum has the kubernetes module itself (go build -mod=readonly needs its hashes)
-    go_sum = (build_gomod.GOMOD_DIR / "go.sum").read_text()
-    assert f"k8s.io/kubernetes v{build_gomod.VERSION} h1:" in go_sum
-    assert f"k8s.io/api {release} h1:" in go_sum
+    go_sum = (row.gomod_dir / "go.sum").read_text()
+    assert f"k8s.io/kubernetes v{row.version} h1:" in go_sum
+    assert f"k8s.io/api {staging_release} h1:" in go_sum
 
 
 def test_staging_modules_are_the_ones_kubernetes_replaces_with_its_staging_tree() -> None:
@@ -126,22 +135,29 @@ def test_cached_binaries_of_another_gomod_are_not_ready(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    gomod = tmp_path / "gomod"
-    gomod.mkdir()
-    (gomod / "go.mod").write_text("module a\n")
-    (gomod / "go.sum").write_text("")
-    monkeypatch.setattr(build_gomod, "GOMOD_DIR", gomod)
-    cache = build_gomod.cache_dir()
-    assert cache == tmp_path / "cache" / "ascend-pd" / f"k8s-{build_gomod.VERSION}" / "recipe-1"
+    monkeypatch.setattr(build_gomod, "GOMOD_ROOT", tmp_path)
+    row = build_gomod.Release("1.30", "1.30.2", "minutes")
+    row.gomod_dir.mkdir()
+    (row.gomod_dir / "go.mod").write_text("module a\n")
+    (row.gomod_dir / "go.sum").write_text("")
+    cache = row.cache_dir()
+    assert cache == tmp_path / "cache" / "ascend-pd" / "k8s-1.30.2" / "recipe-1"
     (cache / "bin").mkdir(parents=True)
     for name in build.BINARIES:
         (cache / "bin" / name).write_text("#!/bin/sh\n")
         (cache / "bin" / name).chmod(0o755)
-    info = {"recipe": build_gomod.RECIPE, "digest": build_gomod.recipe_digest()}
+    info = {"recipe": row.recipe, "digest": row.recipe_digest()}
     (cache / "build-info.json").write_text(json.dumps(info))
-    assert build_gomod.binaries_ready()
-    (gomod / "go.sum").write_text("k8s.io/api v0.36.4 h1:x=\n")  # another module graph
-    assert not build_gomod.binaries_ready()
+    assert row.binaries_ready()
+    (row.gomod_dir / "go.sum").write_text("k8s.io/api v0.30.3 h1:x=\n")  # another module graph
+    assert not row.binaries_ready()
+
+
+def test_the_release_table_has_the_newest_as_default_and_the_oldest_as_floor() -> None:
+    minors = {r.minor for r in versions.RELEASES.values()}
+    assert versions.RELEASES[versions.DEFAULT].minor == max(minors)
+    assert versions.RELEASES[versions.FLOOR].minor == min(minors)
+    assert versions.FLOOR != versions.DEFAULT
 
 
 def test_the_release_is_the_option_else_the_environment_else_the_default(
@@ -149,20 +165,21 @@ def test_the_release_is_the_option_else_the_environment_else_the_default(
 ) -> None:
     monkeypatch.delenv(versions.K8S_VERSION_ENV, raising=False)
     assert versions.selected_release() == versions.DEFAULT == "1.36"
-    monkeypatch.setenv(versions.K8S_VERSION_ENV, "1.20")
-    assert versions.selected_release() == "1.20"
-    assert versions.control_plane().version == build.VERSION == "1.20.2"
+    monkeypatch.setenv(versions.K8S_VERSION_ENV, versions.FLOOR)
+    assert versions.selected_release() == versions.FLOOR
+    assert versions.control_plane() is versions.RELEASES[versions.FLOOR]
     assert versions.selected_release("1.36") == "1.36"
-    assert versions.control_plane("v1.36").version == build_gomod.VERSION
-    assert versions.CONTROL_PLANES["1.36"].minor == 36
+    assert versions.control_plane("v1.36").version == "1.36.3"
+    assert versions.RELEASES["1.36"].minor == 36
 
 
 def test_an_unknown_release_is_refused_naming_where_it_came_from(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv(versions.K8S_VERSION_ENV, "1.28")
+    monkeypatch.setenv(versions.K8S_VERSION_ENV, "1.20")
+    expected = " or ".join(sorted(versions.RELEASES))
     with pytest.raises(
-        versions.VersionError, match=r"ASCEND_PD_K8S_VERSION='1\.28'.*1\.20 or 1\.36"
+        versions.VersionError, match=rf"ASCEND_PD_K8S_VERSION='1\.20'.*{re.escape(expected)}"
     ):
         versions.selected_release()
     with pytest.raises(versions.VersionError, match=r"--k8s-version='1\.36\.3'"):

@@ -21,67 +21,42 @@ def test_previous_ports_are_reused_while_free_and_replaced_when_taken() -> None:
     assert len({chosen.etcd_client, chosen.etcd_peer, chosen.apiserver, chosen.scheduler}) == 4
 
 
-def test_1_20_command_lines_bind_loopback_and_enable_rbac(tmp_path: Path) -> None:
-    layout = cluster.Layout(tmp_path)
-    pki = certs.Pki(layout.pki)
-    ports = cluster.Ports(2379, 2380, 6443, 10251)
-    api = cluster.apiserver_argv(Path("/b/kube-apiserver"), layout, pki, ports, 20)
-    assert "--authorization-mode=RBAC" in api and "--bind-address=127.0.0.1" in api
-    assert "--insecure-port=0" in api and "--secure-port=6443" in api
-    assert f"--token-auth-file={pki.tokens_csv}" in api
-    cm = cluster.controller_manager_argv(Path("/b/kcm"), layout, pki, 20)
-    (controllers,) = [a for a in cm if a.startswith("--controllers=")]
-    assert set(controllers.split("=", 1)[1].split(",")) >= {
-        "deployment",
-        "replicaset",
-        "statefulset",
-        "job",
-        "garbagecollector",
-        "namespace",
-        "serviceaccount",
-        "serviceaccount-token",
-    }
-    assert "--port=0" in cm and "--secure-port=0" in cm
-    scheduler = cluster.scheduler_argv(Path("/b/kube-scheduler"), layout, ports, 20)
-    # no HTTPS port (the fixed default 10259 would collide between clusters); health on loopback
-    assert "--secure-port=0" in scheduler and "--port=10251" in scheduler
-    assert "--address=127.0.0.1" in scheduler and "--leader-elect=false" in scheduler
-    assert commands.scheduler_health_url(10251, 20) == "http://127.0.0.1:10251/healthz"
-    etcd = cluster.etcd_argv(Path("/usr/bin/etcd"), layout, ports)
-    everything = etcd + api + cm + scheduler
-    assert not [a for a in everything if "=0.0.0.0" in a or "//0.0.0.0" in a]
-
-
-def test_1_36_command_lines_use_no_removed_flag_and_enforce_pod_security(
+def test_command_lines_bind_loopback_use_no_removed_flag_and_enforce_pod_security(
     tmp_path: Path,
 ) -> None:
-    """1.24 removed the insecure ports: a 1.36 binary refuses ``--insecure-port``, ``--port``
-    and ``--address`` (unknown flag) and would not start."""
+    """1.24 removed the insecure ports: a binary of any supported release refuses
+    ``--insecure-port``, ``--port`` and ``--address`` (unknown flag) and would not start."""
     layout = cluster.Layout(tmp_path)
     pki = certs.Pki(layout.pki)
     ports = cluster.Ports(2379, 2380, 6443, 10259)
-    api = cluster.apiserver_argv(Path("/b/kube-apiserver"), layout, pki, ports, 36)
-    cm = cluster.controller_manager_argv(Path("/b/kcm"), layout, pki, 36)
-    scheduler = cluster.scheduler_argv(Path("/b/kube-scheduler"), layout, ports, 36)
+    api = cluster.apiserver_argv(Path("/b/kube-apiserver"), layout, pki, ports)
+    cm = cluster.controller_manager_argv(Path("/b/kcm"), layout, pki)
+    scheduler = cluster.scheduler_argv(Path("/b/kube-scheduler"), layout, ports)
     removed = ("--insecure-port=", "--port=", "--address=")
     assert not [a for a in api + cm + scheduler if a.startswith(removed)]
     assert "--enable-admission-plugins=PodSecurity" in api
     assert "--authorization-mode=RBAC" in api and "--anonymous-auth=false" in api
+    assert "--bind-address=127.0.0.1" in api and "--secure-port=6443" in api
+    assert f"--token-auth-file={pki.tokens_csv}" in api
     assert f"--service-account-signing-key-file={pki.sa_key}" in api
     # the aggregation layer: extension API servers (KEDA's metrics adapter) trust requests
     # proxied with the front-proxy client certificate
     assert f"--requestheader-client-ca-file={pki.front_proxy_ca_crt}" in api
     assert f"--proxy-client-cert-file={pki.front_proxy_client_crt}" in api
     assert "--requestheader-allowed-names=front-proxy-client" in api
+    (controllers,) = [a for a in cm if a.startswith("--controllers=")]
+    assert set(controllers.split("=", 1)[1].split(",")) >= {
+        "deployment", "replicaset", "statefulset", "job", "garbagecollector", "namespace",
+        "serviceaccount", "serviceaccount-token",
+    }  # fmt: skip
+    assert "--secure-port=0" in cm
     # the scheduler's health is on its HTTPS port, on loopback, on the port the cluster chose
     assert "--secure-port=10259" in scheduler and "--bind-address=127.0.0.1" in scheduler
-    assert commands.scheduler_health_url(10259, 36) == "https://127.0.0.1:10259/healthz"
-    # the same controllers on both releases
-    assert [a for a in cm if a.startswith("--controllers=")] == [
-        a
-        for a in cluster.controller_manager_argv(Path("/b/kcm"), layout, pki, 20)
-        if a.startswith("--controllers=")
-    ]
+    assert "--leader-elect=false" in scheduler
+    assert commands.scheduler_health_url(10259) == "https://127.0.0.1:10259/healthz"
+    etcd = cluster.etcd_argv(Path("/usr/bin/etcd"), layout, ports)
+    everything = etcd + api + cm + scheduler
+    assert not [a for a in everything if "=0.0.0.0" in a or "//0.0.0.0" in a]
 
 
 def test_kubeconfig_has_one_token_user_and_the_ca() -> None:

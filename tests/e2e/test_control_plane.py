@@ -105,15 +105,13 @@ def test_api_server_answers_and_reports_its_version(cluster: Any, kubectl: Any) 
 def test_pod_security_admission_enforces_only_the_level_a_namespace_is_labelled_with(
     cluster: Any, kubectl: Any, namespace: str
 ) -> None:
-    """Pod Security admission (1.25 on; the local 1.36 API server runs it): an unlabelled
+    """Pod Security admission (GA in 1.25; every local release runs it): an unlabelled
     namespace admits a privileged pod (every level defaults to ``privileged``, as upstream),
     a namespace labelled ``pod-security.kubernetes.io/enforce=restricted`` refuses it with
     the plugin's own words, and ``privileged`` (the label the docs tell users to set)
     admits it again."""
     if not cluster.pod_security_admission:
-        pytest.skip(
-            "Pod Security admission is served from Kubernetes 1.25 (the local 1.20 has none)"
-        )
+        pytest.skip("Pod Security admission is served from Kubernetes 1.25 on")
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -414,27 +412,6 @@ def test_crd_without_cel_server_side_applies_and_serves_custom_resources(
 def _apply_check(kubectl: Any, manifest: dict[str, Any], namespace: str) -> Any:
     return kubectl("apply", "-n", namespace, "--server-side", "--field-manager=ascend-pd-e2e",
                    "-f", "-", input=yaml.safe_dump(manifest), check=False)  # fmt: skip
-
-
-def test_server_side_apply_on_1_20_needs_the_protocol_of_every_service_port(
-    cluster: Any, kubectl: Any, namespace: str
-) -> None:
-    """Kubernetes 1.20 keys service ports by (port, protocol) without defaulting protocol first,
-    so builders must always set it; this pins the quirk the operator's builders rely on."""
-    if cluster.server_version != (1, 20):
-        pytest.skip("a Kubernetes 1.20 quirk")
-
-    def service(name: str, port: dict[str, Any]) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-                "spec": {"selector": {"app": "x"}, "ports": [port]}}  # fmt: skip
-
-    refused = _apply_check(kubectl, service("bare", {"name": "http", "port": 80}), namespace)
-    assert refused.returncode != 0
-    assert 'omits key field "protocol"' in refused.stderr
-    accepted = _apply_check(
-        kubectl, service("full", {"name": "http", "port": 80, "protocol": "TCP"}), namespace
-    )
-    assert accepted.returncode == 0, accepted.stderr
 
 
 @pytest.mark.simulated

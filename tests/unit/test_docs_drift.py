@@ -15,6 +15,9 @@ comes, without a test naming it.
 - a Helm flag newer than the oldest Helm the docs support carries its version where it is
   used and in docs/compatibility.md;
 - docs/operator.md's usage of ``ascend-pd run`` shows every flag its parser has.
+- the minimum Kubernetes the README, docs/compatibility.md and docs/development.md state, and
+  each chart's ``kubeVersion``, is the floor of the dev cluster's release table
+  (``versions.FLOOR``, the release the ``floor`` test tier runs).
 """
 
 from __future__ import annotations
@@ -250,3 +253,39 @@ def test_docs_operator_md_shows_every_flag_of_ascend_pd_run() -> None:
     flags = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
     missing = sorted(f for f in flags - {"--help"} if f not in commands)
     assert not missing, f"docs/operator.md's `ascend-pd run` usage lacks {missing}"
+
+
+# --- the oldest supported Kubernetes ----------------------------------------------------
+
+#: a statement of the minimum Kubernetes: "Kubernetes 1.28 or later", "| Kubernetes | 1.28 and
+#: later", "Kubernetes 1.28+", "clusters >= 1.28", "kubeVersion: >=1.28.0-0"
+MINIMUM = re.compile(
+    r"Kubernetes(?: \|)? (1\.\d+)(?:\.\d+)?(?:\+| or later| and later| or newer)"
+    r"|(?:clusters|Kubernetes) >= ?(1\.\d+)"
+    r"|kubeVersion:? `?\"?>= ?(1\.\d+)"
+)
+#: the pages that must state it (the chart's Chart.yaml gates installs by it)
+STATE_THE_FLOOR = [ROOT / "README.md", ROOT / "docs" / "compatibility.md",
+                   ROOT / "docs" / "development.md"]  # fmt: skip
+
+
+def _floor() -> str:
+    from ascend_pd_dev.controlplane import versions
+
+    return versions.FLOOR
+
+
+@pytest.mark.parametrize("doc", STATE_THE_FLOOR, ids=_rel)
+def test_the_pages_state_the_tested_floor_as_the_minimum_kubernetes(doc: Path) -> None:
+    """The floor is the oldest release of the dev cluster's release table, the one the
+    ``floor`` test tier runs: a page stating another minimum claims what nothing tests."""
+    found = {next(filter(None, m)) for m in MINIMUM.findall(_words(doc.read_text()))}
+    assert found == {_floor()}, f"{_rel(doc)} states Kubernetes >= {sorted(found)}, not {_floor()}"
+
+
+def test_each_chart_s_kube_version_is_the_tested_floor() -> None:
+    charts = sorted((ROOT / "charts").glob("*/Chart.yaml"))
+    assert charts
+    for chart in charts:
+        gate = yaml.safe_load(chart.read_text())["kubeVersion"]
+        assert gate == f">={_floor()}.0-0", f"{_rel(chart)}: kubeVersion {gate!r}"

@@ -1,13 +1,13 @@
-"""``ascend-pd-dev cluster up|down|status``: a local Kubernetes control plane (1.36 by
-default, 1.20 with ``--k8s-version 1.20`` or ``ASCEND_PD_K8S_VERSION=1.20``), simulated
-Ascend nodes.
+"""``ascend-pd-dev cluster up|down|status``: a local Kubernetes control plane (the newest
+release of ``versions.RELEASES`` by default, another with ``--k8s-version`` or
+``ASCEND_PD_K8S_VERSION``), simulated Ascend nodes.
 
 ``up`` builds the control plane once (cached per user and release), starts it on free
 loopback ports and prints the ``export KUBECONFIG=...`` line; a healthy cluster is left
 running. ``down`` stops exactly the processes ``up`` started (by their pid files). ``status``
 exits 0 when the cluster is up and 3 when it is not. ``crd-server up|down`` runs a current
-CRD server beside it (``crd_server``: Kubernetes 1.36, CRDs and custom resources only) for
-checking the CRD.
+CRD checker beside it (``crd_server``: the default release's kube-apiserver alone, with its
+own etcd) for checking the CRD.
 ``node NAME ready|not-ready|unreachable`` makes a simulated node (and its pods) NotReady and
 back (``kubelet_sim.testing.set_node_ready``).
 """
@@ -25,7 +25,6 @@ from ascend_pd_dev.controlplane import (
     cluster,
     crd_server,
     paths,
-    reflect2_fix,
     versions,
 )
 from ascend_pd_dev.kubelet_sim.nodes import ASCEND_RESOURCE
@@ -45,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help=f"{ASCEND_RESOURCE} per node (default 8)")  # fmt: skip
     up.add_argument("--rebuild", action="store_true",
                     help="rebuild the control-plane binaries even when cached")  # fmt: skip
-    up.add_argument("--k8s-version", choices=sorted(versions.CONTROL_PLANES), default=None,
+    up.add_argument("--k8s-version", choices=sorted(versions.RELEASES), default=None,
                     help=f"the Kubernetes release to run (default: ${versions.K8S_VERSION_ENV}, "
                     f"else {versions.DEFAULT}); a cluster of another release is replaced, "
                     "its data deleted")  # fmt: skip
@@ -56,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("--output", choices=["text", "json"], default="text")
     crd = sub.add_parser(
         "crd-server",
-        help="a current CRD server (Kubernetes 1.36, CRDs only) for checking the CRD",
+        help="the newest kube-apiserver alone (no controllers, no nodes) for checking the CRD",
     )
     crd.add_argument("crd_action", choices=["up", "down"], metavar="up|down")
     node = sub.add_parser(
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         return _status(layout, args.output)
     except (build.BuildError, cluster.ClusterError, certs.CertError,
-            reflect2_fix.Reflect2FixError, crd_server.CrdServerError,
+            crd_server.CrdServerError,
             versions.VersionError) as err:  # fmt: skip
         print(f"ascend-pd-dev cluster {action}: {err}", file=sys.stderr)
         return 1
@@ -134,8 +133,8 @@ def _crd_server(action: str) -> int:
         _progress("nothing was running" if not stopped else "down")
         return 0
     server = crd_server.start(root, _progress, fresh=False)
-    _progress(f"CRD server {crd_server.server_version(server)} at {server.url} (CRDs and "
-              "custom resources only; no namespaces, workloads or controllers)")  # fmt: skip
+    _progress(f"kube-apiserver {crd_server.server_version(server)} at {server.url} (alone: "
+              "no controllers, no nodes)")  # fmt: skip
     _progress("stop it with: ascend-pd-dev cluster crd-server down")
     print(f"export KUBECONFIG={server.kubeconfig}")
     return 0
@@ -145,7 +144,7 @@ def _status(layout: cluster.Layout, output: str) -> int:
     state = cluster.load_state(layout)
     components = cluster.component_status(layout)
     healthy = cluster.healthy(layout)
-    plane = versions.CONTROL_PLANES[state.k8s_release] if state else versions.control_plane()
+    plane = versions.RELEASES.get(state.k8s_release) if state else versions.control_plane()
     report = {
         "up": healthy,
         "server": state.server if state else None,
@@ -156,7 +155,7 @@ def _status(layout: cluster.Layout, output: str) -> int:
             name: (record.pid if record else None) for name, record in components.items()
         },
         "k8s_release": state.k8s_release if state else None,
-        "binaries": str(plane.bin_dir()) if plane.binaries_ready() else None,
+        "binaries": str(plane.bin_dir()) if plane and plane.binaries_ready() else None,
     }
     if output == "json":
         print(json.dumps(report, indent=2))
@@ -166,7 +165,7 @@ def _status(layout: cluster.Layout, output: str) -> int:
             state_text = f"running (pid {record.pid})" if record else "stopped"
             print(f"  {name:<24} {state_text}")
         if state is not None:
-            print(f"  Kubernetes               {plane.version}")
+            print(f"  Kubernetes               {plane.version if plane else state.k8s_release}")
             print(f"  server                   {state.server}")
             print(f"  simulated nodes          {state.nodes} x {state.ascend_per_node} "
                   f"{ASCEND_RESOURCE}")  # fmt: skip

@@ -7,17 +7,23 @@ instances. Most of a cluster tier's time is spent waiting on conditions, so runn
 tiers together fills the idle cores instead of adding their times up.
 
 The tiers partition the suite by marker (and, for the two cluster tiers, by folder), so
-every test runs in exactly one; ``--check`` proves it against pytest's own collection.
+every test runs in exactly one; ``--check`` proves it against pytest's own collection. One
+tier is declared a re-run (``Tier.rerun``): ``floor`` runs a short subset of the e2e tests
+again, by node id, on the oldest supported release (``versions.FLOOR``), on a cluster of its
+own; ``--check`` proves each of its tests also runs in a tier of the partition.
 Each tier's output goes to ``.dev/tiers/<tier>.log``; a tier that fails prints its tail.
 
-The tiers that need the local control plane start once ``prepare`` has built it (the
-release ``ASCEND_PD_K8S_VERSION`` names, else 1.36): on a fresh machine that build takes
-10 CPU minutes, 15 to 30 minutes on 2 busy cores (1.36; 1.20's took 11 to 14), and inside
-the first test's fixture it counted in that test's timeout (a cold ``.ci/run`` failed the
-first reliability scenario so). The others start at once. A tier may also wait for a build
-of its own (``after``): the ``prometheus-e2e`` tier for ``prepare-keda``, which builds KEDA
-once the control plane is built (not beside it: both compile on every core), while the
-other cluster tiers already run.
+The tiers that need the local control plane start once their release is built: a
+``prepare-<release>`` step builds each release the chosen tiers run (``ASCEND_PD_K8S_VERSION``,
+else the newest, for most; the floor for ``floor``), one after the other, the newest first.
+On a fresh machine each build takes 10 CPU minutes or more, 15 to 30 minutes on 2 busy cores
+(docs/development.md has the numbers), and inside the first test's fixture it counted in
+that test's timeout (a cold ``.ci/run`` failed the first reliability scenario so). One build
+at a time: ``go build`` already keeps every core busy, two at once would only share them
+(and double the memory and disk) and delay the newest release, which most tiers wait for.
+The others start at once. A tier may also wait for a build of its own (``after``): the
+``prometheus-e2e`` tier for ``prepare-keda``, which builds KEDA right after the selected
+release (one build at a time, as above).
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ascend_pd_dev.controlplane import versions
 from ascend_pd_dev.controlplane.paths import TEST_CLUSTER_ENV, project_root
 
 ROOT = project_root()
@@ -55,11 +62,38 @@ class Tier:
     #: it starts once ``prepare`` has built the control plane: a cold build (15 to 30 min on
     #: 2 busy cores for 1.36) inside a test's fixture would count in that test's timeout
     needs_control_plane: bool = True
-    #: what the interpreter runs with ``args``: pytest, but for ``PREPARE``
+    #: what the interpreter runs with ``args``: pytest, but for ``prepare``
     program: tuple[str, ...] = PYTEST
+    #: the Kubernetes release its cluster runs (a row of ``versions.RELEASES``); "": the one
+    #: ``ASCEND_PD_K8S_VERSION`` names, else the default
+    k8s_release: str = ""
+    #: it re-runs tests that a tier of the partition owns (on another release): ``--check``
+    #: allows its tests twice, and only those
+    rerun: bool = False
     #: the builds (``BUILDS``, by name) that must have succeeded before it starts
     after: tuple[str, ...] = ()
 
+    @property
+    def release(self) -> str:
+        """The release the tier's cluster runs."""
+        return self.k8s_release or versions.selected_release()
+
+
+#: what the floor tier runs (node ids of tests the e2e tier owns)
+FLOOR_TESTS = (
+    "tests/e2e/test_control_plane.py::test_api_server_answers_and_reports_its_version",
+    "tests/e2e/test_control_plane.py::"
+    "test_pod_security_admission_enforces_only_the_level_a_namespace_is_labelled_with",
+    # server-side apply of a custom resource with a map: json-iterator's reflect2 (v1.0.2 in
+    # 1.30) iterating a Go map under Go 1.26's runtime
+    "tests/e2e/test_control_plane.py::"
+    "test_crd_without_cel_server_side_applies_and_serves_custom_resources",
+    "tests/e2e/test_chart.py::test_install_test_upgrade_uninstall",
+    "tests/e2e/test_operator.py::test_example_becomes_ready_with_its_layout",
+    "tests/e2e/test_operator.py::test_cross_field_invalid_spec_creates_nothing_and_says_why",
+    "tests/e2e/test_status_why.py::"
+    "test_a_pod_the_api_server_refuses_is_named_from_the_statefulset_s_failed_create",
+)
 
 TIERS = (
     Tier("reliability", ("tests/reliability", f"--ignore={OWN_CONTROL_PLANE}", "-m",
@@ -71,8 +105,8 @@ TIERS = (
     Tier("e2e", ("tests", "--ignore=tests/reliability", "-m",
                  f"e2e and not prometheus and {NOT_OTHERS}"), "e2e", 10),
     # a real Prometheus scraping the running operator: short, so beside the e2e tier
-    # rather than in it (the e2e tier is the longest)
-    # KEDA scaling a role on a Prometheus query too (tests/e2e/test_keda_scaling.py)
+    # rather than in it (the e2e tier is the longest); KEDA scaling a role on a Prometheus
+    # query too (tests/e2e/test_keda_scaling.py)
     Tier("prometheus-e2e", ("tests", "--ignore=tests/reliability", "-m",
                             f"e2e and prometheus and {NOT_OTHERS}"), "e2e-prometheus", 3,
          after=("prepare-keda",)),
@@ -82,17 +116,30 @@ TIERS = (
     Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 11, needs_control_plane=False),
     Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver"), "e2e-unit", 5,
          needs_control_plane=False),
-    # the CRD server is a binary of its own, built in its session fixture
-    Tier("crdserver", ("tests", "-m", "crdserver and not sglang"), "e2e-crdserver", 2,
-         needs_control_plane=False),
+    # the default release's kube-apiserver alone (``crd_server``), started in its session
+    # fixture: it waits for that release's build like the cluster tiers
+    Tier("crdserver", ("tests", "-m", "crdserver and not sglang"), "e2e-crdserver", 2),
+    # the oldest supported release: the chart's CRDs with their CEL rules, the operator's
+    # main path (a PDDeployment Ready, its policy/v1 budgets, its status), a CEL verdict,
+    # server-side apply and Pod Security enforcement. Tests of the e2e tier, run again on a
+    # cluster of its own.
+    Tier("floor", (*FLOOR_TESTS, "-m", "e2e"), "e2e-floor", 4, k8s_release=versions.FLOOR,
+         rerun=True),
 )  # fmt: skip
-#: Builds the local control plane (``build.ensure_binaries``, the runtime packages) once,
-#: before the tiers that need it; a no-op with the binaries cached.
-PREPARE = Tier("prepare", ("--prepare",), expected_minutes=0, needs_control_plane=False,
-               program=("-m", "ascend_pd_dev.cli.tiers"))  # fmt: skip
-#: Builds KEDA (``build_keda.ensure_keda``) once the control plane is built, for the tiers
-#: that name it in ``after``; a no-op when cached.
+
+
+def prepare_tier(release: str) -> Tier:
+    """Builds release ``release`` of the local control plane (and the runtime packages) once,
+    before the tiers that run it; a no-op with the binaries cached."""
+    return Tier(f"prepare-{release}", ("--prepare", release), expected_minutes=0,
+                needs_control_plane=False, program=("-m", "ascend_pd_dev.cli.tiers"),
+                k8s_release=release)  # fmt: skip
+
+
+#: Builds KEDA (``build_keda.ensure_keda``) for the tiers that name it in ``after``; a no-op
+#: when cached.
 PREPARE_KEDA = Tier("prepare-keda", ("--prepare-keda",), expected_minutes=0,
+                    needs_control_plane=False,
                     program=("-m", "ascend_pd_dev.cli.tiers"))  # fmt: skip
 BUILDS = (PREPARE_KEDA,)
 
@@ -121,16 +168,16 @@ def command(tier: Tier, extra: Sequence[str] = ()) -> list[str]:
             *extra]  # fmt: skip
 
 
-def build_control_plane() -> int:
-    """Build what the cluster tiers need, outside any test's timeout."""
-    from ascend_pd_dev.controlplane import build, versions
+def build_control_plane(release: str | None = None) -> int:
+    """Build what the cluster tiers of ``release`` (else the selected one) need, outside any
+    test's timeout."""
+    from ascend_pd_dev.controlplane import build
 
     def progress(message: str) -> None:
         print(f"prepare: {message}", flush=True)
 
-    plane = versions.control_plane()
-    progress(f"Kubernetes {plane.version} ({versions.K8S_VERSION_ENV} or the default "
-             f"{versions.DEFAULT})")  # fmt: skip
+    plane = versions.control_plane(release)
+    progress(f"Kubernetes {plane.version}")
     plane.ensure_binaries(progress, False)
     build.ensure_runtime_packages(progress)
     return 0
@@ -138,13 +185,8 @@ def build_control_plane() -> int:
 
 def build_keda() -> int:
     """Build KEDA's operator and metrics adapter, outside any test's timeout."""
-    from ascend_pd_dev.controlplane import build, build_keda, versions
+    from ascend_pd_dev.controlplane import build, build_keda
 
-    plane = versions.control_plane()
-    if plane.minor < 23:
-        # its HPAs are autoscaling/v2: the KEDA test skips itself on this release
-        print(f"prepare-keda: not built for Kubernetes {plane.version}", flush=True)
-        return 0
     try:
         build_keda.ensure_keda(lambda message: print(f"prepare-keda: {message}", flush=True))
     except build.BuildError as err:
@@ -157,6 +199,8 @@ def start(run: Run, extra: Sequence[str]) -> None:
     env = dict(os.environ)
     if run.tier.cluster:
         env[TEST_CLUSTER_ENV] = run.tier.cluster
+    if run.tier.k8s_release:
+        env[versions.K8S_VERSION_ENV] = run.tier.k8s_release
     run.log.parent.mkdir(parents=True, exist_ok=True)
     with run.log.open("wb") as out:
         run.process = subprocess.Popen(
@@ -218,34 +262,48 @@ def run_all(
     tiers: Sequence[Tier],
     jobs: int,
     extra: Sequence[str],
-    prepare: Tier = PREPARE,
-    builds: Sequence[Tier] = BUILDS,
+    prepare: Callable[[str], Tier] = prepare_tier,
+    extra_builds: Sequence[Tier] = BUILDS,
 ) -> list[Run]:
     """Run ``tiers``, ``jobs`` at once, the longest first, those that need the control plane
-    once ``prepare`` has built it and those ``after`` a build once it has succeeded; print
-    each as it ends and then the table."""
+    once ``prepare(release)`` has built their release and those ``after`` a build once it
+    has succeeded (the builds one at a time: the selected release first, then the builds
+    the tiers name, then the other releases); print each as it ends and then the table."""
     ordered = sorted(tiers, key=lambda t: -t.expected_minutes)
+    selected = versions.selected_release()
+    releases = sorted({t.release for t in ordered if t.needs_control_plane},
+                      key=lambda r: (r != selected, r))  # fmt: skip
     wanted = {name for t in ordered for name in t.after}
-    ordered[:0] = [b for b in builds if b.name in wanted]
-    if any(t.needs_control_plane for t in ordered):
-        ordered.insert(0, prepare)
-    ended: dict[str, int] = {}
-    todo = [Run(t, LOG_DIR / f"{t.name}.log") for t in ordered]
+    named = [prepare(r) for r in releases[:1]]
+    named += [b for b in extra_builds if b.name in wanted] + [prepare(r) for r in releases[1:]]
+    #: build name -> its run; a tier needs ``prepare-<its release>`` and its ``after``
+    builds = {t.name: Run(t, LOG_DIR / f"{t.name}.log") for t in named}
+
+    def needs(tier: Tier) -> set[str]:
+        release = {prepare(tier.release).name} if tier.needs_control_plane else set()
+        return release | set(tier.after)
+
+    def is_build(run: Run) -> bool:
+        return any(run is b for b in builds.values())
+
+    todo = [*builds.values(), *(Run(t, LOG_DIR / f"{t.name}.log") for t in ordered)]
     runs = list(todo)
     running: list[Run] = []
-    prepare_run: Run | None = None
-    prepared = False
+    #: build name -> whether it succeeded, once it ended
+    built: dict[str, bool] = {}
     began = time.monotonic()
+
+    def startable(run: Run) -> bool:
+        if is_build(run):
+            # one build at a time: go build already keeps every core busy
+            return not any(map(is_build, running))
+        return all(built.get(name, False) for name in needs(run.tier))
+
     while todo or running:
-        ready = [r for r in todo if (not r.tier.needs_control_plane or prepared)
-                 and all(ended.get(name) == 0 for name in r.tier.after)]  # fmt: skip
-        while ready and len(running) < jobs:
-            run = ready.pop(0)
+        while len(running) < jobs and (run := next(filter(startable, todo), None)):
             todo.remove(run)
             start(run, extra)
             running.append(run)
-            if run.tier is prepare:
-                prepare_run = run
         reaped = False
         for run in list(running):
             assert run.process is not None
@@ -256,22 +314,15 @@ def run_all(
                 run.process.returncode = code = os.waitstatus_to_exitcode(status)
                 running.remove(run)
                 finish(run, code, usage.ru_utime + usage.ru_stime)
-                ended[run.tier.name] = code
-                if run is prepare_run:
-                    prepared = code == 0
-                    if not prepared:
+                if is_build(run):
+                    built[run.tier.name] = code == 0
+                    if code != 0:
                         # nothing would build it: the tiers that need it fail at once
-                        for waiting in [r for r in todo if r.tier.needs_control_plane]:
+                        for waiting in [r for r in todo if run.tier.name in needs(r.tier)]:
                             todo.remove(waiting)
                             waiting.code = code
-                            print(f"tiers: {waiting.tier.name} not run: prepare failed")
-                if code != 0:
-                    # nor would the build a tier waits for
-                    for waiting in [r for r in todo if run.tier.name in r.tier.after]:
-                        todo.remove(waiting)
-                        waiting.code = code
-                        print(f"tiers: {waiting.tier.name} not run: {run.tier.name} failed")
-        # a tier that ended may let others start (the build, a free job): back to the top
+                            print(f"tiers: {waiting.tier.name} not run: {run.tier.name} failed")
+        # a tier that ended may let others start (a build, a free job): back to the top
         if running and not reaped:
             # each tier is a child process: wait for any of them, not for a fixed time
             with contextlib.suppress(ChildProcessError):
@@ -291,19 +342,31 @@ def collected(args: Sequence[str]) -> set[str]:
 
 
 def check(tiers: Sequence[Tier]) -> int:
-    """Every test of the suite in exactly one tier."""
+    """Every test of the suite in exactly one tier of the partition; each test of a re-run
+    tier (``Tier.rerun``) in one of them too."""
     everything = collected(["tests"])
     seen: dict[str, list[str]] = {}
+    reruns: dict[str, set[str]] = {}
     for tier in tiers:
-        for test in collected(tier.args):
+        found = collected(tier.args)
+        if tier.rerun:
+            reruns[tier.name] = found
+            continue
+        for test in found:
             seen.setdefault(test, []).append(tier.name)
     missing = sorted(everything - set(seen))
     twice = sorted(f"{t} ({', '.join(n)})" for t, n in seen.items() if len(n) > 1)
-    for what, tests in (("in no tier", missing), ("in two tiers", twice)):
+    # a re-run of nothing (a renamed test) or of a test no other tier runs is a mistake
+    strays = sorted(f"{t} ({name})" for name, found in reruns.items() for t in found - set(seen))
+    empty = sorted(name for name, found in reruns.items() if not found)
+    for what, tests in (("in no tier", missing), ("in two tiers", twice),
+                        ("re-run but in no tier of the partition", strays),
+                        ("(re-run tiers) selecting nothing", empty)):  # fmt: skip
         if tests:
             print(f"tiers: {len(tests)} tests {what}:", *tests[:50], sep="\n  ")
-    print(f"tiers: {len(everything)} tests, {len(seen)} in the tiers")
-    return 1 if missing or twice else 0
+    print(f"tiers: {len(everything)} tests, {len(seen)} in the tiers, "
+          f"{sum(map(len, reruns.values()))} re-run")  # fmt: skip
+    return 1 if missing or twice or strays or empty else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -314,13 +377,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run only these tiers")  # fmt: skip
     parser.add_argument("--check", action="store_true",
                         help="check that the tiers partition the suite, run nothing")  # fmt: skip
-    parser.add_argument("--prepare", action="store_true",
-                        help="only build what the cluster tiers need")  # fmt: skip
+    parser.add_argument("--prepare", nargs="?", const="", default=None, metavar="RELEASE",
+                        help="only build what the cluster tiers of RELEASE (default: the "
+                             "selected one) need")  # fmt: skip
     parser.add_argument("--prepare-keda", action="store_true",
                         help="only build KEDA (the prometheus-e2e tier's)")  # fmt: skip
     args, extra = parser.parse_known_args(argv)
-    if args.prepare:
-        return build_control_plane()
+    if args.prepare is not None:
+        return build_control_plane(args.prepare or None)
     if args.prepare_keda:
         return build_keda()
     tiers = [t for t in TIERS if not args.only or t.name in args.only]

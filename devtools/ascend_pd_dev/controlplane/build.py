@@ -1,13 +1,12 @@
-"""Build (once) and locate kube-apiserver, kube-controller-manager and kube-scheduler 1.20.2.
+"""What every build here shares: building once under a file lock, with progress lines.
 
-This machine has no container engine and reaches only package registries, so the control plane
-comes from Debian: etcd from ``etcd-server``, and the three Kubernetes binaries built from
-bookworm's ``kubernetes`` source package with ``golang-1.19-go`` and the tree's own ``make``
-(the tree vendors every dependency, so no Go proxy is involved). The source is fetched through a
-private apt configuration (its own deb-src list, index and cache under the build cache) so the
-system's apt sources stay untouched. The result is cached per user and per recipe (a checkout
-of an older recipe keeps using its own binaries); a file lock makes concurrent callers wait for
-one build instead of starting several.
+The control plane's binaries (``build_gomod``, one Kubernetes release each; the CRD checker
+runs the newest release's kube-apiserver) are built once per user, release and recipe into a
+cache directory, and a build takes minutes: ``build_once`` runs a build under that
+directory's file lock (concurrent callers wait for one build instead of starting several,
+then find it done), announces it, reports its time and writes the ``build-info.json`` stamp
+that says it is complete. Also here: running a build step into its log, the heartbeat of a
+long compile, and the Debian packages (etcd, openssl) a running cluster needs.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,203 +21,69 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ascend_pd_dev.controlplane import paths, reflect2_fix
+from ascend_pd_dev.controlplane import paths
 
-#: apt packages the build and the cluster need
-APT_PACKAGES = (
-    "etcd-server",
-    "golang-1.19-go",
-    "rsync",
-    "make",
-    "openssl",
-    # unpacking the source package
-    "dpkg-dev",
-    "xz-utils",
-)
+#: the control plane's commands, each release's
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 #: apt packages a running dev cluster needs (etcd; openssl for its credentials)
 RUNTIME_PACKAGES = ("etcd-server", "openssl")
-SOURCE_PACKAGE = "kubernetes"
-SOURCE_VERSION = "1.20.5+really1.20.2-1.1+deb12u1"
-#: the Kubernetes release that source package builds
-VERSION = "1.20.2"
-GO_ROOT = Path("/usr/lib/go-1.19")
-BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
-#: bump when the build recipe changes: each recipe has its own cache directory
-RECIPE = 2
-#: how long a build takes, for the progress lines
-USUALLY = "5-15 minutes on 2 cores"
+#: the stamp a build writes last: without it (or with another recipe in it) nothing is built
+INFO_FILE = "build-info.json"
 
 Progress = Callable[[str], None]
 
 
 class BuildError(RuntimeError):
-    """The control plane could not be built; the message names the failed step and its log."""
+    """Something could not be built; the message names the failed step and its log."""
 
 
-@dataclass(frozen=True)
-class AptSource:
-    """One Debian archive entry of the system's apt configuration."""
-
-    uri: str
-    suite: str
-    components: tuple[str, ...]
-    signed_by: str | None
+def default_progress(message: str) -> None:
+    print(f"ascend-pd-dev cluster: {message}", file=sys.stderr, flush=True)
 
 
-def cache_dir() -> Path:
-    """This recipe's build cache (``~/.cache/ascend-pd/k8s-1.20.2/recipe-N``)."""
-    return paths.build_cache(VERSION) / f"recipe-{RECIPE}"
-
-
-def bin_dir() -> Path:
-    return cache_dir() / "bin"
-
-
-def binaries_ready() -> bool:
-    info = cache_dir() / "build-info.json"
-    if not info.is_file():
-        return False
+def read_info(cache: Path) -> dict[str, Any]:
+    """The stamp of the last complete build in ``cache`` (empty: none)."""
     try:
-        recipe = json.loads(info.read_text()).get("recipe")
+        info = json.loads((cache / INFO_FILE).read_text())
     except (OSError, ValueError):
-        return False
-    return recipe == RECIPE and all(os.access(bin_dir() / b, os.X_OK) for b in BINARIES)
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
-def missing_apt_packages(packages: tuple[str, ...] = APT_PACKAGES) -> list[str]:
-    """The packages that dpkg does not report as installed."""
-    missing = []
-    for package in packages:
-        done = subprocess.run(
-            ["dpkg-query", "-W", "-f=${Status}", package],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0 or "install ok installed" not in done.stdout:
-            missing.append(package)
-    return missing
+def build_once(
+    cache: Path,
+    what: str,
+    ready: Callable[[], bool],
+    build: Callable[[Path], dict[str, Any]],
+    progress: Progress = default_progress,
+    rebuild: bool = False,
+) -> None:
+    """Run ``build`` (given its log file) unless ``ready()``, under ``cache``'s file lock.
 
-
-def parse_apt_sources(one_line: str, deb822: str, codename: str) -> list[AptSource]:
-    """The binary Debian archive entries for ``codename`` (and its -updates/-security suites).
-
-    ``one_line`` is the text of ``sources.list`` files, ``deb822`` of ``*.sources`` files.
-    Only entries whose suite belongs to ``codename`` are kept, so third-party repositories
-    (with their own suite names) never reach the private source list.
+    ``build`` leaves its result in ``cache`` and returns what the stamp records besides the
+    time (the recipe, what it was built from); the stamp is written after it returns, so a
+    build that failed half-way is never taken for a complete one.
     """
-    found: list[AptSource] = []
-
-    def keep(uri: str, suite: str, components: list[str], signed_by: str | None) -> None:
-        if suite == codename or suite.startswith(codename + "-"):
-            source = AptSource(uri.rstrip("/"), suite, tuple(components), signed_by)
-            if source not in found:
-                found.append(source)
-
-    for raw in one_line.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line.startswith("deb "):
-            continue
-        words = line.split()[1:]
-        options: dict[str, str] = {}
-        if words and words[0].startswith("["):
-            opts: list[str] = []
-            while words:
-                word = words.pop(0)
-                opts.append(word.strip("[]"))
-                if word.endswith("]"):
-                    break
-            options = dict(o.split("=", 1) for o in opts if "=" in o)
-        if len(words) >= 3:
-            keep(words[0], words[1], words[2:], options.get("signed-by"))
-
-    for stanza in re.split(r"\n\s*\n", deb822):
-        fields: dict[str, str] = {}
-        for raw in stanza.splitlines():
-            if raw.lstrip().startswith("#") or ":" not in raw or raw[:1].isspace():
-                continue
-            key, value = raw.split(":", 1)
-            fields[key.strip().lower()] = value.strip()
-        if "deb" not in fields.get("types", "").split():
-            continue
-        if fields.get("enabled", "yes").lower() == "no":
-            continue
-        for uri in fields.get("uris", "").split():
-            for suite in fields.get("suites", "").split():
-                keep(uri, suite, fields.get("components", "").split(), fields.get("signed-by"))
-    return found
-
-
-def deb_src_list(sources: list[AptSource]) -> str:
-    """A one-line-format sources.list with a ``deb-src`` line for each archive entry."""
-    lines = []
-    for s in sources:
-        option = f"[signed-by={s.signed_by}] " if s.signed_by else ""
-        lines.append(f"deb-src {option}{s.uri} {s.suite} {' '.join(s.components)}")
-    return "\n".join(lines) + "\n"
-
-
-def system_codename() -> str:
-    for line in Path("/etc/os-release").read_text().splitlines():
-        if line.startswith("VERSION_CODENAME="):
-            return line.split("=", 1)[1].strip().strip('"')
-    raise BuildError("/etc/os-release has no VERSION_CODENAME; a Debian system is required")
-
-
-def system_apt_sources() -> list[AptSource]:
-    etc = Path("/etc/apt")
-    one_line = [etc / "sources.list", *sorted((etc / "sources.list.d").glob("*.list"))]
-    deb822 = sorted((etc / "sources.list.d").glob("*.sources"))
-    return parse_apt_sources(
-        "\n".join(p.read_text() for p in one_line if p.is_file()),
-        "\n\n".join(p.read_text() for p in deb822 if p.is_file()),
-        system_codename(),
-    )
-
-
-def private_apt_options(apt_dir: Path) -> list[str]:
-    """apt options that read only our list and keep index and downloads under ``apt_dir``."""
-    return [
-        "-o",
-        f"Dir::Etc::SourceList={apt_dir / 'sources.list'}",
-        "-o",
-        f"Dir::Etc::SourceParts={apt_dir / 'sources.list.d'}",
-        "-o",
-        f"Dir::State::Lists={apt_dir / 'lists'}",
-        "-o",
-        f"Dir::Cache={apt_dir / 'cache'}",
-        # the download directory belongs to root, not to apt's sandbox user
-        "-o",
-        "APT::Sandbox::User=root",
-    ]
-
-
-def make_command() -> list[str]:
-    targets = " ".join(f"cmd/{b}" for b in BINARIES)
-    return ["nice", "-n", "10", "make", f"WHAT={targets}"]
-
-
-#: what every Go build here runs with: no module proxy or checksum database (no network),
-#: no toolchain download, no cgo
-OFFLINE_GO = {"GOPROXY": "off", "GOSUMDB": "off", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
-
-
-def build_environment(base: dict[str, str], gocache: Path) -> dict[str, str]:
-    """The environment of the Go build: the pinned toolchain, vendored modules, no network."""
-    env = dict(base)
-    env.update(
-        OFFLINE_GO,
-        PATH=f"{GO_ROOT / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}",
-        GOFLAGS="-mod=vendor",
-        GOCACHE=str(gocache),
-        DEBIAN_FRONTEND="noninteractive",
-    )
-    env.pop("GOPATH", None)
-    env.pop("GOROOT", None)
-    return env
+    if ready() and not rebuild:
+        return
+    with file_lock(cache / ".build.lock"):
+        # another process may have finished the build while we waited for the lock
+        if ready() and not rebuild:
+            return
+        # a rebuild's callers wait on the lock instead of taking the old stamp for this build
+        (cache / INFO_FILE).unlink(missing_ok=True)
+        started = time.monotonic()
+        log = cache / "build.log"
+        log.write_text("")
+        progress(f"building {what} (log: {log})")
+        info = build(log)
+        elapsed = time.monotonic() - started
+        info["build_seconds"] = round(elapsed, 1)
+        (cache / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        progress(f"built {what} in {elapsed / 60:.1f} min; cached in {cache}")
 
 
 @contextmanager
@@ -234,7 +98,7 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _run(
+def run_logged(
     cmd: list[str],
     log: Path,
     step: str,
@@ -270,8 +134,23 @@ def _run(
         raise BuildError(f"{step} failed (exit {returncode}); log: {log}\n{tail}")
 
 
+def missing_apt_packages(packages: tuple[str, ...] = RUNTIME_PACKAGES) -> list[str]:
+    """The packages that dpkg does not report as installed."""
+    missing = []
+    for package in packages:
+        done = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Status}", package],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0 or "install ok installed" not in done.stdout:
+            missing.append(package)
+    return missing
+
+
 def ensure_apt_packages(
-    log: Path, progress: Progress, packages: tuple[str, ...] = APT_PACKAGES
+    log: Path, progress: Progress, packages: tuple[str, ...] = RUNTIME_PACKAGES
 ) -> None:
     missing = missing_apt_packages(packages)
     if not missing:
@@ -283,45 +162,13 @@ def ensure_apt_packages(
         )
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     progress(f"installing Debian packages: {', '.join(missing)}")
-    _run(["apt-get", "update", "-q"], log, "apt-get update", env=env)
-    _run(
+    run_logged(["apt-get", "update", "-q"], log, "apt-get update", env=env)
+    run_logged(
         ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
         log,
         "apt-get install",
         env=env,
     )
-
-
-def fetch_source(work: Path, log: Path, progress: Progress) -> Path:
-    """Download and unpack the Debian source package; return the source tree."""
-    apt_dir = work / "apt"
-    for sub in ("lists/partial", "cache/archives/partial", "sources.list.d"):
-        (apt_dir / sub).mkdir(parents=True, exist_ok=True)
-    sources = system_apt_sources()
-    if not sources:
-        raise BuildError(
-            "no Debian archive entry for this release in /etc/apt; cannot fetch the "
-            f"{SOURCE_PACKAGE} source package"
-        )
-    (apt_dir / "sources.list").write_text(deb_src_list(sources))
-    options = private_apt_options(apt_dir)
-    progress(f"fetching Debian source package {SOURCE_PACKAGE} {SOURCE_VERSION}")
-    _run(["apt-get", *options, "update", "-q"], log, "apt-get update (deb-src)")
-    download = work / "download"
-    download.mkdir(exist_ok=True)
-    _run(
-        ["apt-get", *options, "source", "--download-only", f"{SOURCE_PACKAGE}={SOURCE_VERSION}"],
-        log,
-        "apt-get source",
-        cwd=download,
-    )
-    dsc = next(download.glob("*.dsc"), None)
-    if dsc is None:
-        raise BuildError(f"apt-get source left no .dsc in {download}; log: {log}")
-    tree = work / "src"
-    progress("unpacking the source tree and applying Debian's patches")
-    _run(["dpkg-source", "-x", str(dsc), str(tree)], log, "dpkg-source -x")
-    return tree
 
 
 @contextmanager
@@ -344,71 +191,7 @@ def heartbeat(progress: Progress, usually: str) -> Iterator[None]:
         stop.set()
 
 
-def compile_binaries(tree: Path, work: Path, log: Path, progress: Progress) -> None:
-    progress("fixing the vendored modern-go/reflect2 v1.0.1 for Go >= 1.18 (as v1.0.2 did)")
-    reflect2_fix.apply(tree)
-    progress(f"compiling {', '.join(BINARIES)} with Go 1.19 (once; cached afterwards)")
-    env = build_environment(dict(os.environ), work / "gocache")
-    with heartbeat(progress, USUALLY):
-        _run(
-            make_command(),
-            log,
-            f"make ({', '.join(BINARIES)})",
-            env=env,
-            cwd=tree,
-            echo=progress,
-        )
-
-
-def _default_progress(message: str) -> None:
-    print(f"ascend-pd-dev cluster: {message}", file=sys.stderr, flush=True)
-
-
-def ensure_binaries(progress: Progress = _default_progress, rebuild: bool = False) -> Path:
-    """Return the directory holding the control-plane binaries (``BINARIES``), building once."""
-    cache = cache_dir()
-    if binaries_ready() and not rebuild:
-        return bin_dir()
-    log = cache / "build.log"
-    with file_lock(cache / ".build.lock"):
-        # another process may have finished the build while we waited for the lock
-        if binaries_ready() and not rebuild:
-            return bin_dir()
-        started = time.monotonic()
-        cache.mkdir(parents=True, exist_ok=True)
-        log.write_text("")
-        progress(f"building the local Kubernetes {VERSION} control plane (log: {log})")
-        ensure_apt_packages(log, progress)
-        work = cache / "work"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        tree = fetch_source(work, log, progress)
-        compile_binaries(tree, work, log, progress)
-        staged = cache / "bin.new"
-        shutil.rmtree(staged, ignore_errors=True)
-        staged.mkdir()
-        for name in BINARIES:
-            built = tree / "_output" / "bin" / name
-            if not built.is_file():
-                raise BuildError(f"make finished but {built} is missing; log: {log}")
-            shutil.copy2(built, staged / name)
-        shutil.rmtree(bin_dir(), ignore_errors=True)
-        staged.rename(bin_dir())
-        elapsed = time.monotonic() - started
-        info = {
-            "recipe": RECIPE,
-            "kubernetes": VERSION,
-            "source_package": f"{SOURCE_PACKAGE} {SOURCE_VERSION}",
-            "go": str(GO_ROOT),
-            "build_seconds": round(elapsed, 1),
-        }
-        (cache / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
-        shutil.rmtree(work, ignore_errors=True)
-        progress(f"built in {elapsed / 60:.1f} min; cached in {bin_dir()}")
-    return bin_dir()
-
-
-def ensure_runtime_packages(progress: Progress = _default_progress) -> None:
+def ensure_runtime_packages(progress: Progress = default_progress) -> None:
     """What a running cluster needs even when the binaries came from the cache."""
     log = paths.cache_root() / "runtime-packages.log"
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -1,24 +1,26 @@
-"""Build (once) and locate kube-apiserver, kube-controller-manager and kube-scheduler 1.36 from
-Go modules.
+"""Build (once) and locate kube-apiserver, kube-controller-manager and kube-scheduler of one
+Kubernetes release from Go modules.
 
-The usual way to build Kubernetes' commands as a dependency: a module of ours
-(``gomod/k8s-1.36/go.mod``, committed with its ``go.sum``) requires ``k8s.io/kubernetes
-v1.36.N`` and ``replace``s every ``k8s.io/*`` staging module with ``v0.36.N`` of the same
+The usual way to build Kubernetes' commands as a dependency: a module of ours per release
+(``gomod/k8s-1.MINOR/go.mod``, committed with its ``go.sum``) requires ``k8s.io/kubernetes
+v1.MINOR.N`` and ``replace``s every ``k8s.io/*`` staging module with ``v0.MINOR.N`` of the same
 release. (k8s.io/kubernetes' own go.mod requires them at ``v0.0.0`` and points them at its
 ``./staging`` tree; a main module's ``replace`` is the only one Go honours, so ours must say it.)
-The three commands are the module's ``tool``s, so ``go mod tidy`` keeps what they need.
+The three commands are the module's ``tool``s, so ``go mod tidy`` keeps what they need. Which
+modules are staging modules is read from that release's own go.mod before each build, so a
+replacement missing from ours fails at once instead of after the compile.
 
-One ``go build`` compiles the three together (the packages they share once) with the machine's
-Go, modules from the Go module proxy checked against the committed go.sum (no checksum-database
-look-up), ``-trimpath -ldflags='-s -w'`` and the release stamped into ``/version``. The module
-and build caches live under the recipe's ``work/`` and are deleted afterwards: they only pay
-off on a rebuild of the same recipe, and a new patch release recompiles every ``k8s.io``
-package anyway. The binaries are cached per user and recipe like the 1.20 build
-(``build.py``), with the same file lock and progress lines; the stamp holds a digest of the
-go.mod and go.sum, so an edited module rebuilds.
+A release is a row (``Release``) of ``versions.RELEASES``. One ``go build`` compiles the three
+commands together (the packages they share once) with the machine's Go, modules from the Go
+module proxy checked against the committed go.sum (no checksum-database look-up),
+``-trimpath -ldflags='-s -w'`` and the release stamped into ``/version``. The module and build
+caches live under the recipe's ``work/`` and are deleted afterwards: they only pay off on a
+rebuild of the same recipe, and a new patch release recompiles every ``k8s.io`` package anyway.
+The binaries are cached per user, release and recipe (``build.build_once``); the stamp holds a
+digest of the go.mod and go.sum, so an edited module rebuilds.
 
-``python -m ascend_pd_dev.controlplane.build_gomod --update v1.36.N`` rewrites the committed
-go.mod and go.sum for another patch release (with ``go mod tidy``; network needed).
+``python -m ascend_pd_dev.controlplane.build_gomod --update v1.MINOR.N`` writes the committed
+go.mod and go.sum of that release (with ``go mod tidy``; network needed).
 """
 
 from __future__ import annotations
@@ -33,41 +35,72 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ascend_pd_dev.controlplane import build, paths
 from ascend_pd_dev.controlplane.build import BINARIES, BuildError, Progress
 
-#: the release the committed go.mod pins (``k8s.io/kubernetes v<VERSION>``)
-VERSION = "1.36.3"
-#: bump when the build recipe changes: each recipe has its own cache directory
-RECIPE = 1
-#: the committed module (go.mod and go.sum) of this release
-GOMOD_DIR = Path(__file__).resolve().parent / "gomod" / "k8s-1.36"
+#: where the committed modules are, one folder per release (``k8s-1.36``)
+GOMOD_ROOT = Path(__file__).resolve().parent / "gomod"
 MODULE_PATH = "ascend-pd.dev/controlplane"
-#: the oldest Go that builds this release (k8s.io/kubernetes' own ``go`` line)
+#: the oldest Go that builds our modules: their ``go`` line (``tool`` directives need 1.24,
+#: k8s.io/kubernetes 1.36 itself 1.26)
 GO_MINIMUM = (1, 26)
-#: what a 2-core machine took for a cold build (modules downloaded and compiled), for the
-#: progress lines; docs/development.md has the measurement
-USUALLY = "10 CPU minutes: 15-30 minutes on 2 busy cores"
 COMMANDS = tuple(f"k8s.io/kubernetes/cmd/{name}" for name in BINARIES)
-#: the staging modules of k8s.io/kubernetes v1.36 (its go.mod's ``=> ./staging/...``
-#: replacements; ``staging_modules`` reads them from a release's go.mod for ``--update``)
-STAGING_MODULES = (
-    "k8s.io/api", "k8s.io/apiextensions-apiserver", "k8s.io/apimachinery", "k8s.io/apiserver",
-    "k8s.io/cli-runtime", "k8s.io/client-go", "k8s.io/cloud-provider",
-    "k8s.io/cluster-bootstrap", "k8s.io/code-generator", "k8s.io/component-base",
-    "k8s.io/component-helpers", "k8s.io/controller-manager", "k8s.io/cri-api",
-    "k8s.io/cri-client", "k8s.io/cri-streaming", "k8s.io/csi-translation-lib",
-    "k8s.io/dynamic-resource-allocation", "k8s.io/endpointslice", "k8s.io/externaljwt",
-    "k8s.io/kms", "k8s.io/kube-aggregator", "k8s.io/kube-controller-manager",
-    "k8s.io/kube-proxy", "k8s.io/kube-scheduler", "k8s.io/kubectl", "k8s.io/kubelet",
-    "k8s.io/metrics", "k8s.io/mount-utils", "k8s.io/pod-security-admission",
-    "k8s.io/sample-apiserver", "k8s.io/sample-cli-plugin", "k8s.io/sample-controller",
-    "k8s.io/streaming",
-)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Release:
+    """One Kubernetes release the dev cluster runs, built from ``gomod/k8s-<release>``."""
+
+    #: "1.36": what ``--k8s-version`` and ``ASCEND_PD_K8S_VERSION`` name
+    release: str
+    #: the patch release the committed go.mod pins, which the binaries report ("1.36.3")
+    version: str
+    #: what a cold build took on a 2-core machine, for the progress lines (docs/development.md
+    #: has the measurements)
+    usually: str
+    #: bump when the build recipe changes: each recipe has its own cache directory
+    recipe: int = 1
+
+    @property
+    def minor(self) -> int:
+        return int(self.release.split(".")[1])
+
+    @property
+    def gomod_dir(self) -> Path:
+        return GOMOD_ROOT / f"k8s-{self.release}"
+
+    def cache_dir(self) -> Path:
+        """This recipe's build cache (``~/.cache/ascend-pd/k8s-1.36.N/recipe-M``)."""
+        return paths.build_cache(self.version) / f"recipe-{self.recipe}"
+
+    def bin_dir(self) -> Path:
+        return self.cache_dir() / "bin"
+
+    def recipe_digest(self) -> str:
+        """What the binaries are built from: the recipe number, the go.mod and the go.sum."""
+        digest = hashlib.sha256(f"recipe {self.recipe}\n".encode())
+        for name in ("go.mod", "go.sum"):
+            digest.update((self.gomod_dir / name).read_bytes())
+        return digest.hexdigest()[:16]
+
+    def binaries_ready(self) -> bool:
+        info = build.read_info(self.cache_dir())
+        if info.get("recipe") != self.recipe or info.get("digest") != self.recipe_digest():
+            return False
+        return all(os.access(self.bin_dir() / b, os.X_OK) for b in BINARIES)
+
+    def ensure_binaries(
+        self, progress: Progress = build.default_progress, rebuild: bool = False
+    ) -> Path:
+        """The directory holding the release's ``BINARIES``, built once."""
+        build.build_once(
+            self.cache_dir(), f"the local Kubernetes {self.version} control plane from Go modules",
+            self.binaries_ready, lambda log: _build(self, log, progress), progress, rebuild,
+        )  # fmt: skip
+        return self.bin_dir()
 
 
 @dataclass
@@ -209,24 +242,19 @@ def build_environment(base: dict[str, str], go: Path, work: Path) -> dict[str, s
     return env
 
 
-def go_binary() -> Path:
+def go_binary(version: str) -> Path:
     """The machine's Go (``PATH``, else ``/usr/local/go/bin/go``), checked against
-    ``GO_MINIMUM``."""
+    ``GO_MINIMUM``; ``version`` (what it is to build) is for the messages."""
     found = shutil.which("go") or "/usr/local/go/bin/go"
     go = Path(found)
+    need = f"building Kubernetes {version} needs Go >= {'.'.join(map(str, GO_MINIMUM))}"
     if not os.access(go, os.X_OK):
-        raise BuildError(
-            f"no Go toolchain (looked on PATH and at {go}); building Kubernetes {VERSION} "
-            f"needs Go >= {'.'.join(map(str, GO_MINIMUM))}"
-        )
+        raise BuildError(f"no Go toolchain (looked on PATH and at {go}); {need}")
     done = subprocess.run([str(go), "env", "GOVERSION"], capture_output=True, text=True,
                           check=False, env={**os.environ, "GOTOOLCHAIN": "local"})  # fmt: skip
     have = go_version_tuple(done.stdout.strip())
     if have is None or have < GO_MINIMUM:
-        raise BuildError(
-            f"{go} is {done.stdout.strip() or 'unusable'}; building Kubernetes {VERSION} "
-            f"needs Go >= {'.'.join(map(str, GO_MINIMUM))}"
-        )
+        raise BuildError(f"{go} is {done.stdout.strip() or 'unusable'}; {need}")
     return go
 
 
@@ -236,31 +264,10 @@ def go_version_tuple(text: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def recipe_digest() -> str:
-    """What the binaries are built from: the recipe number, the go.mod and the go.sum."""
-    digest = hashlib.sha256(f"recipe {RECIPE}\n".encode())
-    for name in ("go.mod", "go.sum"):
-        digest.update((GOMOD_DIR / name).read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def cache_dir() -> Path:
-    """This recipe's build cache (``~/.cache/ascend-pd/k8s-1.36.N/recipe-M``)."""
-    return paths.build_cache(VERSION) / f"recipe-{RECIPE}"
-
-
-def bin_dir() -> Path:
-    return cache_dir() / "bin"
-
-
-def binaries_ready() -> bool:
-    try:
-        info = json.loads((cache_dir() / "build-info.json").read_text())
-    except (OSError, ValueError):
-        return False
-    if info.get("recipe") != RECIPE or info.get("digest") != recipe_digest():
-        return False
-    return all(os.access(bin_dir() / b, os.X_OK) for b in BINARIES)
+def committed_staging(text: str) -> tuple[str, ...]:
+    """The ``k8s.io/*`` modules a committed go.mod replaces with a version, sorted."""
+    replaces = parse_gomod(text).replaces
+    return tuple(sorted(m for m, (_, v) in replaces.items() if m.startswith("k8s.io/") and v))
 
 
 def _disk_mb(root: Path) -> int:
@@ -272,49 +279,43 @@ def _disk_mb(root: Path) -> int:
     return total // (1 << 20)
 
 
-def _default_progress(message: str) -> None:
-    print(f"ascend-pd-dev cluster: {message}", file=sys.stderr, flush=True)
+def _kubernetes_gomod(go: Path, env: dict[str, str], module: Path, version: str) -> str:
+    """k8s.io/kubernetes' own go.mod of ``version``, through the module's go.sum."""
+    want = f"k8s.io/kubernetes@v{version}"
+    done = subprocess.run([str(go), "mod", "download", "-json", want], capture_output=True,
+                          text=True, env=env, cwd=module, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise BuildError(f"go mod download {want} failed:\n{done.stdout}{done.stderr}")
+    return Path(json.loads(done.stdout)["GoMod"]).read_text()
 
 
-def ensure_binaries(progress: Progress = _default_progress, rebuild: bool = False) -> Path:
-    """Return the directory holding the control-plane binaries (``BINARIES``), building once."""
-    cache = cache_dir()
-    if binaries_ready() and not rebuild:
-        return bin_dir()
-    with build.file_lock(cache / ".build.lock"):
-        # another process may have finished the build while we waited for the lock
-        if binaries_ready() and not rebuild:
-            return bin_dir()
-        _build(cache, progress)
-    return bin_dir()
-
-
-def _build(cache: Path, progress: Progress) -> None:
-    started = time.monotonic()
-    log = cache / "build.log"
-    log.write_text("")
-    progress(f"building the local Kubernetes {VERSION} control plane from Go modules (log: {log})")
-    text = (GOMOD_DIR / "go.mod").read_text()
-    problems = gomod_problems(text, VERSION, STAGING_MODULES)
-    if problems:
-        raise BuildError(f"{GOMOD_DIR / 'go.mod'} does not build {VERSION}: {'; '.join(problems)}")
-    go = go_binary()
+def _build(release: Release, log: Path, progress: Progress) -> dict[str, object]:
+    """The build ``build.build_once`` runs: the binaries into ``release.bin_dir()``."""
+    cache, version = release.cache_dir(), release.version
+    go = go_binary(version)
     work = cache / "work"
     shutil.rmtree(work, ignore_errors=True)
     module = work / "module"
     module.mkdir(parents=True)
     (work / "tmp").mkdir()
     for name in ("go.mod", "go.sum"):
-        shutil.copy2(GOMOD_DIR / name, module / name)
+        shutil.copy2(release.gomod_dir / name, module / name)
     staged = cache / "bin.new"
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir()
-    progress(f"downloading the modules and compiling {', '.join(BINARIES)} in one go build "
-             f"(once; cached afterwards)")  # fmt: skip
+    env = build_environment(dict(os.environ), go, work)
     try:
-        with build.heartbeat(progress, USUALLY):
-            build._run(build_command(go, staged, VERSION), log, "go build",
-                       env=build_environment(dict(os.environ), go, work), cwd=module)  # fmt: skip
+        staging = staging_modules(_kubernetes_gomod(go, env, module, version))
+        text = (release.gomod_dir / "go.mod").read_text()
+        problems = gomod_problems(text, version, staging)
+        if problems:
+            raise BuildError(f"{release.gomod_dir / 'go.mod'} does not build {version}: "
+                             f"{'; '.join(problems)}")  # fmt: skip
+        progress(f"downloading the modules and compiling {', '.join(BINARIES)} in one go "
+                 f"build (once; cached afterwards)")  # fmt: skip
+        with build.heartbeat(progress, release.usually):
+            build.run_logged(build_command(go, staged, version), log, "go build", env=env,
+                             cwd=module)  # fmt: skip
         # what the caches hold once go is done (its scratch directory is gone by then)
         caches_mb = _disk_mb(work)
     finally:
@@ -322,65 +323,63 @@ def _build(cache: Path, progress: Progress) -> None:
     for name in BINARIES:
         if not (staged / name).is_file():
             raise BuildError(f"go build finished but {staged / name} is missing; log: {log}")
-    shutil.rmtree(bin_dir(), ignore_errors=True)
-    staged.rename(bin_dir())
-    elapsed = time.monotonic() - started
-    info = {
-        "recipe": RECIPE,
-        "digest": recipe_digest(),
-        "kubernetes": VERSION,
+    shutil.rmtree(release.bin_dir(), ignore_errors=True)
+    staged.rename(release.bin_dir())
+    return {
+        "recipe": release.recipe,
+        "digest": release.recipe_digest(),
+        "kubernetes": version,
         "go": str(go),
-        "build_seconds": round(elapsed, 1),
         "caches_disk_mb": caches_mb,
+        "binaries_disk_mb": _disk_mb(release.bin_dir()),
     }
-    (cache / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
-    progress(f"built in {elapsed / 60:.1f} min; cached in {bin_dir()}")
 
 
-def update_gomod(version: str, progress: Progress = _default_progress) -> None:
-    """Rewrite the committed go.mod and go.sum for Kubernetes ``version`` (network needed):
-    the staging modules come from that release's own go.mod, the requirements from
-    ``go mod tidy``. Then set ``VERSION`` (and ``STAGING_MODULES`` if they changed)."""
-    go = go_binary()
+def update_gomod(version: str, progress: Progress = build.default_progress) -> Path:
+    """Write the committed go.mod and go.sum of Kubernetes ``version`` (network needed) into
+    ``gomod/k8s-1.MINOR``: the staging modules come from that release's own go.mod, the
+    requirements from ``go mod tidy``. Then set the release's row in ``versions.RELEASES``."""
+    version = version.lstrip("v")
+    go = go_binary(version)
+    target = GOMOD_ROOT / f"k8s-{'.'.join(version.split('.')[:2])}"
     with tempfile.TemporaryDirectory(prefix="k8s-gomod-") as tmp:
         work = Path(tmp)
         env = build_environment(dict(os.environ), go, work)
         env["GOFLAGS"] = "-modcacherw"
         env.pop("GOSUMDB")  # new modules are checked against the checksum database
-        want = f"k8s.io/kubernetes@v{version.lstrip('v')}"
-        done = subprocess.run([str(go), "mod", "download", "-json", want], capture_output=True,
-                              text=True, env=env, cwd=work, check=False)  # fmt: skip
-        if done.returncode != 0:
-            raise BuildError(f"go mod download {want} failed:\n{done.stdout}{done.stderr}")
-        staging = staging_modules(Path(json.loads(done.stdout)["GoMod"]).read_text())
+        staging = staging_modules(_kubernetes_gomod(go, env, work, version))
         module = work / "module"
         module.mkdir()
         go_line = ".".join(map(str, GO_MINIMUM)) + ".0"
         (module / "go.mod").write_text(render_gomod(version, staging, go_line))
-        progress(f"go mod tidy for {want} ({len(staging)} staging modules)")
+        progress(f"go mod tidy for k8s.io/kubernetes v{version} ({len(staging)} staging modules)")
         tidy = subprocess.run([str(go), "mod", "tidy"], capture_output=True, text=True, env=env,
                               cwd=module, check=False)  # fmt: skip
         if tidy.returncode != 0:
             raise BuildError(f"go mod tidy failed:\n{tidy.stderr}")
-        GOMOD_DIR.mkdir(parents=True, exist_ok=True)
+        target.mkdir(parents=True, exist_ok=True)
         for name in ("go.mod", "go.sum"):
-            shutil.copy2(module / name, GOMOD_DIR / name)
-    if staging != tuple(sorted(STAGING_MODULES)):
-        progress(f"the staging modules changed; set STAGING_MODULES to {staging}")
-    progress(f"wrote {GOMOD_DIR}/go.mod and go.sum; set VERSION = {version.lstrip('v')!r}")
+            shutil.copy2(module / name, target / name)
+    progress(f"wrote {target}/go.mod and go.sum; set the row of versions.RELEASES to {version!r}")
+    return target
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ascend_pd_dev.controlplane import versions
+
     parser = argparse.ArgumentParser(prog="python -m ascend_pd_dev.controlplane.build_gomod")
-    parser.add_argument("--update", metavar="VERSION", help="rewrite go.mod/go.sum for VERSION")
+    parser.add_argument("--update", metavar="VERSION", help="write go.mod/go.sum for VERSION")
     parser.add_argument("--rebuild", action="store_true", help="build even when cached")
+    parser.add_argument("--k8s-version", choices=sorted(versions.RELEASES), default=None,
+                        help=f"the release to build (default: ${versions.K8S_VERSION_ENV}, "
+                             f"else {versions.DEFAULT})")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         if args.update:
             update_gomod(args.update)
         else:
-            print(ensure_binaries(rebuild=args.rebuild))
-    except BuildError as err:
+            print(versions.control_plane(args.k8s_version).ensure_binaries(rebuild=args.rebuild))
+    except (BuildError, versions.VersionError) as err:
         print(f"build_gomod: {err}", file=sys.stderr)
         return 1
     return 0

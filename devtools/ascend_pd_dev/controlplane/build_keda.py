@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from ascend_pd_dev.controlplane import build, build_gomod, paths
@@ -86,10 +84,7 @@ def build_command(go: Path, out_dir: Path) -> list[str]:
 
 
 def binaries_ready() -> bool:
-    try:
-        info = json.loads((cache_dir() / "build-info.json").read_text())
-    except (OSError, ValueError):
-        return False
+    info = build.read_info(cache_dir())
     if info.get("recipe") != RECIPE or info.get("digest") != recipe_digest():
         return False
     crds = crd_dir().glob("*.yaml") if crd_dir().is_dir() else iter(())
@@ -104,28 +99,21 @@ def _default_progress(message: str) -> None:
 
 def ensure_keda(progress: Progress = _default_progress, rebuild: bool = False) -> Path:
     """Return the cache directory holding ``bin/{operator,adapter}`` and ``crds/``, building
-    once."""
+    once (``build.build_once``: the file lock, the stamp written last)."""
     cache = cache_dir()
-    if binaries_ready() and not rebuild:
-        return cache
-    with build.file_lock(cache / ".build.lock"):
-        # another process may have finished the build while we waited for the lock
-        if binaries_ready() and not rebuild:
-            return cache
-        _build(cache, progress)
+    build.build_once(cache, f"KEDA {VERSION} (operator, metrics adapter) from Go modules",
+                     binaries_ready, lambda log: _build(cache, log, progress), progress,
+                     rebuild)  # fmt: skip
     return cache
 
 
-def _build(cache: Path, progress: Progress) -> None:
-    started = time.monotonic()
-    log = cache / "build.log"
-    log.write_text("")
-    progress(f"building KEDA {VERSION} (operator, metrics adapter) from Go modules (log: {log})")
+def _build(cache: Path, log: Path, progress: Progress) -> dict[str, object]:
+    """The build ``build.build_once`` runs: ``bin/`` and ``crds/`` into ``cache``."""
     problems = gomod_problems((GOMOD_DIR / "go.mod").read_text())
     if problems:
         raise BuildError(f"{GOMOD_DIR / 'go.mod'} does not build KEDA {VERSION}: "
                          f"{'; '.join(problems)}")  # fmt: skip
-    go = build_gomod.go_binary()
+    go = build_gomod.go_binary(f"KEDA {VERSION}")
     work = cache / "work"
     shutil.rmtree(work, ignore_errors=True)
     module = work / "module"
@@ -140,9 +128,9 @@ def _build(cache: Path, progress: Progress) -> None:
              "(once; cached afterwards)")  # fmt: skip
     try:
         with build.heartbeat(progress, USUALLY):
-            build._run(build_command(go, staged / "bin"), log, "go build",
-                       env=build_gomod.build_environment(dict(os.environ), go, work),
-                       cwd=module)  # fmt: skip
+            build.run_logged(build_command(go, staged / "bin"), log, "go build",
+                             env=build_gomod.build_environment(dict(os.environ), go, work),
+                             cwd=module)  # fmt: skip
         caches_mb = build_gomod._disk_mb(work)
         source = work / "gomodcache" / f"{MODULE}@v{VERSION}" / "config" / "crd" / "bases"
         shutil.copytree(source, staged / "crds")
@@ -156,18 +144,8 @@ def _build(cache: Path, progress: Progress) -> None:
         shutil.rmtree(cache / name, ignore_errors=True)
         (staged / name).rename(cache / name)
     shutil.rmtree(staged)
-    elapsed = time.monotonic() - started
-    info = {
-        "recipe": RECIPE,
-        "digest": recipe_digest(),
-        "keda": VERSION,
-        "go": str(go),
-        "build_seconds": round(elapsed, 1),
-        "caches_disk_mb": caches_mb,
-    }
-    (cache / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
-    progress(f"KEDA {VERSION} built in {elapsed / 60:.1f} min (module and build caches took "
-             f"{caches_mb} MB, deleted): {cache}")  # fmt: skip
+    return {"recipe": RECIPE, "digest": recipe_digest(), "keda": VERSION, "go": str(go),
+            "caches_disk_mb": caches_mb}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

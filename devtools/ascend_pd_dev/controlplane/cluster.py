@@ -8,8 +8,9 @@ etcd and the API server are healthy, only a missing controller manager, schedule
 is started (kubelet-sim is also restarted when its node options changed); otherwise whatever
 is left is stopped and everything starts again on the kept data and credentials.
 
-The release (1.36 by default, 1.20 for its compatibility tier) is picked by ``versions``; what
-differs in running them, the command lines, is in ``commands``.
+The release (``versions.RELEASES``: the newest by default, the oldest for the compatibility
+tier) is picked by ``versions``; what differs in running them, the command lines, is in
+``commands``.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class ClusterState:
     ascend_per_node: int
     #: topology domains kubelet-sim spreads the nodes over (0: no domain label)
     domains: int = 0
-    #: the Kubernetes release running ("1.36"; a state file without it is from 1.20)
+    #: the Kubernetes release running ("1.36"; a state file without it is from 1.20, no longer
+    #: run: ``up`` replaces that cluster)
     k8s_release: str = versions.DEFAULT
 
     @property
@@ -301,21 +303,21 @@ def _start_controller_manager(
     _start_and_wait(
         layout,
         "kube-controller-manager",
-        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki, state.minor),
+        controller_manager_argv(bin_dir / "kube-controller-manager", layout, pki),
         "the default ServiceAccount",
         lambda: api_get(state, pki, "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
         120,
     )
 
 
-def scheduler_healthy(port: int, minor: int) -> bool:
-    """kube-scheduler 1.``minor`` on ``127.0.0.1:port`` answers ``/healthz`` with ``ok``."""
-    # from 1.24 its port is HTTPS with a certificate it made itself: nothing to verify it by,
-    # and loopback only
+def scheduler_healthy(port: int) -> bool:
+    """kube-scheduler on ``127.0.0.1:port`` answers ``/healthz`` with ``ok``."""
+    # its port is HTTPS with a certificate it made itself: nothing to verify it by, and
+    # loopback only
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    url = scheduler_health_url(port, minor)
+    url = scheduler_health_url(port)
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as resp:
             return bool(resp.read().strip() == b"ok")
@@ -330,9 +332,9 @@ def _start_scheduler(
     _start_and_wait(
         layout,
         "kube-scheduler",
-        scheduler_argv(bin_dir / "kube-scheduler", layout, state.ports, state.minor),
+        scheduler_argv(bin_dir / "kube-scheduler", layout, state.ports),
         "kube-scheduler /healthz",
-        lambda: scheduler_healthy(state.ports.scheduler, state.minor),
+        lambda: scheduler_healthy(state.ports.scheduler),
         120,
     )
 
@@ -379,7 +381,7 @@ def _start_apiserver(
     _start_and_wait(
         layout,
         "kube-apiserver",
-        apiserver_argv(bin_dir / "kube-apiserver", layout, pki, state.ports, state.minor),
+        apiserver_argv(bin_dir / "kube-apiserver", layout, pki, state.ports),
         "kube-apiserver /readyz",
         lambda: api_get(state, pki, "/readyz")[0] == 200,
         120,
@@ -413,7 +415,12 @@ def start_component(layout: Layout, component: str, progress: Progress = lambda 
         if component == "etcd":
             _start_etcd(layout, state, progress)
         else:
-            plane = versions.CONTROL_PLANES[state.k8s_release]
+            plane = versions.RELEASES.get(state.k8s_release)
+            if plane is None:
+                raise ClusterError(
+                    f"the cluster in {layout.root} runs Kubernetes {state.k8s_release}, no "
+                    "longer supported: run `up` again"
+                )
             bin_dir = plane.ensure_binaries(progress, False)
             _start_apiserver(layout, state, certs.Pki(layout.pki), bin_dir, progress)
 

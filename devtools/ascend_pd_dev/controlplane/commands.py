@@ -1,10 +1,10 @@
-"""The command lines of the dev cluster's processes, per Kubernetes release, and where their
-files are (``Layout``).
+"""The command lines of the dev cluster's processes, and where their files are (``Layout``).
 
-What differs between 1.20 and 1.36 is here and nowhere else: 1.24 removed the insecure ports
-(``--insecure-port``, ``--port``, ``--address``), so on 1.36 the controller manager serves
-nothing and kube-scheduler's health is on its HTTPS port; 1.36 runs Pod Security admission
-(named explicitly, although it is a default plugin there). Everything binds loopback.
+The same on every release of ``versions.RELEASES`` (should one differ, it is here and nowhere
+else): no insecure ports (1.24 removed ``--insecure-port``, ``--port`` and ``--address``), so
+the controller manager serves nothing and kube-scheduler's health is on its HTTPS port; Pod
+Security admission named explicitly, although it is a default plugin. Everything binds
+loopback.
 """
 
 from __future__ import annotations
@@ -40,8 +40,6 @@ CONTROLLERS = (
 #: ``privileged``: a namespace is enforced only as its ``pod-security.kubernetes.io/*``
 #: labels say, as upstream.
 POD_SECURITY_PLUGIN = "PodSecurity"
-#: the first minor without the insecure ports
-SECURE_ONLY_MINOR = 24
 
 
 @dataclass
@@ -49,8 +47,8 @@ class Ports:
     etcd_client: int
     etcd_peer: int
     apiserver: int
-    #: kube-scheduler's health port (0 in a state file older than the scheduler): plain HTTP
-    #: before 1.24, HTTPS (its self-signed certificate) from then on
+    #: kube-scheduler's health port (0 in a state file older than the scheduler): HTTPS, its
+    #: self-signed certificate
     scheduler: int = 0
 
 
@@ -97,12 +95,10 @@ def etcd_argv(etcd: Path, layout: Layout, ports: Ports) -> list[str]:
     ]
 
 
-def apiserver_argv(
-    binary: Path, layout: Layout, pki: certs.Pki, ports: Ports, minor: int
-) -> list[str]:
-    """kube-apiserver of release 1.``minor``: RBAC, no anonymous requests, static token
-    users, service-account tokens signed with the cluster's key, the aggregation layer."""
-    argv = [
+def apiserver_argv(binary: Path, layout: Layout, pki: certs.Pki, ports: Ports) -> list[str]:
+    """kube-apiserver: RBAC, no anonymous requests, static token users, service-account
+    tokens signed with the cluster's key, the aggregation layer."""
+    return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
         "--bind-address=127.0.0.1",
@@ -132,18 +128,14 @@ def apiserver_argv(
         f"--proxy-client-key-file={pki.front_proxy_client_key}",
         "--profiling=false",
         "--v=1",
+        f"--enable-admission-plugins={POD_SECURITY_PLUGIN}",
     ]
-    if minor < SECURE_ONLY_MINOR:
-        argv.insert(5, "--insecure-port=0")
-    else:
-        argv.append(f"--enable-admission-plugins={POD_SECURITY_PLUGIN}")
-    return argv
 
 
-def controller_manager_argv(binary: Path, layout: Layout, pki: certs.Pki, minor: int) -> list[str]:
+def controller_manager_argv(binary: Path, layout: Layout, pki: certs.Pki) -> list[str]:
     """kube-controller-manager running ``CONTROLLERS``, each with its own service account;
     it serves nothing (the dev cluster checks it by what it does)."""
-    argv = [
+    return [
         str(binary),
         f"--kubeconfig={layout.component_kubeconfig('kube-controller-manager')}",
         f"--controllers={','.join(CONTROLLERS)}",
@@ -157,30 +149,25 @@ def controller_manager_argv(binary: Path, layout: Layout, pki: certs.Pki, minor:
         "--profiling=false",
         "--v=1",
     ]
-    if minor < SECURE_ONLY_MINOR:
-        argv.insert(4, "--port=0")
-    return argv
 
 
-def scheduler_argv(binary: Path, layout: Layout, ports: Ports, minor: int) -> list[str]:
+def scheduler_argv(binary: Path, layout: Layout, ports: Ports) -> list[str]:
     """The default scheduler profile, as a cluster runs it; health on ``ports.scheduler`` on
-    loopback (plain HTTP before 1.24; from then on HTTPS with the certificate kube-scheduler
-    makes itself), so clusters side by side never collide on the fixed default ports."""
-    argv = [
+    loopback (HTTPS with the certificate kube-scheduler makes itself), so clusters side by
+    side never collide on the fixed default port."""
+    return [
         str(binary),
         f"--kubeconfig={layout.component_kubeconfig('kube-scheduler')}",
         "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports.scheduler}",
+        "--profiling=false",
+        "--v=1",
     ]
-    if minor < SECURE_ONLY_MINOR:
-        argv += ["--address=127.0.0.1", f"--port={ports.scheduler}", "--secure-port=0"]
-    else:
-        argv += ["--bind-address=127.0.0.1", f"--secure-port={ports.scheduler}"]
-    return [*argv, "--profiling=false", "--v=1"]
 
 
-def scheduler_health_url(port: int, minor: int) -> str:
-    scheme = "http" if minor < SECURE_ONLY_MINOR else "https"
-    return f"{scheme}://127.0.0.1:{port}/healthz"
+def scheduler_health_url(port: int) -> str:
+    return f"https://127.0.0.1:{port}/healthz"
 
 
 def kubelet_sim_argv(

@@ -1,18 +1,17 @@
-"""Run the current CRD server (``crd_build``) with its own etcd, as a checker for the CRD.
+"""A CRD checker: the default release's kube-apiserver (``versions.DEFAULT``) alone, with its
+own etcd, for the CRD checks of ``tests/crdserver``.
 
-It serves ``apiextensions.k8s.io`` and custom resources, nothing else: no namespaces,
-ConfigMaps or workloads, no controllers. So it answers what the CRD alone decides (schema,
-defaults, CEL rules and their cost, printer columns, ``kubectl explain``, strict field
-validation) on a current Kubernetes, while everything the operator does runs on the 1.20
-control plane (``cluster``). Namespaced custom resources work in any namespace name, since the
-admission plugin that would look the namespace up (NamespaceLifecycle) is off.
+It serves every built-in API but runs nothing: no controller manager, scheduler or nodes, so
+it answers what the CRD alone decides (schema, defaults, CEL rules and their cost, printer
+columns, ``kubectl explain``, strict field validation) on the newest Kubernetes, in a second
+or two after etcd, beside or without a dev cluster. Namespaced custom resources work in any
+namespace name, since the admission plugin that would look the namespace up
+(NamespaceLifecycle) is off. Its binary is the dev cluster's own (``build_gomod``), built
+once per release: the release table (``versions.RELEASES``) is the only list of versions.
 
 Every process listens on loopback on free ports and is owned through a pid file under the
 state directory; ``stop`` ends exactly those. Clients authenticate with a certificate in
-``system:masters``, which the delegating authorizer lets through without asking anyone; the
-delegation kubeconfig points at nothing (``--authentication-skip-lookup`` keeps the server from
-reading the core API's authentication ConfigMap). ``/readyz`` never passes without a core API,
-so readiness here means ``/healthz`` plus a served ``/apis``.
+``system:masters``, which RBAC lets through without a role.
 """
 
 from __future__ import annotations
@@ -32,22 +31,14 @@ from typing import Any
 
 import yaml
 
-from ascend_pd_dev.controlplane import build, cluster, crd_build, procs
+from ascend_pd_dev.controlplane import build, certs, cluster, procs, versions
 from ascend_pd_dev.controlplane.build import Progress
 from ascend_pd_dev.controlplane.paths import UnderRoot
 
-#: admission plugins that need the core API (namespaces) or resources this server lacks
-DISABLED_ADMISSION = (
-    "NamespaceLifecycle",
-    "MutatingAdmissionWebhook",
-    "ValidatingAdmissionWebhook",
-    "MutatingAdmissionPolicy",
-    "ValidatingAdmissionPolicy",
-)
+#: a namespaced custom resource may name any namespace: none is created, none is looked up
+DISABLED_ADMISSION = ("NamespaceLifecycle",)
 #: start order; ``stop`` ends them in reverse
 COMPONENTS = ("etcd", "crd-server")
-#: where nothing listens: the delegation kubeconfig's server (port 1 on loopback)
-NOWHERE = "https://127.0.0.1:1"
 CLIENT_USER = "ascend-pd:crd-checker"
 
 
@@ -108,40 +99,30 @@ class CrdServer:
 
 
 def server_argv(binary: Path, root: Path, ports: cluster.Ports) -> list[str]:
+    """kube-apiserver on loopback: RBAC (``system:masters`` needs no role), no anonymous
+    requests, the service-account flags it will not start without, no NamespaceLifecycle."""
     pki = root / "pki"
-    delegation = root / "delegation.kubeconfig"
     return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
         "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
         f"--secure-port={ports.apiserver}",
         f"--cert-dir={pki}",
         f"--tls-cert-file={pki / 'serving.crt'}",
         f"--tls-private-key-file={pki / 'serving.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",
-        "--authentication-skip-lookup",
-        f"--authentication-kubeconfig={delegation}",
-        f"--authorization-kubeconfig={delegation}",
-        f"--kubeconfig={delegation}",
+        "--authorization-mode=RBAC",
+        "--anonymous-auth=false",
+        f"--service-cluster-ip-range={certs.SERVICE_CIDR}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki / 'service-account.pub'}",
+        f"--service-account-signing-key-file={pki / 'service-account.key'}",
         f"--disable-admission-plugins={','.join(DISABLED_ADMISSION)}",
         "--enable-priority-and-fairness=false",
         "--profiling=false",
         "--v=1",
     ]
-
-
-def delegation_kubeconfig() -> dict[str, Any]:
-    """A kubeconfig for the delegated authentication/authorization and the core API client:
-    it points at nothing, since client certificates in ``system:masters`` need neither."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "none", "cluster": {"server": NOWHERE,
-                                                   "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "none", "user": {"token": "unused"}}],
-        "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
-        "current-context": "none",
-    }  # fmt: skip
 
 
 def client_kubeconfig(url: str, pki: Path) -> dict[str, Any]:
@@ -185,7 +166,8 @@ def _signed(pki: Path, name: str, subject: str, extensions: str) -> None:
 
 
 def ensure_pki(pki: Path) -> None:
-    """A CA, the serving certificate (127.0.0.1, localhost) and a ``system:masters`` client."""
+    """A CA, the serving certificate (127.0.0.1, localhost), a ``system:masters`` client and
+    the service-account key pair."""
     pki.mkdir(parents=True, exist_ok=True)
     pki.chmod(0o700)
     if not (pki / "ca.crt").is_file():
@@ -199,6 +181,11 @@ def ensure_pki(pki: Path) -> None:
                 "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
                 "extendedKeyUsage=serverAuth\n"
                 "subjectAltName=DNS:localhost,IP:127.0.0.1\n")  # fmt: skip
+    if not (pki / "service-account.key").is_file():
+        _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
+                 "-out", str(pki / "service-account.key"))  # fmt: skip
+        _openssl("pkey", "-in", str(pki / "service-account.key"), "-pubout",
+                 "-out", str(pki / "service-account.pub"))  # fmt: skip
     if not (pki / "client.crt").is_file():
         _signed(pki, "client", f"/O=system:masters/CN={CLIENT_USER}",
                 "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
@@ -253,7 +240,8 @@ def start(root: Path, progress: Progress, fresh: bool = True) -> CrdServer:
     ``fresh`` starts from an empty etcd data directory, so nothing of an earlier run is left,
     and stops a server this directory already runs; without it a running server is kept.
     """
-    binary = crd_build.ensure_binary(progress)
+    release = versions.RELEASES[versions.DEFAULT]
+    binary = release.ensure_binaries(progress) / "kube-apiserver"
     build.ensure_runtime_packages(progress)
     etcd = build.etcd_binary()
     root.mkdir(parents=True, exist_ok=True)
@@ -272,7 +260,6 @@ def start(root: Path, progress: Progress, fresh: bool = True) -> CrdServer:
             taken.add(cluster.free_port(taken))
         ports = cluster.Ports(*sorted(taken))
         _state_file(root).write_text(json.dumps(asdict(ports)) + "\n")
-        (root / "delegation.kubeconfig").write_text(yaml.safe_dump(delegation_kubeconfig()))
         server = CrdServer(root, ports)
         kubeconfig = root / "kubeconfig"
         kubeconfig.write_text(yaml.safe_dump(client_kubeconfig(server.url, root / "pki")))
@@ -282,18 +269,14 @@ def start(root: Path, progress: Progress, fresh: bool = True) -> CrdServer:
         procs.start(cluster.etcd_argv(etcd, layout, ports), layout.pid_file("etcd"),
                     layout.log_file("etcd"), cwd=root)  # fmt: skip
         _wait("etcd health", lambda: cluster.etcd_healthy(ports.etcd_client), "etcd", root, 60)
-        progress(f"starting the CRD server on {server.url}")
+        progress(f"starting kube-apiserver {release.version} alone on {server.url}")
         procs.start(server_argv(binary, root, ports), layout.pid_file("crd-server"),
                     layout.log_file("crd-server"), cwd=root)  # fmt: skip
 
         def serving() -> bool:
-            # /readyz never passes without a core API: healthy and discovery served is ready
-            return (
-                server.request("GET", "/healthz", timeout=2)[0] == 200
-                and server.request("GET", "/apis", timeout=2)[0] == 200
-            )
+            return server.request("GET", "/readyz", timeout=2)[0] == 200
 
-        _wait("the CRD server's /healthz and /apis", serving, "crd-server", root, 120)
+        _wait("kube-apiserver's /readyz", serving, "crd-server", root, 120)
         return server
 
 

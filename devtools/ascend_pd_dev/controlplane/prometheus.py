@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from ascend_pd_dev.controlplane import build, paths
+from ascend_pd_dev.controlplane import apt, build, paths
 from ascend_pd_dev.controlplane.build import Progress
 
 PACKAGE = "prometheus"
@@ -62,7 +62,7 @@ def ready() -> bool:
     return recipe == RECIPE and all(os.access(bin_dir() / b, os.X_OK) for b in BINARIES)
 
 
-def source_list(sources: list[build.AptSource]) -> str:
+def source_list(sources: list[apt.AptSource]) -> str:
     """A one-line-format source list of the system release's binary Debian entries."""
     lines = []
     for s in sources:
@@ -119,8 +119,8 @@ def ensure(progress: Progress = _default_progress) -> Path:
         for sub in ("lists/partial", "cache/archives/partial", "sources.list.d"):
             (apt_dir / sub).mkdir(parents=True, exist_ok=True)
         try:
-            (apt_dir / "sources.list").write_text(source_list(build.system_apt_sources()))
-            options = build.private_apt_options(apt_dir)
+            (apt_dir / "sources.list").write_text(source_list(apt.system_apt_sources()))
+            options = apt.private_apt_options(apt_dir)
             progress(f"fetching Debian's {PACKAGE} package (private apt state; log: {log})")
             _run(["apt-get", *options, "update", "-q"], log, "apt-get update")
             debs = work / "debs"
