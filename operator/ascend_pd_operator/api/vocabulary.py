@@ -111,6 +111,8 @@ VOLUME_DRIVER = "ascend-driver"
 VOLUME_KV_LAYOUT = "kv-layout"
 RUNTIME_VOLUMES = (VOLUME_MODEL, VOLUME_SHM, VOLUME_DRIVER, VOLUME_KV_LAYOUT)
 SHM_MOUNT_PATH = "/dev/shm"
+#: The node label that tells nodes apart: the router's replicas spread over its values.
+TOPOLOGY_HOSTNAME = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,13 @@ One such decision: the router discovers leaders by ``ascendpd.io/leader`` instea
 until every leader carries the new label (``rollout.discovery_label``), then rolls once;
 ``GOLDEN_ROUTER_0_1_0`` holds that first template to 0.1.0's digests.
 
+Another: issue 36 gives every runtime and router container CPU and memory requests (the
+router a memory limit), bounds ``/dev/shm`` and spreads the router's replicas over nodes,
+so that no pod is BestEffort. That rolls every instance and router once (CHANGELOG.md). The
+0.1.0 digests below hold the rest: the specs opted out of the defaults
+(``defaultResources: false``) and the two always-on fields taken out give 0.1.0's
+templates; ``GOLDEN_ISSUE_36`` holds the templates as built.
+
 The specs are the examples as 0.1.0 shipped them (``examples_0_1_0/``): a running
 deployment keeps the spec it was applied with, whatever the examples say today (they since
 load W8A8 weights, use the transfer protocol their chip needs and a decode that fits, which
@@ -48,9 +55,35 @@ def _digest(template: Json) -> str:
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _templates(resource: Json, configmaps: list[Json], legacy: bool = False) -> dict[str, str]:
+def _without_issue_36(resource: Json) -> Json:
+    """The spec opted out of issue 36's resource defaults (``defaultResources: false``)."""
+    resource = copy.deepcopy(resource)
+    for part in ("prefill", "decode", "router"):
+        resource["spec"].setdefault(part, {})["defaultResources"] = False
+    return resource
+
+
+def _strip_issue_36(template: Json) -> Json:
+    """A template without the two fields issue 36 adds to every pod: dshm's sizeLimit and
+    the router's spread over nodes."""
+    template = copy.deepcopy(template)
+    pod = template["spec"]
+    for volume in pod.get("volumes", []):
+        if volume["name"] == "dshm":
+            volume["emptyDir"].pop("sizeLimit")
+    if pod["containers"][0]["name"] == "router":
+        pod.pop("affinity")
+    return template
+
+
+def _templates(
+    resource: Json, configmaps: list[Json], legacy: bool = False, issue_36: bool = False
+) -> dict[str, str]:
     """The digests of the workloads' pod templates; ``legacy``: the router's as the operator
-    keeps it for a router of 0.1.0 while a leader lacks the new label."""
+    keeps it for a router of 0.1.0 while a leader lacks the new label; ``issue_36``: as
+    built (else without what issue 36 adds: its one decided roll, CHANGELOG.md)."""
+    if not issue_36:
+        resource = _without_issue_36(resource)
     code, manifests, message = render(resource, None, "llm", configmaps)
     assert code == 0, message
     out = {}
@@ -62,7 +95,8 @@ def _templates(resource: Json, configmaps: list[Json], legacy: bool = False) -> 
             serving = m["metadata"]["labels"][LABEL_FINGERPRINT]
             m = router_deployment(owner, parse_spec(resource["spec"]), serving,
                                   LABEL_LEGACY_ROUTABLE)  # fmt: skip
-        out[f"{m['kind']}/{m['metadata']['name']}"] = _digest(m["spec"]["template"])
+        template = m["spec"]["template"] if issue_36 else _strip_issue_36(m["spec"]["template"])
+        out[f"{m['kind']}/{m['metadata']['name']}"] = _digest(template)
     return out
 
 
@@ -181,3 +215,42 @@ def test_inspector_templates_are_those_of_0_1_0() -> None:
         before[name] = _digest(job["spec"]["template"])
     assert got == GOLDEN_INSPECTOR
     assert before == GOLDEN_INSPECTOR_0_1_0
+
+
+#: The templates as built since issue 36 (its one roll): a change here is another roll.
+GOLDEN_ISSUE_36 = {
+    "deepseek-v2-lite.yaml": {
+        "StatefulSet/dsv2-lite-prefill-0": "a52b1bd71a41def0",
+        "StatefulSet/dsv2-lite-decode-0": "64e0e0e72a562fa4",
+        "StatefulSet/dsv2-lite-decode-1": "8fdc98d95d6b0f81",
+        "Deployment/dsv2-lite-router": "257944bf962d72e2",
+    },
+    "deepseek-v3-a3.yaml": {
+        "StatefulSet/dsv3-a3-prefill-0": "17bf551d99f90657",
+        "StatefulSet/dsv3-a3-decode-0": "3266969a21df6220",
+        "Deployment/dsv3-a3-router": "66e42b76cc77241d",
+    },
+    "deepseek-v3-pp2.yaml": {
+        "StatefulSet/dsv3-prefill-0": "ac406795b0a02ac1",
+        "StatefulSet/dsv3-prefill-1": "80443809df35ac04",
+        "StatefulSet/dsv3-decode-0": "619392777b517de4",
+        "Deployment/dsv3-router": "e702abb399d97777",
+    },
+    "deepseek-v3.2.yaml": {
+        "StatefulSet/dsv32-prefill-0": "4cd499262984db32",
+        "StatefulSet/dsv32-decode-0": "d6743a552e3b1321",
+        "Deployment/dsv32-router": "c9d100f5d40c2b29",
+    },
+    "busy": {
+        "StatefulSet/dsv3-prefill-0": "ea3072b279e9051a",
+        "StatefulSet/dsv3-prefill-1": "8d1692175ad0f522",
+        "StatefulSet/dsv3-decode-0": "c00d04dcba9f90ed",
+        "Deployment/dsv3-router": "0045a81a71f70430",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_example_templates_are_those_of_issue_36(name: str) -> None:
+    assert _templates(*_example(name), issue_36=True) == GOLDEN_ISSUE_36[name]
+    assert _templates(*_busy(), issue_36=True) == GOLDEN_ISSUE_36["busy"]
