@@ -36,7 +36,10 @@ CHART = ROOT / "charts" / "ascend-pd-operator"
 EXAMPLES = ROOT / "examples"
 SKIPS = ROOT / "tests" / "scanner" / "checkov-skips.yaml"
 DOCS = ROOT / "docs" / "security.md"
-DOCS_BEGIN = "<!-- checkov-skips:begin (ascend-pd-dev: python -m ascend_pd_dev.testtools.scanner --write-docs) -->"
+DOCS_BEGIN = (
+    "<!-- checkov-skips:begin (ascend-pd-dev: python -m ascend_pd_dev.testtools.scanner "
+    "--write-docs) -->"
+)
 DOCS_END = "<!-- checkov-skips:end -->"
 #: The chart renders scanned: its defaults, and what a production install sets.
 CHART_VALUES = {"chart-default": None, "chart-production": CHART / "ci" / "production-values.yaml"}

@@ -215,8 +215,7 @@ def test_the_router_budget_selects_exactly_the_router_pods(dsv3: Json) -> None:
     """One router pod at a time may be evicted: with the example's two replicas a drain
     keeps one answering; the budget selects the router's pods and no runtime pod."""
     children = children_of(dsv3)
-    pdb = next(c for c in children
-               if c["kind"] == "PodDisruptionBudget" and c["metadata"]["name"] == "dsv3-router")  # fmt: skip
+    pdb = named(children, "PodDisruptionBudget", "dsv3-router")
     assert pdb["apiVersion"] == "policy/v1" and pdb["spec"]["maxUnavailable"] == 1
     wanted = pdb["spec"]["selector"]["matchLabels"]
     assert wanted == {"ascendpd.io/deployment": "dsv3", "app.kubernetes.io/component": "router"}
