@@ -26,9 +26,9 @@ def test_on_it_admits_only_prometheus_to_the_metrics_port(render: Render) -> Non
     assert selected.items() <= pod_labels.items()
     assert selected == operator["spec"]["selector"]["matchLabels"]
     assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress (the API server) stays open
+    monitoring = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
     assert policy["spec"]["ingress"] == [{
-        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-                  "podSelector": {}}],
+        "from": [{"namespaceSelector": monitoring, "podSelector": {}}],
         "ports": [{"protocol": "TCP", "port": 9090}],
     }]  # fmt: skip
 
