@@ -209,7 +209,8 @@ def test_kubectl_get_wide_shows_the_ready_counts_and_why_not(
 
     row = wait_until(listed, "kubectl get pdd -o wide: prefill 1/1, decode's image named")
     assert list(row) == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE",
-                         "PP", "LAYERS", "ENDPOINT", "MESSAGE"]  # fmt: skip
+                         "PP", "LAYERS", "ROUTER", "ENDPOINT", "MESSAGE"]  # fmt: skip
+    assert row["ROUTER"] == "2/2"
     assert (row["READY"], row["DECODE"], row["REASON"]) == ("False", "0/2", "InstancesNotReady")
     assert row["PHASE"] in ("Pending", "Progressing"), row
     assert row["ENDPOINT"] == f"http://{NAME}-router.{namespace}.svc:8000"

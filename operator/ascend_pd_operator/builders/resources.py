@@ -42,7 +42,7 @@ HOST_BYTES_PER_POD = 4 * GIB
 ROUTER_REQUESTS = {CPU: "1", MEMORY: "1Gi"}
 ROUTER_LIMITS = {MEMORY: "4Gi"}
 
-_SUFFIX = {
+_SUFFIX: dict[str, int | Decimal] = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
     "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
     "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
