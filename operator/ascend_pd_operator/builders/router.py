@@ -1,6 +1,7 @@
 """Pure builders of the PD router: a Deployment running the SGLang router in PD mode, its
-Service ``<name>-router``, and the ServiceAccount, Role and RoleBinding it discovers
-workers with.
+Service ``<name>-router``, the ServiceAccount, Role and RoleBinding it discovers workers
+with, and the PodDisruptionBudget that keeps one replica up through a node drain (its
+replicas spread over nodes; every replica discovers the same workers on its own).
 
 The router finds its workers itself (sglang-router's Kubernetes service discovery): it
 watches the pods of its namespace and routes to those matching its prefill or decode
