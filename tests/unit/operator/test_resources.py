@@ -149,3 +149,17 @@ def test_merged_keeps_user_resources_it_has_no_default_for() -> None:
     user = ResourceRequirements.model_validate({"limits": {"ephemeral-storage": "10Gi"}})
     assert merged({"requests": {"cpu": "1"}}, user) == {
         "requests": {"cpu": "1"}, "limits": {"ephemeral-storage": "10Gi"}}  # fmt: skip
+
+
+def test_render_warns_of_a_part_that_reserves_no_memory() -> None:
+    resource, configmaps = _lite(1)
+    resource["spec"]["decode"]["defaultResources"] = False
+    resource["spec"]["router"]["defaultResources"] = False
+    resource["spec"]["router"]["resources"] = {"requests": {"memory": "1Gi"}}
+    code, _, message = render(resource, None, "llm", configmaps)
+    assert code == 0
+    warned = [line for line in message.splitlines() if "defaultResources: false" in line]
+    assert len(warned) == 1 and warned[0].startswith("dsv2-lite: warning: decode has "), warned
+    resource, configmaps = _lite(1)
+    _, _, quiet = render(resource, None, "llm", configmaps)
+    assert "defaultResources" not in quiet
