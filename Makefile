@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[operator,dev]' -e ./devtools
+	$(BIN)/pip install --quiet -e '.[operator,dev,scan]' -e ./devtools
 	touch $(STAMP)
 
 lint: venv

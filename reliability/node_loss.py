@@ -66,6 +66,9 @@ def _doc(name: str, namespace: str, force_after: int | None) -> Json:
     # one pod per node: 8 NPUs each, prefill TP 8 × PP 2 on two nodes, decode TP 8 on one
     spec["prefill"].update(parallelism={"tensor": 8, "pipeline": 2}, devicesPerNode=8)
     spec["decode"].update(parallelism={"tensor": 8}, devicesPerNode=8)
+    # one router each (the default runs two, spread over nodes): step 1 needs a prefill
+    # node that runs none, which four routers on eight nodes would not always leave
+    spec["router"] = {**spec.get("router", {}), "replicas": 1}
     if force_after is not None:
         spec["recovery"] = {"forceDeleteAfterSeconds": force_after}
     return doc

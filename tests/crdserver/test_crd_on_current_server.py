@@ -193,7 +193,7 @@ def test_every_example_is_accepted_and_listed(
 
 #: The printer columns: kubectl get pdd's, then -o wide's (priority 1).
 SHOWN = ["Ready", "Phase", "Prefill", "Decode", "Reason", "Age"]
-WIDE = ["PP", "Layers", "Endpoint", "Message"]
+WIDE = ["PP", "Layers", "Router", "Endpoint", "Message"]
 
 
 def test_kubectl_get_wide_shows_counts_reason_endpoint_and_message(
@@ -218,6 +218,7 @@ def test_kubectl_get_wide_shows_counts_reason_endpoint_and_message(
         "roles": {"prefill": {"replicas": 2, "readyReplicas": 2, "ready": "2/2"},
                   "decode": {"replicas": 1, "readyReplicas": 0, "ready": "0/1"}},
         "kvLayout": {"totalKvLayers": 61},
+        "router": {"replicas": 2, "readyReplicas": 1, "ready": "1/2"},
         "endpoint": "http://columns-router.default.svc:8000",
     }  # fmt: skip
     status, body = server.request("PUT", f"{item}/status", obj)
@@ -232,7 +233,7 @@ def test_kubectl_get_wide_shows_counts_reason_endpoint_and_message(
     assert wide.returncode == 0, wide.stderr
     (row,) = table_rows(wide.stdout)
     assert list(row) == [n.upper() for n in ["Name", *SHOWN, *WIDE]]
-    assert (row["PP"], row["LAYERS"]) == ("2", "61")
+    assert (row["PP"], row["LAYERS"], row["ROUTER"]) == ("2", "61", "1/2")
     assert row["ENDPOINT"] == "http://columns-router.default.svc:8000"
     assert row["MESSAGE"] == message
     server.request("DELETE", item)

@@ -394,7 +394,7 @@ def test_scale_prefill_2_3_1_and_the_router_is_never_replaced(
         return sorted((p["metadata"]["name"], p["metadata"]["uid"]) for p in items)
 
     router = wait_until(lambda: get(kubectl, namespace, "deployment", "dsv3-router"), "router")
-    pods = wait_until(router_pods, "the router's pod")
+    pods = wait_until(lambda: len(r := router_pods()) == 2 and r, "the router's two pods")
     for replicas in (2, 3, 1):
         kubectl("patch", "pdd", "dsv3", "-n", namespace, "--type=merge",
                 "-p", json.dumps({"spec": {"prefill": {"replicas": replicas}}}))  # fmt: skip

@@ -132,12 +132,13 @@ def test_every_pod_field_reaches_the_pods(
 
     routers = _pods(kubectl, namespace, f"ascendpd.io/deployment={NAME},"
                                         "app.kubernetes.io/component=router")  # fmt: skip
-    assert len(routers) == 1
+    assert len(routers) == 2  # router.replicas' default
     spec = routers[0]["spec"]
     container = spec["containers"][0]
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert ROUTER_FIELDS["tolerations"][0] in spec["tolerations"]
-    assert container["resources"] == ROUTER_FIELDS["resources"]
+    # the router's requests, and its default memory limit (above them, so it stays)
+    assert container["resources"] == {**ROUTER_FIELDS["resources"], "limits": {"memory": "4Gi"}}
     assert spec["imagePullSecrets"] == [{"name": "registry"}]
     assert spec["serviceAccountName"] == "llm-router"
     assert (spec["priorityClassName"], spec["priority"]) == (priority_class, 4242)

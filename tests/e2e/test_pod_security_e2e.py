@@ -266,3 +266,17 @@ def test_the_chart_s_pods_meet_restricted(
         verdict = _dry_run_pod(kubectl, restricted_namespace, "chart-pod", spec)
         assert verdict.returncode == 0, f"{key}: {verdict.stderr}"
         assert "Warning" not in verdict.stderr, f"{key}: {verdict.stderr}"
+
+
+def test_the_example_download_job_meets_restricted(
+    kubectl: Any, restricted_namespace: str, wait_until: Any
+) -> None:
+    """examples/models-download.yaml runs as non-root without a token: the API server admits
+    its pod in a ``restricted`` namespace (its Job, applied there, creates it)."""
+    job = yaml.safe_load((REPO / "examples" / "models-download.yaml").read_text())
+    spec = job["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    _default_account(kubectl, restricted_namespace, wait_until)
+    verdict = _dry_run_pod(kubectl, restricted_namespace, "models-download", spec)
+    assert verdict.returncode == 0, verdict.stderr
+    assert "Warning" not in verdict.stderr, verdict.stderr

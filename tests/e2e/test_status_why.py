@@ -136,12 +136,12 @@ def test_a_bad_router_image_is_named_in_router_ready(
 
     router = wait_until(lambda: router_says(*pulling), "RouterReady naming the image")
     assert (router["status"], router["reason"]) == ("False", "RouterNotReady")
-    assert router["message"].startswith(f"0/1 replicas ready: pod {NAME}-router-"), router
+    assert router["message"].startswith(f"0/2 replicas ready: pod {NAME}-router-"), router
     # the kubelet's back-off follows the pull's error; the message follows the kubelet
     wait_until(lambda: router_says(pulling[0]), "ImagePullBackOff in RouterReady")
     # the instances become ready (their image is pulled): Ready names the router's cause
     message = wait_until(
-        lambda: ready_saying(kubectl, namespace, f"waiting for RouterReady: router 0/1 "
+        lambda: ready_saying(kubectl, namespace, f"waiting for RouterReady: router 0/2 "
                              f"replicas ready: pod {NAME}-router-"),
         "the Ready condition naming the router's image",
     )  # fmt: skip
@@ -209,7 +209,8 @@ def test_kubectl_get_wide_shows_the_ready_counts_and_why_not(
 
     row = wait_until(listed, "kubectl get pdd -o wide: prefill 1/1, decode's image named")
     assert list(row) == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE",
-                         "PP", "LAYERS", "ENDPOINT", "MESSAGE"]  # fmt: skip
+                         "PP", "LAYERS", "ROUTER", "ENDPOINT", "MESSAGE"]  # fmt: skip
+    assert row["ROUTER"] == "2/2"
     assert (row["READY"], row["DECODE"], row["REASON"]) == ("False", "0/2", "InstancesNotReady")
     assert row["PHASE"] in ("Pending", "Progressing"), row
     assert row["ENDPOINT"] == f"http://{NAME}-router.{namespace}.svc:8000"

@@ -114,8 +114,11 @@ TIERS = (
     # environments come first (minutes), the one cluster test (20 min budget) waits for
     # the build itself: the tier need not wait
     Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 11, needs_control_plane=False),
-    Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver"), "e2e-unit", 5,
-         needs_control_plane=False),
+    Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver and not scanner"),
+         "e2e-unit", 5, needs_control_plane=False),
+    # checkov over the chart and the examples' renders: one checkov run, beside the others
+    Tier("scanner", ("tests", "-m", "scanner and not e2e and not sglang and not crdserver"),
+         "e2e-scanner", 1, needs_control_plane=False),
     # the default release's kube-apiserver alone (``crd_server``), started in its session
     # fixture: it waits for that release's build like the cluster tiers
     Tier("crdserver", ("tests", "-m", "crdserver and not sglang"), "e2e-crdserver", 2),

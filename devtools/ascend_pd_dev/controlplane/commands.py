@@ -34,6 +34,9 @@ CONTROLLERS = (
     "persistentvolume-binder",
     "pvc-protection",
     "pv-protection",
+    # PodDisruptionBudgets' status (expected and healthy pods, disruptions allowed), which
+    # the eviction API reads: without it every eviction of a budgeted pod is refused
+    "disruption",
 )
 #: Pod Security admission: a default plugin from 1.25 on, named so that a change of defaults
 #: cannot turn it off unnoticed. Without an admission configuration every level is

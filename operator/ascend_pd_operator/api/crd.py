@@ -40,6 +40,8 @@ PRINTER_COLUMNS: list[Json] = [
      "priority": 1, "description": "Prefill pipeline size."},
     {"name": "Layers", "type": "integer", "jsonPath": ".status.kvLayout.totalKvLayers",
      "priority": 1, "description": "Target KV layers."},
+    {"name": "Router", "type": "string", "jsonPath": ".status.router.ready", "priority": 1,
+     "description": "Ready router replicas / the replicas it runs."},
     {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint", "priority": 1,
      "description": "The router's URL inside the cluster."},
     {"name": "Message", "type": "string", "jsonPath": f"{_READY}.message", "priority": 1,

@@ -730,8 +730,21 @@ class RoleSpec(_PodFields):
     devices_per_node: int = Field(8, ge=1, le=64, description="NPUs per pod; one pod per node.")
     resources: ResourceRequirements = _sub(
         ResourceRequirements,
-        "Extra container resources; the NPUs (ascend.resourceName, devicesPerNode of them) "
-        "are added as request and limit, and may not be given here.",
+        "Container resources; each one given here wins over the operator's default "
+        "(defaultResources). The NPUs (ascend.resourceName, devicesPerNode of them) are added "
+        "as request and limit, and may not be given here.",
+    )
+    default_resources: bool = Field(
+        True,
+        description="Give the runtime container CPU and memory requests where resources "
+        "gives none: 2 CPUs per NPU plus 2, and for memory, per NPU, the weights its rank "
+        "reads through host memory while loading plus 4 GiB, plus 4 GiB (docs/models.md). "
+        "No CPU or memory limit. false: only resources and the NPUs.",
+    )
+    shm_size_limit: Quantity = Field(
+        "16Gi",
+        description=f"sizeLimit of the pods' /dev/shm (a memory-backed emptyDir, counted in "
+        f"the pod's memory): {QUANTITY}.",
     )
     node_selector: dict[str, LabelValue] = Field(
         default_factory=dict,
@@ -807,13 +820,28 @@ class Router(_PodFields):
     """The SGLang router in PD mode in front of all instances."""
 
     enabled: bool = Field(True, description="Deploy the router.")
-    replicas: int = Field(1, ge=0, le=64, description="Router replicas.")
+    replicas: int = Field(
+        2,
+        ge=0,
+        le=64,
+        description="Router replicas, spread over nodes (a preferred pod anti-affinity) with "
+        "a PodDisruptionBudget <name>-router (maxUnavailable 1): with 2 or more a node drain "
+        "keeps the endpoint answering.",
+    )
     image: str = Field("", description="Router image; empty: the runtime image.")
     policy: Literal["cache_aware", "round_robin", "random", "power_of_two"] = Field(
         "cache_aware", description="Routing policy."
     )
     port: int = Field(8000, ge=1, le=65535, description="Router HTTP port (and Service port).")
-    resources: ResourceRequirements = _sub(ResourceRequirements, "Router container resources.")
+    resources: ResourceRequirements = _sub(
+        ResourceRequirements,
+        "Router container resources; each one given here wins over the default (defaultResources).",
+    )
+    default_resources: bool = Field(
+        True,
+        description="Give the router container the requests cpu 1 and memory 1Gi and the "
+        "limit memory 4Gi where resources gives none of them; false: only resources.",
+    )
     node_selector: dict[str, LabelValue] = Field(
         default_factory=dict,
         max_length=MAX_MAP_ENTRIES,
@@ -1329,6 +1357,10 @@ class RouterStatus(_Model):
 
     replicas: int = Field(0, description="Desired replicas.")
     ready_replicas: int = Field(0, description="Ready replicas.")
+    ready: str = Field(
+        "", description="readyReplicas/replicas, e.g. 2/2: the ROUTER column of kubectl get "
+        "pdd -o wide.",
+    )  # fmt: skip
 
 
 class PDDeploymentStatus(_Model):

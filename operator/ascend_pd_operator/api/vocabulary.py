@@ -115,6 +115,8 @@ SHM_MOUNT_PATH = "/dev/shm"
 #: left out where the router's own volumes name it or mount /tmp, so it never collides.
 VOLUME_ROUTER_TMP = "ascend-pd-tmp"
 ROUTER_TMP_MOUNT_PATH = "/tmp"
+#: The node label that tells nodes apart: the router's replicas spread over its values.
+TOPOLOGY_HOSTNAME = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True)

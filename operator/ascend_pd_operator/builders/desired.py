@@ -152,7 +152,7 @@ def with_children(
     children += [pod_disruption_budget(owner, role, drainable, pdb_version) for role in ROLES]
     if spec.router.enabled:
         children += router_children(owner, spec, serving or layout_fingerprint(layout),
-                                    discovery)  # fmt: skip
+                                    discovery, pdb_version)  # fmt: skip
     return Desired(layout, children)
 
 

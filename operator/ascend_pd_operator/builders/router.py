@@ -1,6 +1,7 @@
 """Pure builders of the PD router: a Deployment running the SGLang router in PD mode, its
-Service ``<name>-router``, and the ServiceAccount, Role and RoleBinding it discovers
-workers with.
+Service ``<name>-router``, the ServiceAccount, Role and RoleBinding it discovers workers
+with, and the PodDisruptionBudget that keeps one replica up through a node drain (its
+replicas spread over nodes; every replica discovers the same workers on its own).
 
 The router finds its workers itself (sglang-router's Kubernetes service discovery): it
 watches the pods of its namespace and routes to those matching its prefill or decode
@@ -37,12 +38,15 @@ from ascend_pd_operator.api.vocabulary import (
     LABEL_LEADER,
     LABEL_ROUTER_DISCOVERY,
     ROLES,
+    TOPOLOGY_HOSTNAME,
     Owner,
     component_selector,
+    disruption_budget_name,
     metadata,
     router_name,
     selector,
 )
+from ascend_pd_operator.builders.resources import router_resources
 from ascend_pd_operator.builders.security import (
     router_container_security,
     router_pod_security,
@@ -114,7 +118,7 @@ def router_deployment(
         "readinessProbe": probe,
         "livenessProbe": {**probe, "failureThreshold": 6},
     }
-    if resources := spec.router.resources.manifest():
+    if resources := router_resources(spec):
         container["resources"] = resources
     r = spec.router
     volumes, mounts = user_volumes(r)
@@ -147,6 +151,7 @@ def router_deployment(
         pod_spec["nodeSelector"] = dict(r.node_selector)
     if r.tolerations:
         pod_spec["tolerations"] = list(r.tolerations)
+    pod_spec["affinity"] = router_anti_affinity(owner)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -155,6 +160,35 @@ def router_deployment(
             "replicas": spec.router.replicas,
             "selector": {"matchLabels": component_selector(owner, COMPONENT_ROUTER)},
             "template": {"metadata": {"labels": template_labels}, "spec": pod_spec},
+        },
+    }
+
+
+def router_anti_affinity(owner: Owner) -> Json:
+    """Router replicas on different nodes where the scheduler can: one node's drain or loss
+    then leaves a replica answering. Preferred, not required, so that a cluster with fewer
+    schedulable nodes than replicas still runs them all."""
+    term = {
+        "labelSelector": {"matchLabels": component_selector(owner, COMPONENT_ROUTER)},
+        "topologyKey": TOPOLOGY_HOSTNAME,
+    }
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": term}]}}  # fmt: skip
+
+
+def router_disruption_budget(owner: Owner, api_version: str = "policy/v1") -> Json:
+    """At most one router pod evicted at a time: with two replicas or more a node drain
+    keeps the endpoint answering; with one, the drain still goes on (a budget that allowed
+    nothing would hold the node's maintenance for good)."""
+    return {
+        "apiVersion": api_version,
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(
+            owner, disruption_budget_name(owner, COMPONENT_ROUTER), COMPONENT_ROUTER
+        ),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": component_selector(owner, COMPONENT_ROUTER)},
         },
     }
 
@@ -215,14 +249,20 @@ def router_role_binding(owner: Owner, spec: PDDeploymentSpec) -> Json:
 
 
 def router_children(
-    owner: Owner, spec: PDDeploymentSpec, serving: str, discovery: str = LABEL_LEADER
+    owner: Owner,
+    spec: PDDeploymentSpec,
+    serving: str,
+    discovery: str = LABEL_LEADER,
+    pdb_version: str = "policy/v1",
 ) -> list[Json]:
     """Everything the router needs, in apply order: its identity before its pod;
-    ``serving``: the KV-layout generation it routes to; ``discovery``: the leader label."""
+    ``serving``: the KV-layout generation it routes to; ``discovery``: the leader label;
+    ``pdb_version``: the server's PodDisruptionBudget apiVersion."""
     return [
         router_service_account(owner),
         router_role(owner),
         router_role_binding(owner, spec),
         router_service(owner, spec),
         router_deployment(owner, spec, serving, discovery),
+        router_disruption_budget(owner, pdb_version),
     ]

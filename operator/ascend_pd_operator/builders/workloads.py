@@ -31,6 +31,7 @@ from ascend_pd_operator.api.vocabulary import (
     selector,
 )
 from ascend_pd_operator.builders.pinning import Pin, pin_annotations, pin_labels, pinned_affinity
+from ascend_pd_operator.builders.resources import runtime_resources
 from ascend_pd_operator.builders.security import runtime_container_security
 from ascend_pd_operator.builders.volcano import VOLCANO_SCHEDULER, instance_podgroup
 from ascend_pd_runtime.layout import KVLayout
@@ -118,15 +119,11 @@ def _ports(role: str, index: int) -> list[Json]:
     return ports
 
 
-def _resources(spec: PDDeploymentSpec, role: str) -> Json:
-    r = spec.role(role).resources
-    npus = {spec.ascend.resource_name: str(spec.role(role).devices_per_node)}
-    return {"requests": {**r.requests, **npus}, "limits": {**r.limits, **npus}}
-
-
-def _volumes(owner: Owner, spec: PDDeploymentSpec) -> tuple[list[Json], list[Json]]:
+def _volumes(owner: Owner, spec: PDDeploymentSpec, role: str) -> tuple[list[Json], list[Json]]:
+    # Memory-backed: what /dev/shm holds counts in the pod's memory, so it is bounded.
+    shm = {"medium": "Memory", "sizeLimit": spec.role(role).shm_size_limit}
     volumes: list[Json] = [
-        {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory"}},
+        {"name": VOLUME_SHM, "emptyDir": shm},
         {
             "name": VOLUME_DRIVER,
             "hostPath": {"path": spec.ascend.driver_host_path, "type": "Directory"},
@@ -292,7 +289,7 @@ def pod_template(
     ``spec.placement``, so that a placement change leaves the template as it is."""
     r = spec.role(role)
     values = launch_values(owner, spec, layout, role, index)
-    volumes, mounts = _volumes(owner, spec)
+    volumes, mounts = _volumes(owner, spec, role)
     extra_volumes, extra_mounts = user_volumes(r)
     annotations: dict[str, str] = dict(r.pod_annotations)
     if role == "prefill":
@@ -310,7 +307,7 @@ def pod_template(
         "command": ["ascend-pd-runtime", "launch"],
         "env": _env(values, r.env),
         "ports": _ports(role, index),
-        "resources": _resources(spec, role),
+        "resources": runtime_resources(spec, layout, role),
         "volumeMounts": mounts + extra_mounts,
         "readinessProbe": readiness_probe(owner, role, index),
         **({"lifecycle": drain["lifecycle"]} if "lifecycle" in drain else {}),

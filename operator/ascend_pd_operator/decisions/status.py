@@ -567,7 +567,7 @@ def _role_status(
 def _router_status(obs: Findings, spec: PDDeploymentSpec) -> tuple[Json, bool, str]:
     """(router status, ready, ``<ready>/<want> replicas ready[: <why not>]``)."""
     if not spec.router.enabled:
-        return {"replicas": 0, "readyReplicas": 0}, True, "router disabled"
+        return {"replicas": 0, "readyReplicas": 0, "ready": "0/0"}, True, "router disabled"
     dep = obs.children.get(("Deployment", router_name(obs.owner))) or {}
     ready = int((dep.get("status") or {}).get("readyReplicas", 0) or 0)
     want = spec.router.replicas
@@ -575,7 +575,7 @@ def _router_status(obs: Findings, spec: PDDeploymentSpec) -> tuple[Json, bool, s
     text = f"{ready}/{want} replicas ready"
     if not ok:
         text = quoted(f"{text}: {router_wait(obs, spec)}", ROLE_MESSAGE_CHARS)
-    return {"replicas": want, "readyReplicas": ready}, ok, text
+    return {"replicas": want, "readyReplicas": ready, "ready": f"{ready}/{want}"}, ok, text
 
 
 @dataclass

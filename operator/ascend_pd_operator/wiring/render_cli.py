@@ -130,7 +130,7 @@ def fit_report(todo: Plan, memory_bytes: int = NPU_MEMORY_BYTES) -> FitReport:
 def warnings(todo: Plan, memory_bytes: int = NPU_MEMORY_BYTES) -> list[str]:
     """What a rendered deployment would run into: weights that do not fit, and a transfer
     protocol the spec says cannot carry the KV (the PlacementFeasible condition it gets)."""
-    out = fit_report(todo, memory_bytes).warnings()
+    out = fit_report(todo, memory_bytes).warnings() + unreserved_memory(todo)
     if todo.placement is not None and todo.placement.blocked:
         return out  # the note on the instances not rendered says it
     mismatch = (COND_PLACEMENT_FEASIBLE, "False", REASON_TRANSFER_PROTOCOL_MISMATCH)
@@ -138,6 +138,23 @@ def warnings(todo: Plan, memory_bytes: int = NPU_MEMORY_BYTES) -> list[str]:
         if (cond.get("type"), cond.get("status"), cond.get("reason")) == mismatch:
             out.append(f"{COND_PLACEMENT_FEASIBLE} {cond['reason']}: {cond['message']}")
     return out
+
+
+def unreserved_memory(todo: Plan) -> list[str]:
+    """A role (or the router) that opted out of the default requests and asks no memory:
+    the scheduler reserves none for its pods, and they are evicted first."""
+    spec = todo.validation.spec
+    assert spec is not None
+    parts: list[tuple[str, models.RoleSpec | models.Router]] = [(r, spec.role(r)) for r in ROLES]
+    if spec.router.enabled:
+        parts.append(("router", spec.router))
+    return [
+        f"{name} has defaultResources: false and no resources.requests.memory: no host "
+        "memory is reserved for its pods, which are evicted first under memory pressure "
+        "(docs/models.md)"
+        for name, part in parts
+        if not part.default_resources and "memory" not in part.resources.requests
+    ]
 
 
 def run(args: argparse.Namespace) -> int:

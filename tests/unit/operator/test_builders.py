@@ -152,7 +152,7 @@ def test_dsv3_statefulsets_services_and_env(dsv3: Json) -> None:
         assert mounts["model"] == "/models/DeepSeek-V3"
         assert mounts["ascend-driver"] == "/usr/local/Ascend/driver"
         volumes = {v["name"]: v for v in pod["volumes"]}
-        assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}
+        assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
         assert volumes["model"]["persistentVolumeClaim"]["claimName"] == "models"
     svc = by_kind(children, "Service")
     assert svc["dsv3-prefill-0"]["spec"]["clusterIP"] == "None"
@@ -323,8 +323,9 @@ def test_role_label_is_for_runtime_objects_and_component_says_what_the_rest_is(d
     children = children_of(dsv3)
     for child in children:
         labels = child["metadata"]["labels"]
-        if child["kind"] in ("StatefulSet", "PodGroup", "PodDisruptionBudget") or (
-            child["kind"] == "Service" and "-router" not in child["metadata"]["name"]
+        runtime = "-router" not in child["metadata"]["name"]
+        if child["kind"] in ("StatefulSet", "PodGroup") or (
+            child["kind"] in ("Service", "PodDisruptionBudget") and runtime
         ):
             assert labels[LABEL_ROLE] == labels[LABEL_COMPONENT] in ("prefill", "decode")
         else:

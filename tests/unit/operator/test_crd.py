@@ -126,7 +126,7 @@ def test_names_and_printer_columns() -> None:
     shown = [c["name"].upper() for c in columns if not c.get("priority")]
     assert shown == ["READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE"]
     wide = [c["name"].upper() for c in columns if c.get("priority")]
-    assert wide == ["PP", "LAYERS", "ENDPOINT", "MESSAGE"]  # -o wide, after AGE
+    assert wide == ["PP", "LAYERS", "ROUTER", "ENDPOINT", "MESSAGE"]  # -o wide, after AGE
 
 
 #: What the API server accepts in a printer column, 1.20 and 1.36 alike (apiextensions'

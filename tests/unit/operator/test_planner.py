@@ -46,6 +46,7 @@ EXAMPLE_CHILDREN = [
     ("RoleBinding", "dsv3-router"),
     ("Service", "dsv3-router"),
     ("Deployment", "dsv3-router"),
+    ("PodDisruptionBudget", "dsv3-router"),
 ]
 
 

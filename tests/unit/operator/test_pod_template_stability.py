@@ -17,11 +17,15 @@ One such decision: the router discovers leaders by ``ascendpd.io/leader`` instea
 until every leader carries the new label (``rollout.discovery_label``), then rolls once;
 ``GOLDEN_ROUTER_0_1_0`` holds that first template to 0.1.0's digests.
 
-Another (issue 36): the security defaults (``builders.security``). The runtime container's
-(no privilege escalation, NET_RAW dropped, seccomp RuntimeDefault) restarts every runtime
-instance once on the upgrade (``RUNTIME_HARDENED``); the router's ride on its one roll to
-the leader label. Without them every template is what it was
-(``test_the_security_defaults_are_the_only_change``).
+Another: issue 36 gives every runtime and router container CPU and memory requests (the
+router a memory limit), bounds ``/dev/shm``, spreads the router's replicas over nodes, so
+that no pod is BestEffort, and adds the security defaults (``builders.security``: the
+runtime container without privilege escalation, NET_RAW dropped, seccomp RuntimeDefault; the
+router restricted). That rolls every instance and router once (CHANGELOG.md). The 0.1.0
+digests below hold the rest: the specs opted out of the resource defaults
+(``defaultResources: false``) and the always-on fields taken out (the security contexts,
+the router's /tmp, dshm's sizeLimit, the router's spread) give 0.1.0's templates;
+``GOLDEN_ISSUE_36`` holds the templates as built.
 
 The specs are the examples as 0.1.0 shipped them (``examples_0_1_0/``): a running
 deployment keeps the spec it was applied with, whatever the examples say today (they since
@@ -76,12 +80,36 @@ def _without_security(template: Json) -> Json:
     return template
 
 
+def _without_issue_36(resource: Json) -> Json:
+    """The spec opted out of issue 36's resource defaults (``defaultResources: false``)."""
+    resource = copy.deepcopy(resource)
+    for part in ("prefill", "decode", "router"):
+        resource["spec"].setdefault(part, {})["defaultResources"] = False
+    return resource
+
+
+def _strip_issue_36(template: Json) -> Json:
+    """A template without the fields issue 36 adds to every pod: the security contexts and
+    the router's /tmp (``_without_security``), dshm's sizeLimit and the router's spread over
+    nodes."""
+    template = _without_security(template)
+    pod = template["spec"]
+    for volume in pod.get("volumes", []):
+        if volume["name"] == "dshm":
+            volume["emptyDir"].pop("sizeLimit")
+    if pod["containers"][0]["name"] == "router":
+        pod.pop("affinity", None)
+    return template
+
+
 def _templates(
-    resource: Json, configmaps: list[Json], legacy: bool = False, unhardened: bool = False
+    resource: Json, configmaps: list[Json], legacy: bool = False, issue_36: bool = False
 ) -> dict[str, str]:
     """The digests of the workloads' pod templates; ``legacy``: the router's as the operator
-    keeps it for a router of 0.1.0 while a leader lacks the new label; ``unhardened``:
-    without the security defaults (``_without_security``)."""
+    keeps it for a router of 0.1.0 while a leader lacks the new label; ``issue_36``: as
+    built (else without what issue 36 adds: its one decided roll, CHANGELOG.md)."""
+    if not issue_36:
+        resource = _without_issue_36(resource)
     code, manifests, message = render(resource, None, "llm", configmaps)
     assert code == 0, message
     out = {}
@@ -93,7 +121,7 @@ def _templates(
             serving = m["metadata"]["labels"][LABEL_FINGERPRINT]
             m = router_deployment(owner, parse_spec(resource["spec"]), serving,
                                   LABEL_LEGACY_ROUTABLE)  # fmt: skip
-        template = _without_security(m["spec"]["template"]) if unhardened else m["spec"]["template"]
+        template = m["spec"]["template"] if issue_36 else _strip_issue_36(m["spec"]["template"])
         out[f"{m['kind']}/{m['metadata']['name']}"] = _digest(template)
     return out
 
@@ -167,55 +195,16 @@ GOLDEN_BUSY_0_1_0 = {
     "StatefulSet/dsv3-decode-0": "f80014364db48c0e",
     "Deployment/dsv3-router": "2b1dc04ccb282fe0",
 }
-#: The routers once every leader carries ``ascendpd.io/leader`` (their one roll), before the
-#: security defaults: their one roll carries those too (the leader label is unreleased) ...
-ROUTERS_ON_THE_LEADER_LABEL_UNHARDENED = {
+#: The routers once every leader carries ``ascendpd.io/leader`` (their one roll).
+ROUTERS_ON_THE_LEADER_LABEL = {
     "deepseek-v2-lite.yaml": {"Deployment/dsv2-lite-router": "2685d6ae72a7f3ef"},
     "deepseek-v3-a3.yaml": {"Deployment/dsv3-a3-router": "3878c4edf4ec06ba"},
     "deepseek-v3-pp2.yaml": {"Deployment/dsv3-router": "0a8d875a0680f712"},
     "deepseek-v3.2.yaml": {"Deployment/dsv32-router": "15f2dc07abdc743b"},
     "busy": {"Deployment/dsv3-router": "05ec8b704c80bb8c"},
 }
-#: ... and with them (``builders.security``: restricted by default).
-ROUTERS_ON_THE_LEADER_LABEL = {
-    "deepseek-v2-lite.yaml": {"Deployment/dsv2-lite-router": "d8baaca2854abdb7"},
-    "deepseek-v3-a3.yaml": {"Deployment/dsv3-a3-router": "86facf2ffa618e6b"},
-    "deepseek-v3-pp2.yaml": {"Deployment/dsv3-router": "bee1b384c18ebe22"},
-    "deepseek-v3.2.yaml": {"Deployment/dsv32-router": "6ec1fba18e020423"},
-    "busy": {"Deployment/dsv3-router": "160615914717783e"},
-}
-#: The runtime templates with the runtime container's security defaults (no privilege
-#: escalation, NET_RAW dropped, seccomp RuntimeDefault): a decision to restart every
-#: runtime instance once on the upgrade to this version (CHANGELOG.md). Without those
-#: defaults they are 0.1.0's exactly (``test_the_security_defaults_are_the_only_change``).
-RUNTIME_HARDENED = {
-    "deepseek-v2-lite.yaml": {
-        "StatefulSet/dsv2-lite-prefill-0": "5c2e8c57bf3d75ae",
-        "StatefulSet/dsv2-lite-decode-0": "c1a5674af8959072",
-        "StatefulSet/dsv2-lite-decode-1": "9a8d4720b03b08a2",
-    },
-    "deepseek-v3-a3.yaml": {
-        "StatefulSet/dsv3-a3-prefill-0": "831927a95b005d16",
-        "StatefulSet/dsv3-a3-decode-0": "1228f3e6452ff591",
-    },
-    "deepseek-v3-pp2.yaml": {
-        "StatefulSet/dsv3-prefill-0": "335b474b2868b887",
-        "StatefulSet/dsv3-prefill-1": "1fd90989e17f4b5f",
-        "StatefulSet/dsv3-decode-0": "579e1073c965cd1f",
-    },
-    "deepseek-v3.2.yaml": {
-        "StatefulSet/dsv32-prefill-0": "e723b19b8c823149",
-        "StatefulSet/dsv32-decode-0": "2a162a5263cdebf9",
-    },
-    "busy": {
-        "StatefulSet/dsv3-prefill-0": "29e35aef2d19849d",
-        "StatefulSet/dsv3-prefill-1": "c84712f2f4880ed3",
-        "StatefulSet/dsv3-decode-0": "8857d7b08e653a46",
-    },
-}
-GOLDEN = {name: {**RUNTIME_HARDENED[name], **ROUTERS_ON_THE_LEADER_LABEL[name]}
-          for name in GOLDEN_0_1_0}  # fmt: skip
-GOLDEN_BUSY = {**RUNTIME_HARDENED["busy"], **ROUTERS_ON_THE_LEADER_LABEL["busy"]}
+GOLDEN = {name: {**g, **ROUTERS_ON_THE_LEADER_LABEL[name]} for name, g in GOLDEN_0_1_0.items()}
+GOLDEN_BUSY = {**GOLDEN_BUSY_0_1_0, **ROUTERS_ON_THE_LEADER_LABEL["busy"]}
 #: The model inspector Job's carry ``ASCEND_PD_CONTRACT_VERSION`` too, as 0.1.0's does (a Job
 #: is written once per inspection, never rolled; the earlier digests lacked the variable) ...
 GOLDEN_INSPECTOR_0_1_0 = {"example": "8faae304f7ee122d", "busy": "0b86a8b74f07e163"}
@@ -233,24 +222,10 @@ def test_templates_with_every_older_field_are_those_of_0_1_0() -> None:
     assert _templates(*_busy()) == GOLDEN_BUSY
 
 
-def _routers(digests: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in digests.items() if k.startswith("Deployment/")}
-
-
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_a_router_of_0_1_0_keeps_its_template_until_every_leader_is_labelled(name: str) -> None:
-    assert _routers(_templates(*_example(name), legacy=True)) == _routers(GOLDEN_0_1_0[name])
-    assert _routers(_templates(*_busy(), legacy=True)) == _routers(GOLDEN_BUSY_0_1_0)
-
-
-@pytest.mark.parametrize("name", sorted(GOLDEN))
-def test_the_security_defaults_are_the_only_change(name: str) -> None:
-    """Without what the security defaults add, every template is what it was: 0.1.0's
-    runtime templates, the routers' of their one roll."""
-    before = {**GOLDEN_0_1_0[name], **ROUTERS_ON_THE_LEADER_LABEL_UNHARDENED[name]}
-    assert _templates(*_example(name), unhardened=True) == before
-    busy = {**GOLDEN_BUSY_0_1_0, **ROUTERS_ON_THE_LEADER_LABEL_UNHARDENED["busy"]}
-    assert _templates(*_busy(), unhardened=True) == busy
+    assert _templates(*_example(name), legacy=True) == GOLDEN_0_1_0[name]
+    assert _templates(*_busy(), legacy=True) == GOLDEN_BUSY_0_1_0
 
 
 def test_inspector_templates_are_those_of_0_1_0() -> None:
@@ -266,3 +241,42 @@ def test_inspector_templates_are_those_of_0_1_0() -> None:
         before[name] = _digest(job["spec"]["template"])
     assert got == GOLDEN_INSPECTOR
     assert before == GOLDEN_INSPECTOR_0_1_0
+
+
+#: The templates as built since issue 36 (its one roll): a change here is another roll.
+GOLDEN_ISSUE_36 = {
+    "deepseek-v2-lite.yaml": {
+        "StatefulSet/dsv2-lite-prefill-0": "5877aee10a843ed0",
+        "StatefulSet/dsv2-lite-decode-0": "ab14c5cfe67e3485",
+        "StatefulSet/dsv2-lite-decode-1": "3adac5c41c2f27f6",
+        "Deployment/dsv2-lite-router": "b134cb35cd1e8d32",
+    },
+    "deepseek-v3-a3.yaml": {
+        "StatefulSet/dsv3-a3-prefill-0": "775e145d4e051683",
+        "StatefulSet/dsv3-a3-decode-0": "f773903e2ff563c5",
+        "Deployment/dsv3-a3-router": "3147ea1d17d8a7e1",
+    },
+    "deepseek-v3-pp2.yaml": {
+        "StatefulSet/dsv3-prefill-0": "2b4cddcff2f3d598",
+        "StatefulSet/dsv3-prefill-1": "ffa6c09a22e47d2b",
+        "StatefulSet/dsv3-decode-0": "19111b15a33e2186",
+        "Deployment/dsv3-router": "7402666ca859ccbd",
+    },
+    "deepseek-v3.2.yaml": {
+        "StatefulSet/dsv32-prefill-0": "1f3f293da1d3d1e9",
+        "StatefulSet/dsv32-decode-0": "1398a787b56492b2",
+        "Deployment/dsv32-router": "950333dcd21a976c",
+    },
+    "busy": {
+        "StatefulSet/dsv3-prefill-0": "f152d158a0a89133",
+        "StatefulSet/dsv3-prefill-1": "9a5febe5ae842973",
+        "StatefulSet/dsv3-decode-0": "e6f8be38ba9a1fac",
+        "Deployment/dsv3-router": "da5e25d87cf0bcac",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_example_templates_are_those_of_issue_36(name: str) -> None:
+    assert _templates(*_example(name), issue_36=True) == GOLDEN_ISSUE_36[name]
+    assert _templates(*_busy(), issue_36=True) == GOLDEN_ISSUE_36["busy"]

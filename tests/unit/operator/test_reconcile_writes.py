@@ -175,7 +175,7 @@ def test_unchanged_children_cost_no_writes_and_no_lists(world: Any) -> None:
     kube, cache, reconciler = world
     first = reconciler.reconcile("llm", "dsv3")
     # 9 workloads, Services and the layout; 2 budgets; the router's account, Role, binding
-    assert first.applied == 14 and ("PATCH_STATUS", models.KIND) in kube.writes()
+    assert first.applied == 15 and ("PATCH_STATUS", models.KIND) in kube.writes()
     watch_everything(kube, cache)
     # controllers update a workload's status: resourceVersion moves, generation does not
     sts = kube.objects[("StatefulSet", "llm", "dsv3-prefill-0")]

@@ -127,7 +127,7 @@ def test_prefill_pods_announce_their_bootstrap_port_where_the_router_reads_it(
 def test_one_budget_per_role_selects_exactly_that_roles_runtime_pods(dsv3: Json) -> None:
     children = children_of(dsv3)
     budgets = {c["metadata"]["name"]: c for c in children if c["kind"] == "PodDisruptionBudget"}
-    assert sorted(budgets) == ["dsv3-decode", "dsv3-prefill"]
+    assert sorted(budgets) == ["dsv3-decode", "dsv3-prefill", "dsv3-router"]
     pod_labels = [
         (c["metadata"]["name"], c["spec"]["template"]["metadata"]["labels"])
         for c in children
@@ -209,3 +209,24 @@ def test_the_client_asks_the_server_its_version_once_and_uses_its_budget_version
         "/apis/policy/v1beta1/namespaces/llm/poddisruptionbudgets",
     ]
     assert kube.server_minor == 20 and paths.count("/version") == 1
+
+
+def test_the_router_budget_selects_exactly_the_router_pods(dsv3: Json) -> None:
+    """One router pod at a time may be evicted: with the example's two replicas a drain
+    keeps one answering; the budget selects the router's pods and no runtime pod."""
+    children = children_of(dsv3)
+    pdb = named(children, "PodDisruptionBudget", "dsv3-router")
+    assert pdb["apiVersion"] == "policy/v1" and pdb["spec"]["maxUnavailable"] == 1
+    wanted = pdb["spec"]["selector"]["matchLabels"]
+    assert wanted == {"ascendpd.io/deployment": "dsv3", "app.kubernetes.io/component": "router"}
+    matched = sorted(
+        c["metadata"]["name"] for c in children if c["kind"] in ("StatefulSet", "Deployment")
+        and all(c["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in wanted.items())
+    )  # fmt: skip
+    assert matched == ["dsv3-router"]
+    router = next(c for c in children if c["kind"] == "Deployment")
+    assert router["spec"]["replicas"] == 2
+    spread = router["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term == {"labelSelector": {"matchLabels": wanted},
+                    "topologyKey": "kubernetes.io/hostname"}  # fmt: skip

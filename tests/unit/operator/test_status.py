@@ -42,7 +42,7 @@ def all_children(ready: bool) -> dict[tuple[str, str], Json]:
         ("StatefulSet", "dsv3-prefill-0"): sts("dsv3-prefill-0", 2, 2),
         ("StatefulSet", "dsv3-prefill-1"): sts("dsv3-prefill-1", 2, n),
         ("StatefulSet", "dsv3-decode-0"): sts("dsv3-decode-0", 2, 2),
-        ("Deployment", "dsv3-router"): {"status": {"readyReplicas": 1}},
+        ("Deployment", "dsv3-router"): {"status": {"readyReplicas": 2}},
     }
 
 
@@ -71,7 +71,7 @@ def test_ready_status_with_layout(dsv3: Json) -> None:
                                           "readyReplicas": 2, "ready": "2/2",
                                           "nodesPerInstance": 2}  # fmt: skip
     assert "prefill" not in status and "decode" not in status
-    assert status["router"] == {"replicas": 1, "readyReplicas": 1}
+    assert status["router"] == {"replicas": 2, "readyReplicas": 2, "ready": "2/2"}
     assert status["endpoint"] == "http://dsv3-router.llm.svc:8000"
 
 

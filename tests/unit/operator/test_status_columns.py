@@ -24,7 +24,7 @@ T0 = "2026-01-01T00:00:00Z"
 
 
 def children(
-    prefill_ready: int, decode_ready: int, router_ready: int = 1
+    prefill_ready: int, decode_ready: int, router_ready: int = 2
 ) -> dict[tuple[str, str], Json]:
     """The example's instances (2 prefill, 1 decode, 2 pods each): the first
     ``prefill_ready``/``decode_ready`` of each role with every pod ready, the rest with one."""

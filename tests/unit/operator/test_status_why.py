@@ -42,7 +42,7 @@ def ready_children() -> dict[tuple[str, str], Json]:
         ("StatefulSet", "dsv3-prefill-0"): sts("dsv3-prefill-0", ready=2),
         ("StatefulSet", "dsv3-prefill-1"): sts("dsv3-prefill-1", ready=2),
         ("StatefulSet", "dsv3-decode-0"): sts("dsv3-decode-0", ready=2),
-        ("Deployment", "dsv3-router"): {"status": {"readyReplicas": 1}},
+        ("Deployment", "dsv3-router"): {"status": {"readyReplicas": 2}},
     }
 
 
@@ -490,10 +490,10 @@ def test_the_router_s_condition_names_its_pod_s_image_pull(
     status = status_of(dsv3, router_not_ready(), router_pods=pods)
     router = cond(status, "RouterReady")
     assert (router["status"], router["reason"]) == ("False", "RouterNotReady")
-    assert router["message"] == f"0/1 replicas ready: {said}"
+    assert router["message"] == f"0/2 replicas ready: {said}"
     # the instances are ready: Ready names the router's cause
     assert cond(status, "Ready")["message"] == (
-        f"waiting for RouterReady: router 0/1 replicas ready: {said}"
+        f"waiting for RouterReady: router 0/2 replicas ready: {said}"
     )
 
 
@@ -506,7 +506,7 @@ def test_an_instance_s_cause_comes_first_in_ready(dsv3: Json) -> None:
                           last={"exitCode": 1, "reason": "Error"})]  # fmt: skip
     status = status_of(dsv3, children, pods, router_pods=routers)
     assert cond(status, "RouterReady")["message"] == (
-        "0/1 replicas ready: pod dsv3-router-5d8f-x2x CrashLoopBackOff, last exit 1"
+        "0/2 replicas ready: pod dsv3-router-5d8f-x2x CrashLoopBackOff, last exit 1"
     )
     assert cond(status, "Ready")["message"].startswith(
         "waiting for PrefillReady, RouterReady: dsv3-prefill-0 (0/2 pods ready): pod "
@@ -518,7 +518,7 @@ def test_a_running_router_waits_for_its_probe_not_for_weights(dsv3: Json) -> Non
     pods = [router_pod("dsv3-router-5d8f-x2x"), router_pod("dsv3-router-5d8f-y3y", ready=True)]
     message = cond(status_of(dsv3, router_not_ready(), router_pods=pods), "RouterReady")["message"]
     assert message == (
-        "0/1 replicas ready: pod dsv3-router-5d8f-x2x starting: running since "
+        "0/2 replicas ready: pod dsv3-router-5d8f-x2x starting: running since "
         "2026-01-01T00:00:05Z, ready once the router answers /health"
     )
 
@@ -534,21 +534,21 @@ def test_a_refused_router_pod_is_named_from_the_deployment_s_replica_failure(
          "message": refusal}])  # fmt: skip
     message = cond(status_of(dsv3, children), "RouterReady")["message"]
     assert message == (
-        f"0/1 replicas ready: Deployment dsv3-router cannot create pods (FailedCreate): "
+        f"0/2 replicas ready: Deployment dsv3-router cannot create pods (FailedCreate): "
         f"{refusal}; the namespace's Pod Security level refuses the router pod: give "
         "spec.router.podSecurityContext and containerSecurityContext what the level asks, or "
         "label the namespace for a level that admits it (docs/security.md)"
     )
     # its pods exist: the old failure is history
-    pods = [router_pod("dsv3-router-5d8f-x2x")]
+    pods = [router_pod("dsv3-router-5d8f-x2x"), router_pod("dsv3-router-5d8f-y3y")]
     message = cond(status_of(dsv3, children, router_pods=pods), "RouterReady")["message"]
     assert "FailedCreate" not in message and "starting: running since" in message
 
 
 def test_a_router_with_no_word_yet(dsv3: Json) -> None:
     message = cond(status_of(dsv3, router_not_ready()), "RouterReady")["message"]
-    assert message == "0/1 replicas ready: 1 of its pods not created yet"
+    assert message == "0/2 replicas ready: 2 of its pods not created yet"
     children = ready_children()
     del children[("Deployment", "dsv3-router")]
     message = cond(status_of(dsv3, children), "RouterReady")["message"]
-    assert message == "0/1 replicas ready: Deployment dsv3-router not created yet"
+    assert message == "0/2 replicas ready: Deployment dsv3-router not created yet"
