@@ -279,6 +279,19 @@ def _disk_mb(root: Path) -> int:
     return total // (1 << 20)
 
 
+def module_workdir(cache: Path, gomod_dir: Path) -> tuple[Path, Path]:
+    """A fresh ``cache/work`` (the build's caches and scratch, deleted afterwards) holding a
+    copy of the committed module (go.mod, go.sum) in ``work/module``: (work, module)."""
+    work = cache / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    module = work / "module"
+    module.mkdir(parents=True)
+    (work / "tmp").mkdir()
+    for name in ("go.mod", "go.sum"):
+        shutil.copy2(gomod_dir / name, module / name)
+    return work, module
+
+
 def _kubernetes_gomod(go: Path, env: dict[str, str], module: Path, version: str) -> str:
     """k8s.io/kubernetes' own go.mod of ``version``, through the module's go.sum."""
     want = f"k8s.io/kubernetes@v{version}"
@@ -293,13 +306,7 @@ def _build(release: Release, log: Path, progress: Progress) -> dict[str, object]
     """The build ``build.build_once`` runs: the binaries into ``release.bin_dir()``."""
     cache, version = release.cache_dir(), release.version
     go = go_binary(version)
-    work = cache / "work"
-    shutil.rmtree(work, ignore_errors=True)
-    module = work / "module"
-    module.mkdir(parents=True)
-    (work / "tmp").mkdir()
-    for name in ("go.mod", "go.sum"):
-        shutil.copy2(release.gomod_dir / name, module / name)
+    work, module = module_workdir(cache, release.gomod_dir)
     staged = cache / "bin.new"
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir()

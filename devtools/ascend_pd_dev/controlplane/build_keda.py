@@ -114,13 +114,7 @@ def _build(cache: Path, log: Path, progress: Progress) -> dict[str, object]:
         raise BuildError(f"{GOMOD_DIR / 'go.mod'} does not build KEDA {VERSION}: "
                          f"{'; '.join(problems)}")  # fmt: skip
     go = build_gomod.go_binary(f"KEDA {VERSION}")
-    work = cache / "work"
-    shutil.rmtree(work, ignore_errors=True)
-    module = work / "module"
-    module.mkdir(parents=True)
-    (work / "tmp").mkdir()
-    for name in ("go.mod", "go.sum"):
-        shutil.copy2(GOMOD_DIR / name, module / name)
+    work, module = build_gomod.module_workdir(cache, GOMOD_DIR)
     staged = cache / "new"
     shutil.rmtree(staged, ignore_errors=True)
     (staged / "bin").mkdir(parents=True)
