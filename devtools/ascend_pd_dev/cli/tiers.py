@@ -85,7 +85,7 @@ FLOOR_TESTS = (
     "tests/e2e/test_control_plane.py::"
     "test_pod_security_admission_enforces_only_the_level_a_namespace_is_labelled_with",
     # server-side apply of a custom resource with a map: json-iterator's reflect2 (v1.0.2 in
-    # 1.30) iterating a Go map under Go 1.26's runtime
+    # 1.28) iterating a Go map under Go 1.26's runtime
     "tests/e2e/test_control_plane.py::"
     "test_crd_without_cel_server_side_applies_and_serves_custom_resources",
     "tests/e2e/test_chart.py::test_install_test_upgrade_uninstall",
