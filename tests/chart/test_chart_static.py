@@ -18,10 +18,10 @@ import kubernetes_validate
 import monitoring_crds
 import pytest
 import yaml
-from ascend_pd_operator.api.rules import RULES
 from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, REPO, Render, run_template
 from pod_security import pod_specs, restricted_violations
 
+from ascend_pd_operator.api.rules import RULES
 from tests.unit.test_docs_drift import APPLY, CRD_NAMES, applied_crd_files
 
 #: each render is validated against its own release's schemas (kubernetes-validate ships

@@ -33,7 +33,9 @@ from .conftest import ROOT
 
 
 @pytest.mark.parametrize(("rel", "with_cel", "kind", "minor"), COPIES)
-def test_checked_in_copy_is_current(rel: str, with_cel: bool, kind: Kind, minor: int | None) -> None:
+def test_checked_in_copy_is_current(
+    rel: str, with_cel: bool, kind: Kind, minor: int | None
+) -> None:
     path = ROOT / rel
     assert path.exists(), f"{rel} is missing: run `ascend-pd crd --write`"
     expected = crd_yaml(with_cel, kind, minor)
@@ -85,7 +87,9 @@ def _rules_in(node: Any) -> list[str]:
     if not isinstance(node, dict):
         return []
     own = [v["rule"] for v in node.get("x-kubernetes-validations", [])]
-    return own + [r for k, v in node.items() if k != "x-kubernetes-validations" for r in _rules_in(v)]
+    return own + [
+        r for k, v in node.items() if k != "x-kubernetes-validations" for r in _rules_in(v)
+    ]
 
 
 def test_the_scaler_serves_the_scale_subresource() -> None:
