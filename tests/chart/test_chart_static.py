@@ -21,6 +21,7 @@ import yaml
 from chart_env import CHART, CI_VALUES, KUBE_VERSIONS, NAMESPACE, REPO, Render, run_template
 from pod_security import pod_specs, restricted_violations
 
+from ascend_pd_operator.api.rules import RULES
 from tests.unit.test_docs_drift import APPLY, CRD_NAMES, applied_crd_files
 
 #: each render is validated against its own release's schemas (kubernetes-validate ships
@@ -257,6 +258,7 @@ def test_test_pods_are_not_selected_by_operator_selectors(render: Render) -> Non
 
 CRD_FILES = {
     "cel": CHART / "files" / "crds" / "pddeployments-cel.yaml",
+    "cel-1.28": CHART / "files" / "crds" / "pddeployments-cel-1.28.yaml",
     "nocel": CHART / "files" / "crds" / "pddeployments-nocel.yaml",
 }
 PLURALS = ("pddeployments", "pdrolescalers")
@@ -264,8 +266,10 @@ PLURALS = ("pddeployments", "pdrolescalers")
 
 @pytest.mark.parametrize(
     ("kube", "variant"),
-    [(KUBE_VERSIONS[0], "cel"), ("1.31.0", "cel")],
-)
+    # 1.28 and 1.29 refuse a rule whose cost their CEL cannot bound (``Rule.since``)
+    [(KUBE_VERSIONS[0], "cel-1.28"), ("1.29.15", "cel-1.28"), ("1.30.0", "cel"),
+     ("1.31.0", "cel")],
+)  # fmt: skip
 def test_crd_variant_by_cluster_version(render: Render, kube: str, variant: str) -> None:
     crds = by_kind(render([], kube), "CustomResourceDefinition")
     assert [c["metadata"]["name"] for c in crds] == [f"{p}.ascendpd.io" for p in PLURALS]
@@ -277,14 +281,34 @@ def test_crd_variant_by_cluster_version(render: Render, kube: str, variant: str)
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
         assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
     has_cel = "x-kubernetes-validations" in walk_keys(crds[0]["spec"])
-    assert has_cel == (variant == "cel")
+    assert has_cel == variant.startswith("cel")
 
 
-def test_cel_variant_really_has_cel_rules() -> None:
-    # otherwise the variant test above could pass on two identical files
-    cel = yaml.safe_load(CRD_FILES["cel"].read_text())
-    nocel = yaml.safe_load(CRD_FILES["nocel"].read_text())
-    assert "x-kubernetes-validations" in walk_keys(cel)
+def _cel_rules(doc: Any) -> list[str]:
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            found.extend(v["rule"] for v in node.get("x-kubernetes-validations", []))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(doc)
+    return found
+
+
+def test_cel_variants_really_differ() -> None:
+    # otherwise the variant test above could pass on identical files: the 1.28 one lacks
+    # exactly the rules whose CEL 1.28 and 1.29 refuse (the map() sum of podAnnotations)
+    cel, older, nocel = (yaml.safe_load(CRD_FILES[v].read_text()) for v in CRD_FILES)
+    dropped = [r.cel for r in RULES if r.since > 28]
+    assert dropped and all("map(" in rule for rule in dropped)
+    full = _cel_rules(cel)
+    assert [r for r in full if r not in dropped] == _cel_rules(older)
+    assert len(_cel_rules(older)) < len(full)
     assert "x-kubernetes-validations" not in walk_keys(nocel)
 
 
@@ -497,6 +521,7 @@ def test_packaged_chart_carries_its_files(helm: Path, tmp_path: Path) -> None:
         names = {n.removeprefix("ascend-pd-operator/") for n in tar.getnames()}
     for needed in (
         "files/crds/pddeployments-cel.yaml",
+        "files/crds/pddeployments-cel-1.28.yaml",
         "files/crds/pddeployments-nocel.yaml",
         "files/helm-test/smoke_test.py",
         "files/helm-test/pddeployment.yaml",

@@ -79,7 +79,8 @@ class E2ECluster:
     def cel_enforced(self) -> bool:
         """The API server enforces the CRDs' CEL rules (``x-kubernetes-validations``: beta
         and on by default from 1.25), so ``install_crd`` installs them and a spec a rule
-        refuses is refused by the API server itself, not only by the operator."""
+        refuses is refused by the API server itself, not only by the operator (on 1.28 and
+        1.29 every rule but those ``Rule.since`` keeps from them: ``crd.cel_minor``)."""
         return self.server_version >= (1, 25)
 
     @property

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from pdd_e2e import REPO, Operator, apply, condition, example, get, pdd_doc, status, versions
 
+from ascend_pd_operator.api.crd import cel_minor, cel_rules
 from ascend_pd_operator.api.vocabulary import role_status
 
 pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
@@ -372,6 +373,38 @@ def test_cross_field_invalid_spec_creates_nothing_and_says_why(
     assert cond["status"] == "False" and "--tp-size" in cond["message"]
     events = get(kubectl, namespace, "events", "--field-selector", "reason=InvalidSpec")
     assert events is not None and events["items"]
+    assert not versions(kubectl, namespace)
+
+
+def test_annotations_over_255_kib_together_are_refused_by_the_api_server_or_the_operator(
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any, cluster: Any
+) -> None:
+    """Two annotations of 130 KiB each: each within the schema's maxLength, together over
+    the byte total. Its CEL (a map() sum) is in the CRD from 1.30 on, where the API server
+    refuses; 1.28 and 1.29 get the CRD without it (docs/compatibility.md): there the API
+    server admits the spec and the operator refuses it with the same message."""
+    docs = example("deepseek-v2-lite.yaml", namespace)
+    value = "x" * (130 * 1024)
+    pdd_doc(docs)["spec"]["prefill"]["podAnnotations"] = {"example.com/a": value,
+                                                          "example.com/b": value}  # fmt: skip
+    # create, not apply: apply's last-applied annotation would copy the spec into metadata
+    done = kubectl("create", "-f", "-", input=yaml.safe_dump_all(docs), check=False)
+    rule = "keys and values may hold at most 255 KiB together"
+    enforced = {r.message for r in cel_rules(cel_minor(cluster.server_version[1]))}
+    if cluster.cel_enforced and any(rule in m for m in enforced):
+        assert done.returncode != 0, done.stdout
+        assert "spec.prefill.podAnnotations: Invalid value" in done.stderr, done.stderr[:2000]
+        assert rule in done.stderr, done.stderr[:2000]
+        assert get(kubectl, namespace, "pdd", "dsv2-lite") is None
+        return
+    assert done.returncode == 0, done.stderr
+    st = wait_until(
+        lambda: (s := status(kubectl, namespace, "dsv2-lite")).get("phase") == "Invalid" and s,
+        "Invalid",
+    )
+    cond = condition(st, "Validated")
+    assert cond["status"] == "False" and cond["reason"] == "InvalidSpec", cond
+    assert rule in cond["message"] and f"got {2 * (13 + len(value))} bytes" in cond["message"]
     assert not versions(kubectl, namespace)
 
 

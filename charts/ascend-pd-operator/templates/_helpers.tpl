@@ -124,10 +124,13 @@ seccompProfile:
 {{- end }}
 {{- end }}
 
-{{/* Clusters before 1.25 refuse CRDs that carry CEL rules (x-kubernetes-validations). */}}
+{{/* Clusters before 1.25 refuse CRDs that carry CEL rules (x-kubernetes-validations);
+1.28 and 1.29 refuse a rule whose cost their CEL cannot bound (`ascend-pd crd --k8s 1.28`). */}}
 {{- define "ascend-pd-operator.crdVariant" -}}
-{{- if semverCompare ">=1.25-0" .Capabilities.KubeVersion.Version }}
+{{- if semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version }}
 {{- print "cel" }}
+{{- else if semverCompare ">=1.25-0" .Capabilities.KubeVersion.Version }}
+{{- print "cel-1.28" }}
 {{- else }}
 {{- print "nocel" }}
 {{- end }}

@@ -85,12 +85,15 @@ FLOOR_TESTS = (
     "tests/e2e/test_control_plane.py::"
     "test_pod_security_admission_enforces_only_the_level_a_namespace_is_labelled_with",
     # server-side apply of a custom resource with a map: json-iterator's reflect2 (v1.0.2 in
-    # 1.30) iterating a Go map under Go 1.26's runtime
+    # 1.28) iterating a Go map under Go 1.26's runtime
     "tests/e2e/test_control_plane.py::"
     "test_crd_without_cel_server_side_applies_and_serves_custom_resources",
     "tests/e2e/test_chart.py::test_install_test_upgrade_uninstall",
     "tests/e2e/test_operator.py::test_example_becomes_ready_with_its_layout",
     "tests/e2e/test_operator.py::test_cross_field_invalid_spec_creates_nothing_and_says_why",
+    # the one rule the CRD for 1.28 and 1.29 leaves to the operator (docs/compatibility.md)
+    "tests/e2e/test_operator.py::"
+    "test_annotations_over_255_kib_together_are_refused_by_the_api_server_or_the_operator",
     "tests/e2e/test_status_why.py::"
     "test_a_pod_the_api_server_refuses_is_named_from_the_statefulset_s_failed_create",
 )

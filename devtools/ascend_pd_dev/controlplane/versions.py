@@ -15,14 +15,14 @@ import os
 
 from ascend_pd_dev.controlplane.build_gomod import Release
 
-#: the environment variable that selects the release (``1.30`` or ``1.36``)
+#: the environment variable that selects the release (``1.28`` or ``1.36``)
 K8S_VERSION_ENV = "ASCEND_PD_K8S_VERSION"
 
 RELEASES: dict[str, Release] = {
     r.release: r
     for r in (
         Release("1.36", "1.36.3", "10 CPU minutes: 15-30 minutes on 2 busy cores"),
-        Release("1.30", "1.30.14", "10 CPU minutes: 15-30 minutes on 2 busy cores"),
+        Release("1.28", "1.28.15", "10 CPU minutes: 15-30 minutes on 2 busy cores"),
     )
 }
 #: the newest: what everything runs unless told otherwise

@@ -55,11 +55,14 @@ def install_crd(
     """Server-side apply the API's CRDs to the cluster behind ``kubeconfig`` and wait
     until the API server has Established each.
 
+    With CEL, the CRDs are those the server's release takes, as the chart picks them (1.28 and
+    1.29 refuse a rule: ``crd.cel_minor``).
+
     ``kubectl wait --for=condition=Established`` right after the apply fails now and then with
     "accessor error" while the new CRD has no conditions yet, and so does a jsonpath filter
     on them ("<nil> is not array or slice"), so this reads the whole object.
     """
-    from ascend_pd_operator.api.crd import KINDS, all_crds_yaml
+    from ascend_pd_operator.api.crd import KINDS, all_crds_yaml, cel_minor
     from ascend_pd_operator.api.vocabulary import GROUP
 
     def run(*args: str, input: str | None = None) -> str:
@@ -71,8 +74,12 @@ def install_crd(
             raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
 
+    minor = None
+    if with_cel:
+        server = json.loads(run("version", "-o", "json"))["serverVersion"]
+        minor = cel_minor(int(re.sub(r"\D.*", "", server["minor"])))
     run("apply", "--server-side", "--force-conflicts", f"--field-manager={field_manager}",
-        "-f", "-", input=all_crds_yaml(with_cel))  # fmt: skip
+        "-f", "-", input=all_crds_yaml(with_cel, minor))  # fmt: skip
     deadline = time.monotonic() + timeout
     for name in (f"{kind.plural}.{GROUP}" for kind in KINDS):
         while not established(json.loads(run("get", "crd", name, "-o", "json"))):

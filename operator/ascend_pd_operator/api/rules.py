@@ -151,6 +151,10 @@ MAX_MAP_ENTRIES = 64
 #: Kubernetes allows 256 KiB of annotations per object (keys and values, in bytes); 1 KiB of
 #: it stays free for the annotations the operator adds to a runtime pod itself.
 MAX_POD_ANNOTATIONS_BYTES = 255 * 1024
+#: The first Kubernetes minor whose CEL cost estimate knows the size of a list built by
+#: ``map()`` (cel-go v0.17.8): before it such a list counts as unbounded, and a rule that sums
+#: one exceeds the budget a hundredfold whatever the schema's bounds (docs/compatibility.md).
+SIZED_MAP_MINOR = 30
 #: Names Kubernetes checks as DNS-1123 subdomains (Secrets, ServiceAccounts, PriorityClasses;
 #: empty: none given) and as DNS-1123 labels (volumes).
 OPTIONAL_DNS_SUBDOMAIN_PATTERN = f"^({_DNS_SUBDOMAIN})?$"
@@ -199,6 +203,10 @@ class Rule:
     check: Callable[[Any], bool]
     detail: Callable[[Any], str]
     field: str = ""
+    #: the oldest Kubernetes minor whose API server takes the CEL (prices it within its
+    #: cost budget; 0: every release with CEL): the CRD for an older one leaves it out,
+    #: and there the operator's validator alone enforces the rule
+    since: int = 0
 
     def violation(self, obj: Any) -> str | None:
         """The pydantic-side message when ``obj`` breaks the rule, else None."""
@@ -605,9 +613,12 @@ RULES: tuple[Rule, ...] = (
         where="RoleSpec",
         field="podAnnotations",
         # Sizes in bytes, as Kubernetes counts; sum() is Kubernetes' list library (a joined
-        # string instead would cost the CEL estimate 100 times its budget).
+        # string instead would cost the CEL estimate 100 times its budget). A sum needs a
+        # list built by map(), which 1.28 and 1.29 price as unbounded: no form of it fits
+        # their budget, so their CRD leaves the rule to the operator.
         cel="self.map(k, size(bytes(k)) + size(bytes(self[k]))).sum() <= "
         f"{MAX_POD_ANNOTATIONS_BYTES}",
+        since=SIZED_MAP_MINOR,
         message=f"keys and values may hold at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB "
         "together: a pod's annotations may hold 256 KiB, and the operator adds its own",
         check=lambda a: _annotations_bytes(a) <= MAX_POD_ANNOTATIONS_BYTES,
@@ -1128,9 +1139,11 @@ HOST_MOUNT_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         where="PDDeploymentSpec",
-        cel=f"{hm.paths_cel('self.ascend.hostMounts')}.all(p, p == '' || "
+        # each entry's path bound by a one-element list: cel-go before v0.17.8 (Kubernetes
+        # 1.28, 1.29) prices a list made by map() as unbounded, far past the budget
+        cel=f"self.ascend.hostMounts.all(h, [{hm.mount_path_cel('h')}].all(p, p == '' || "
         f"(!{_overlaps_cel('p', 'self.ascend.driverHostPath')} && (!has(self.model.volume) "
-        f"|| !{_overlaps_cel('p', 'self.model.path')})))",
+        f"|| !{_overlaps_cel('p', 'self.model.path')}))))",
         message="ascend.hostMounts may not mount at, inside or above ascend.driverHostPath "
         "(hccn_tool is in its tools/), nor model.path when model.volume is set: the operator "
         "mounts the Ascend driver and the model there",

@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 RECHECK_SECONDS = 5.0
 #: What installs them, in the repository and with the chart.
 INSTALL = (
-    "install both CRDs: kubectl apply --server-side -f crds/ (crds/k8s-1.24-and-older/ on "
-    "Kubernetes 1.24 and older), or the chart with crds.install=true"
+    "install both CRDs: kubectl apply --server-side -f crds/ (crds/k8s-1.28-and-1.29/ on "
+    "Kubernetes 1.28 and 1.29), or the chart with crds.install=true"
 )
 
 

@@ -1,9 +1,11 @@
 """``ascend-pd crd``: print the API's CRDs (PDDeployment, PDRoleScaler), or write every
 checked-in copy.
 
-The CEL variant is for current clusters; ``--no-cel`` is for API servers before
-1.25. ``--write`` refreshes ``crds/`` and the chart's ``files/crds/`` so the copies
-can never drift from the pydantic models (a test compares them).
+The CEL variant is for current clusters; ``--k8s 1.28`` leaves out the rules an
+older API server's CEL cost estimate refuses (``Rule.since``: Kubernetes 1.28 and
+1.29); ``--no-cel`` is for API servers before 1.25. ``--write`` refreshes ``crds/``
+and the chart's ``files/crds/`` so the copies can never drift from the pydantic
+models (a test compares them).
 """
 
 from __future__ import annotations
@@ -11,19 +13,25 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ascend_pd_operator.api.crd import KINDS, Kind, all_crds_yaml, crd_yaml
+from ascend_pd_operator.api.crd import KINDS, Kind, all_crds_yaml, cel_minor, crd_yaml
 
-#: (relative path, with CEL, kind) of every checked-in copy of each CRD.
-COPIES: tuple[tuple[str, bool, Kind], ...] = tuple(
+#: The oldest minor of the CEL copies for the releases before ``rules.SIZED_MAP_MINOR``.
+OLDER_CEL_MINOR = 28
+#: (relative path, with CEL, kind, Kubernetes minor or None: every rule) of every
+#: checked-in copy of each CRD; the chart picks its file by the cluster's version.
+COPIES: tuple[tuple[str, bool, Kind, int | None], ...] = tuple(
     copy
     for kind in KINDS
     for copy in (
-        (f"crds/{kind.file_stem}.yaml", True, kind),
-        (f"crds/k8s-1.24-and-older/{kind.file_stem}.yaml", False, kind),
-        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-cel.yaml", True, kind),
-        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-nocel.yaml", False, kind),
+        (f"crds/{kind.file_stem}.yaml", True, kind, None),
+        (f"crds/k8s-1.28-and-1.29/{kind.file_stem}.yaml", True, kind, OLDER_CEL_MINOR),
+        (f"crds/k8s-1.24-and-older/{kind.file_stem}.yaml", False, kind, None),
+        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-cel.yaml", True, kind, None),
+        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-cel-1.28.yaml", True, kind,
+         OLDER_CEL_MINOR),
+        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-nocel.yaml", False, kind, None),
     )
-)
+)  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave out x-kubernetes-validations (Kubernetes 1.24 and older)",
     )
     parser.add_argument(
+        "--k8s",
+        metavar="1.MINOR",
+        type=_minor,
+        help="for that Kubernetes release: leave out the rules whose CEL its API server "
+        "refuses as too costly (1.28 and 1.29 refuse one)",
+    )
+    parser.add_argument(
         "--write",
         action="store_true",
         help="write crds/ and the chart's files/crds/ copies instead of printing",
@@ -40,12 +55,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default=".", help="repository root for --write (.)")
 
 
+def _minor(text: str) -> int:
+    major, _, minor = text.strip().lstrip("v").partition(".")
+    if major != "1" or not minor.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Kubernetes release such as 1.28")
+    return int(minor)
+
+
 def write_copies(root: Path) -> list[Path]:
     written = []
-    for rel, with_cel, kind in COPIES:
+    for rel, with_cel, kind, minor in COPIES:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(crd_yaml(with_cel, kind), encoding="utf-8")
+        path.write_text(crd_yaml(with_cel, kind, minor), encoding="utf-8")
         written.append(path)
     return written
 
@@ -55,5 +77,5 @@ def run(args: argparse.Namespace) -> int:
         for path in write_copies(Path(args.root)):
             print(f"wrote {path}")
         return 0
-    print(all_crds_yaml(not args.no_cel), end="")
+    print(all_crds_yaml(not args.no_cel, cel_minor(args.k8s) if args.k8s else None), end="")
     return 0

@@ -1,5 +1,6 @@
 """The generated CRDs: checked-in copies are current, the schemas are structural and
-documented, the printer columns are the API's, ``--no-cel`` has no CEL, and the
+documented, the printer columns are the API's, ``--no-cel`` has no CEL, ``--k8s 1.28``
+leaves out the rules 1.28 and 1.29 refuse, and the
 PDRoleScaler serves the scale subresource at the paths its model has."""
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from ascend_pd_operator.api.crd import (
     PDROLESCALER,
     Kind,
     all_crds_yaml,
+    cel_minor,
+    cel_rules,
     crd,
     crd_yaml,
     openapi_schema,
 )
+from ascend_pd_operator.api.rules import RULES, SIZED_MAP_MINOR
 from ascend_pd_operator.wiring.cli import main as cli_main
 from ascend_pd_operator.wiring.crd_cli import COPIES
 from ascend_pd_runtime import env_contract as ec
@@ -28,11 +32,13 @@ from tests.unit.operator.schema_nodes import schema_nodes
 from .conftest import ROOT
 
 
-@pytest.mark.parametrize(("rel", "with_cel", "kind"), COPIES)
-def test_checked_in_copy_is_current(rel: str, with_cel: bool, kind: Kind) -> None:
+@pytest.mark.parametrize(("rel", "with_cel", "kind", "minor"), COPIES)
+def test_checked_in_copy_is_current(
+    rel: str, with_cel: bool, kind: Kind, minor: int | None
+) -> None:
     path = ROOT / rel
     assert path.exists(), f"{rel} is missing: run `ascend-pd crd --write`"
-    expected = crd_yaml(with_cel, kind)
+    expected = crd_yaml(with_cel, kind, minor)
     assert path.read_text() == expected, f"{rel} is stale: run `ascend-pd crd --write`"
 
 
@@ -53,6 +59,37 @@ def test_cli_prints_every_crd(capsys: pytest.CaptureFixture[str]) -> None:
     ]
     assert cli_main(["crd", "--no-cel"]) == 0
     assert capsys.readouterr().out == all_crds_yaml(False)
+    assert cli_main(["crd", "--k8s", "1.28"]) == 0
+    assert capsys.readouterr().out == all_crds_yaml(True, 28)
+    assert cli_main(["crd", "--k8s", "1.30"]) == 0
+    assert capsys.readouterr().out == all_crds_yaml(True)
+
+
+def test_the_older_cel_crd_leaves_out_exactly_the_rules_older_servers_refuse() -> None:
+    """1.28 and 1.29 price a list built by map() as unbounded (``SIZED_MAP_MINOR``): their
+    CRD lacks the rules marked so, and only those; 1.30 on takes every rule."""
+    later = [r for r in RULES if r.since > 28]
+    assert later and all(r.since == SIZED_MAP_MINOR for r in later)
+    assert cel_rules(28) == [r for r in RULES if r not in later]
+    assert cel_rules(29) == cel_rules(28)
+    assert cel_rules(None) == list(RULES)
+    assert (cel_minor(28), cel_minor(29), cel_minor(30), cel_minor(36)) == (28, 29, None, None)
+    older, full = _rules_in(crd(True, k8s_minor=28)), _rules_in(crd(True))
+    assert [r for r in full if r not in {x.cel for x in later}] == older
+    for rule in later:
+        assert "map(" in rule.cel  # why 1.28 refuses it
+        assert rule.cel in full
+
+
+def _rules_in(node: Any) -> list[str]:
+    if isinstance(node, list):
+        return [r for item in node for r in _rules_in(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [v["rule"] for v in node.get("x-kubernetes-validations", [])]
+    return own + [
+        r for k, v in node.items() if k != "x-kubernetes-validations" for r in _rules_in(v)
+    ]
 
 
 def test_the_scaler_serves_the_scale_subresource() -> None:
