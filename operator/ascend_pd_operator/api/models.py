@@ -76,6 +76,7 @@ from ascend_pd_operator.api.rules import (
 )
 
 # The API's identity is vocabulary (owner references name it): naming holds it, api serves it.
+from ascend_pd_operator.api.scheduling import Affinity, Toleration
 from ascend_pd_operator.api.vocabulary import API_VERSION as API_VERSION
 from ascend_pd_operator.api.vocabulary import GROUP as GROUP
 from ascend_pd_operator.api.vocabulary import KIND as KIND
@@ -119,11 +120,6 @@ class _Model(BaseModel):
 def _sub(cls: type[BaseModel], description: str) -> Any:
     """A nested object with all-default fields: defaults to ``{}`` in the CRD as well."""
     return Field(default_factory=cls, description=description, json_schema_extra={"default": {}})
-
-
-def _free(description: str) -> Any:
-    """A free-form Kubernetes object (resources, affinity, ...) passed through as given."""
-    return Field(default_factory=dict, description=description)
 
 
 def _list(description: str, **kwargs: Any) -> Any:
@@ -760,8 +756,14 @@ class RoleSpec(_PodFields):
         f"Keys and values together at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB. Refused, "
         f"the operator's: {OWNED_ANNOTATIONS}.",
     )
-    tolerations: list[Json] = _list("Pod tolerations.")
-    affinity: Json = _free("Pod affinity.")
+    tolerations: list[Toleration] = _list(
+        "Pod tolerations (the model inspector's too), passed to the pods as given.",
+        max_length=MAX_POD_LIST,
+    )
+    affinity: Affinity | None = Field(
+        None, description="Pod affinity, passed to the pods as given (with the placement's "
+        "pin added, spec.placement)."
+    )  # fmt: skip
     env: list[EnvVar] = _list(
         f"Extra container env vars. Refused, the operator's: {OWNED_ENV}.",
         max_length=MAX_ENV,
@@ -848,7 +850,9 @@ class Router(_PodFields):
         description=f"Router pod nodeSelector. Keys are label keys: {QUALIFIED_NAME}, the "
         "prefix in lowercase; values are such names, or empty.",
     )
-    tolerations: list[Json] = _list("Router pod tolerations, passed to the pod as given.")
+    tolerations: list[Toleration] = _list(
+        "Router pod tolerations, passed to the pod as given.", max_length=MAX_POD_LIST
+    )
     image_pull_secrets: list[LocalObjectReference] = _map_list(
         "Secrets in the namespace to pull the router image with. With no router.image the "
         "router runs the runtime image: give it the roles' secrets.",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
+from ascend_pd_operator.api.scheduling import given
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_ROUTER,
     DISCOVERY_LEADER,
@@ -150,7 +151,7 @@ def router_deployment(
     if r.node_selector:
         pod_spec["nodeSelector"] = dict(r.node_selector)
     if r.tolerations:
-        pod_spec["tolerations"] = list(r.tolerations)
+        pod_spec["tolerations"] = [given(t) for t in r.tolerations]
     pod_spec["affinity"] = router_anti_affinity(owner)
     return {
         "apiVersion": "apps/v1",
