@@ -146,6 +146,9 @@ def router_deployment(
     }
     if hardened:
         pod_spec["securityContext"] = router_pod_security(r)
+        # The router finds workers by its pod watch, never by the Service env vars, which
+        # would only hand it every Service of the namespace.
+        pod_spec["enableServiceLinks"] = False
     if volumes:
         pod_spec["volumes"] = volumes
     if r.node_selector:
