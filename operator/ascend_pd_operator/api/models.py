@@ -329,6 +329,55 @@ class Parallelism(_Model):
     data: int = Field(1, ge=1, le=1024, description="Data parallel size (--dp-size).")
 
 
+class _KeyRef(_Model):
+    """A key of a ConfigMap or Secret in the namespace (core/v1 ConfigMapKeySelector,
+    SecretKeySelector)."""
+
+    name: str | None = Field(None, description="The ConfigMap's or Secret's name.")
+    key: str = Field(..., min_length=1, description="The key whose value is taken.")
+    optional: bool | None = Field(
+        None, description="true: the variable is unset if the key is missing."
+    )
+
+
+class ConfigMapKeySelector(_KeyRef):
+    """A key of a ConfigMap in the namespace (core/v1 ConfigMapKeySelector)."""
+
+
+class SecretKeySelector(_KeyRef):
+    """A key of a Secret in the namespace (core/v1 SecretKeySelector)."""
+
+
+class ObjectFieldSelector(_Model):
+    """A field of the pod (core/v1 ObjectFieldSelector)."""
+
+    api_version: str | None = Field(None, description="Schema of fieldPath; unset: v1.")
+    field_path: str = Field(
+        ..., min_length=1, description="The field, e.g. metadata.name or status.podIP."
+    )
+
+
+class ResourceFieldSelector(_Model):
+    """A resource of a container of the pod (core/v1 ResourceFieldSelector)."""
+
+    container_name: str | None = Field(None, description="The container; unset: this one.")
+    resource: str = Field(..., min_length=1, description="The resource, e.g. limits.memory.")
+    divisor: Quantity | None = Field(None, description=f"The unit: {QUANTITY}; unset: 1.")
+
+
+class EnvVarSource(_Model):
+    """Where an env var's value comes from (core/v1 EnvVarSource): exactly one source."""
+
+    field_ref: ObjectFieldSelector | None = Field(None, description="A field of the pod.")
+    resource_field_ref: ResourceFieldSelector | None = Field(
+        None, description="A resource of a container."
+    )
+    config_map_key_ref: ConfigMapKeySelector | None = Field(
+        None, description="A key of a ConfigMap."
+    )
+    secret_key_ref: SecretKeySelector | None = Field(None, description="A key of a Secret.")
+
+
 class EnvVar(_Model):
     """An extra env var of the runtime container, as in a pod (core/v1 EnvVar)."""
 
@@ -339,10 +388,10 @@ class EnvVar(_Model):
         description="Variable name: letters, digits, '_', '-', '.', not starting with a digit.",
     )
     value: str = Field("", description="Value; $(VAR) references expand as in any pod.")
-    value_from: Json | None = Field(
+    value_from: EnvVarSource | None = Field(
         None,
         description="Source of the value instead of value (fieldRef, resourceFieldRef, "
-        "configMapKeyRef or secretKeyRef), passed to the pod as given.",
+        "configMapKeyRef or secretKeyRef: exactly one), passed to the pod as given.",
     )
 
 

@@ -1180,6 +1180,18 @@ TOLERATION_RULES: tuple[Rule, ...] = (
     ),
 )
 RULES += TOLERATION_RULES
+_ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+#: An env var's valueFrom names one source, as Kubernetes requires (arithmetic, no list).
+RULES += (
+    Rule(
+        where="EnvVarSource",
+        cel=" + ".join(f"(has(self.{f}) ? 1 : 0)" for f in _ENV_SOURCES) + " == 1",
+        message="must name exactly one source: fieldRef, resourceFieldRef, configMapKeyRef "
+        "or secretKeyRef",
+        check=lambda v: len(v.model_dump(exclude_none=True)) == 1,
+        detail=lambda v: f"got {len(v.model_dump(exclude_none=True))}",
+    ),
+)
 
 
 def rules_for(where: str, field: str = "") -> list[Rule]:

@@ -843,6 +843,20 @@ INVALID += [
      _tolerations("prefill", {"key": "k", "operator": "Exists", "tolerationSeconds": 5}),
      SECONDS_NO_EXECUTE),
 ]  # fmt: skip
+ONE_ENV_SOURCE = _msg("EnvVarSource")
+_REF = {"configMapKeyRef": {"name": "c", "key": "k"}, "fieldRef": {"fieldPath": "spec.nodeName"}}
+INVALID += [
+    ("env valueFrom with two sources", _set("spec.decode.env", [{"name": "X", "valueFrom": _REF}]),
+     ONE_ENV_SOURCE),
+    ("env valueFrom with none", _set("spec.prefill.env", [{"name": "X", "valueFrom": {}}]),
+     ONE_ENV_SOURCE),
+]  # fmt: skip
+VALID += [
+    ("env valueFrom a resource", _set("spec.prefill.env", [{"name": "MEM", "valueFrom": {
+        "resourceFieldRef": {"resource": "requests.memory", "divisor": "1Mi"}}}])),
+    ("env valueFrom a secret", _set("spec.decode.env", [{"name": "TOKEN", "valueFrom": {
+        "secretKeyRef": {"name": "s", "key": "token", "optional": True}}}])),
+]  # fmt: skip
 VALID += [
     ("toleration of every taint", _tolerations("prefill", {"operator": "Exists"})),
     ("toleration Equal by default", _tolerations("decode", {"key": "k", "value": "v"})),

@@ -142,9 +142,15 @@ _TERMS = "nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelect
                 "matchLabels": {"app": 1}}}]}},
          "decode.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.0."
          "labelSelector.matchLabels.app"),
+        ("prefill.env", [{"name": "N", "valueFrom": {"fieldRef": {"path": "spec.nodeName"}}}],
+         "prefill.env.0.valueFrom.fieldRef"),
+        ("decode.env", [{"name": "N", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k",
+                                                                     "optional": "yes"}}}],
+         "decode.env.0.valueFrom.secretKeyRef.optional"),
     ],
     ids=["operator-maybe", "effect", "unknown-key", "seconds-fraction", "selector-bool",
-         "affinity-operator", "affinity-typo", "match-label-int"],
+         "affinity-operator", "affinity-typo", "match-label-int", "field-ref-typo",
+         "optional-not-bool"],
 )  # fmt: skip
 def test_a_bad_value_is_refused_naming_the_field(path: str, value: Any, named: str) -> None:
     assert f"spec.{named}" in _refusal(path, value)
