@@ -76,6 +76,7 @@ from ascend_pd_operator.api.rules import (
 )
 
 # The API's identity is vocabulary (owner references name it): naming holds it, api serves it.
+from ascend_pd_operator.api.scheduling import Affinity, Toleration
 from ascend_pd_operator.api.vocabulary import API_VERSION as API_VERSION
 from ascend_pd_operator.api.vocabulary import GROUP as GROUP
 from ascend_pd_operator.api.vocabulary import KIND as KIND
@@ -119,11 +120,6 @@ class _Model(BaseModel):
 def _sub(cls: type[BaseModel], description: str) -> Any:
     """A nested object with all-default fields: defaults to ``{}`` in the CRD as well."""
     return Field(default_factory=cls, description=description, json_schema_extra={"default": {}})
-
-
-def _free(description: str) -> Any:
-    """A free-form Kubernetes object (resources, affinity, ...) passed through as given."""
-    return Field(default_factory=dict, description=description)
 
 
 def _list(description: str, **kwargs: Any) -> Any:
@@ -333,6 +329,55 @@ class Parallelism(_Model):
     data: int = Field(1, ge=1, le=1024, description="Data parallel size (--dp-size).")
 
 
+class _KeyRef(_Model):
+    """A key of a ConfigMap or Secret in the namespace (core/v1 ConfigMapKeySelector,
+    SecretKeySelector)."""
+
+    name: str | None = Field(None, description="The ConfigMap's or Secret's name.")
+    key: str = Field(..., min_length=1, description="The key whose value is taken.")
+    optional: bool | None = Field(
+        None, description="true: the variable is unset if the key is missing."
+    )
+
+
+class ConfigMapKeySelector(_KeyRef):
+    """A key of a ConfigMap in the namespace (core/v1 ConfigMapKeySelector)."""
+
+
+class SecretKeySelector(_KeyRef):
+    """A key of a Secret in the namespace (core/v1 SecretKeySelector)."""
+
+
+class ObjectFieldSelector(_Model):
+    """A field of the pod (core/v1 ObjectFieldSelector)."""
+
+    api_version: str | None = Field(None, description="Schema of fieldPath; unset: v1.")
+    field_path: str = Field(
+        ..., min_length=1, description="The field, e.g. metadata.name or status.podIP."
+    )
+
+
+class ResourceFieldSelector(_Model):
+    """A resource of a container of the pod (core/v1 ResourceFieldSelector)."""
+
+    container_name: str | None = Field(None, description="The container; unset: this one.")
+    resource: str = Field(..., min_length=1, description="The resource, e.g. limits.memory.")
+    divisor: Quantity | None = Field(None, description=f"The unit: {QUANTITY}; unset: 1.")
+
+
+class EnvVarSource(_Model):
+    """Where an env var's value comes from (core/v1 EnvVarSource): exactly one source."""
+
+    field_ref: ObjectFieldSelector | None = Field(None, description="A field of the pod.")
+    resource_field_ref: ResourceFieldSelector | None = Field(
+        None, description="A resource of a container."
+    )
+    config_map_key_ref: ConfigMapKeySelector | None = Field(
+        None, description="A key of a ConfigMap."
+    )
+    secret_key_ref: SecretKeySelector | None = Field(None, description="A key of a Secret.")
+
+
 class EnvVar(_Model):
     """An extra env var of the runtime container, as in a pod (core/v1 EnvVar)."""
 
@@ -343,10 +388,10 @@ class EnvVar(_Model):
         description="Variable name: letters, digits, '_', '-', '.', not starting with a digit.",
     )
     value: str = Field("", description="Value; $(VAR) references expand as in any pod.")
-    value_from: Json | None = Field(
+    value_from: EnvVarSource | None = Field(
         None,
         description="Source of the value instead of value (fieldRef, resourceFieldRef, "
-        "configMapKeyRef or secretKeyRef), passed to the pod as given.",
+        "configMapKeyRef or secretKeyRef: exactly one), passed to the pod as given.",
     )
 
 
@@ -760,8 +805,14 @@ class RoleSpec(_PodFields):
         f"Keys and values together at most {MAX_POD_ANNOTATIONS_BYTES // 1024} KiB. Refused, "
         f"the operator's: {OWNED_ANNOTATIONS}.",
     )
-    tolerations: list[Json] = _list("Pod tolerations.")
-    affinity: Json = _free("Pod affinity.")
+    tolerations: list[Toleration] = _list(
+        "Pod tolerations (the model inspector's too), passed to the pods as given.",
+        max_length=MAX_POD_LIST,
+    )
+    affinity: Affinity | None = Field(
+        None, description="Pod affinity, passed to the pods as given (with the placement's "
+        "pin added, spec.placement)."
+    )  # fmt: skip
     env: list[EnvVar] = _list(
         f"Extra container env vars. Refused, the operator's: {OWNED_ENV}.",
         max_length=MAX_ENV,
@@ -848,7 +899,9 @@ class Router(_PodFields):
         description=f"Router pod nodeSelector. Keys are label keys: {QUALIFIED_NAME}, the "
         "prefix in lowercase; values are such names, or empty.",
     )
-    tolerations: list[Json] = _list("Router pod tolerations, passed to the pod as given.")
+    tolerations: list[Toleration] = _list(
+        "Router pod tolerations, passed to the pod as given.", max_length=MAX_POD_LIST
+    )
     image_pull_secrets: list[LocalObjectReference] = _map_list(
         "Secrets in the namespace to pull the router image with. With no router.image the "
         "router runs the runtime image: give it the roles' secrets.",

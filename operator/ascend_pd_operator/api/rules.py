@@ -1165,6 +1165,47 @@ HOST_MOUNT_RULES: tuple[Rule, ...] = (
 )
 RULES += HOST_MOUNT_RULES
 
+#: One toleration's cross-field rules, as Kubernetes validates a pod's (its enums and types
+#: are the schema's, ``scheduling.Toleration``). Each reads one toleration, no list.
+TOLERATION_RULES: tuple[Rule, ...] = (
+    Rule(
+        where="Toleration",
+        cel="(has(self.key) && size(self.key) > 0) || "
+        "(has(self.operator) && self.operator == 'Exists')",
+        message="operator must be Exists when key is empty (a toleration of every taint)",
+        check=lambda t: bool(t.key) or t.operator == "Exists",
+        detail=lambda t: f"got operator {t.operator or 'Equal'!r}",
+    ),
+    Rule(
+        where="Toleration",
+        cel="!has(self.operator) || self.operator != 'Exists' || !has(self.value) || "
+        "size(self.value) == 0",
+        message="value must be empty with operator Exists",
+        check=lambda t: t.operator != "Exists" or not t.value,
+        detail=lambda t: f"got value {t.value!r}",
+    ),
+    Rule(
+        where="Toleration",
+        cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+        message="tolerationSeconds may only be set with effect NoExecute",
+        check=lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
+        detail=lambda t: f"got effect {t.effect or ''!r}",
+    ),
+)
+RULES += TOLERATION_RULES
+_ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+#: An env var's valueFrom names one source, as Kubernetes requires (arithmetic, no list).
+RULES += (
+    Rule(
+        where="EnvVarSource",
+        cel=" + ".join(f"(has(self.{f}) ? 1 : 0)" for f in _ENV_SOURCES) + " == 1",
+        message="must name exactly one source: fieldRef, resourceFieldRef, configMapKeyRef "
+        "or secretKeyRef",
+        check=lambda v: len(v.model_dump(exclude_none=True)) == 1,
+        detail=lambda v: f"got {len(v.model_dump(exclude_none=True))}",
+    ),
+)
+
 
 def rules_for(where: str, field: str = "") -> list[Rule]:
     """The rules on object ``where``, or on its field ``field`` (the wire name)."""

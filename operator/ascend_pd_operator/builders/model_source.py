@@ -16,6 +16,7 @@ from typing import Any
 import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
+from ascend_pd_operator.api.scheduling import given
 from ascend_pd_operator.api.vocabulary import (
     ANNOTATION_GENERATION,
     ANNOTATION_MODEL_PATH,
@@ -268,7 +269,7 @@ def inspector_job(owner: Owner, spec: PDDeploymentSpec) -> Json:
     if spec.prefill.node_selector:
         pod_spec["nodeSelector"] = dict(spec.prefill.node_selector)
     if spec.prefill.tolerations:
-        pod_spec["tolerations"] = list(spec.prefill.tolerations)
+        pod_spec["tolerations"] = [given(t) for t in spec.prefill.tolerations]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
+from ascend_pd_operator.api.scheduling import given
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_ROUTER,
     DISCOVERY_LEADER,
@@ -145,12 +146,15 @@ def router_deployment(
     }
     if hardened:
         pod_spec["securityContext"] = router_pod_security(r)
+        # The router finds workers by its pod watch, never by the Service env vars, which
+        # would only hand it every Service of the namespace.
+        pod_spec["enableServiceLinks"] = False
     if volumes:
         pod_spec["volumes"] = volumes
     if r.node_selector:
         pod_spec["nodeSelector"] = dict(r.node_selector)
     if r.tolerations:
-        pod_spec["tolerations"] = list(r.tolerations)
+        pod_spec["tolerations"] = [given(t) for t in r.tolerations]
     pod_spec["affinity"] = router_anti_affinity(owner)
     return {
         "apiVersion": "apps/v1",

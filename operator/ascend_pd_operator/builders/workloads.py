@@ -10,6 +10,7 @@ from __future__ import annotations
 import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import EnvVar, PDDeploymentSpec, RoleSpec, Router, dump
+from ascend_pd_operator.api.scheduling import given
 from ascend_pd_operator.api.vocabulary import (
     ANNOTATION_BOOTSTRAP_PORT,
     ANNOTATION_VOLCANO_GROUP,
@@ -328,9 +329,10 @@ def pod_template(
     if r.node_selector:
         pod_spec["nodeSelector"] = dict(r.node_selector)
     if r.tolerations:
-        pod_spec["tolerations"] = list(r.tolerations)
-    if r.affinity or pin is not None:
-        pod_spec["affinity"] = pinned_affinity(r.affinity, pin)
+        pod_spec["tolerations"] = [given(t) for t in r.tolerations]
+    affinity = given(r.affinity)
+    if affinity or pin is not None:
+        pod_spec["affinity"] = pinned_affinity(affinity, pin)
     meta = metadata(owner, "", role, index, annotations)
     # Not in the selector (immutable): the label changes with each layout generation.
     labels = {**meta["labels"], LABEL_FINGERPRINT: values.kv_fingerprint, **pin_labels(pin)}

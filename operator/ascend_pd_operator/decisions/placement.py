@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec, Placement
+from ascend_pd_operator.api.scheduling import given
 from ascend_pd_operator.api.vocabulary import (
     COND_PLACEMENT_FEASIBLE,
     LABEL_DEPLOYMENT,
@@ -193,8 +194,9 @@ class Need:
 
 def _need(spec: PDDeploymentSpec, role: str, instances: int) -> Need:
     r = spec.role(role)
+    tolerations = tuple(given(t) for t in r.tolerations)
     return Need(role, r.nodes_per_instance * instances, r.devices_per_node,
-                tuple(r.tolerations), tuple(sorted(r.node_selector.items())))  # fmt: skip
+                tolerations, tuple(sorted(r.node_selector.items())))  # fmt: skip
 
 
 def _needs(spec: PDDeploymentSpec, keys: Iterable[InstanceKey]) -> list[Need]:

@@ -818,6 +818,58 @@ def test_the_feasibility_rule_agrees_with_a_brute_force_search(
     assert (cel, pydantic) == (not feasible, not feasible)
 
 
+def _tolerations(where: str, *tolerations: Json) -> Mutation:
+    return _set(f"spec.{where}.tolerations", list(tolerations))
+
+
+EMPTY_KEY_EXISTS = _msg("Toleration", 0)
+EXISTS_NO_VALUE = _msg("Toleration", 1)
+SECONDS_NO_EXECUTE = _msg("Toleration", 2)
+
+# Kubernetes' ValidateTolerations, case by case (core/v1 validation).
+INVALID += [
+    ("toleration without key, Equal", _tolerations("prefill", {"operator": "Equal"}),
+     EMPTY_KEY_EXISTS),
+    ("toleration without key or operator", _tolerations("router", {"effect": "NoSchedule"}),
+     EMPTY_KEY_EXISTS),
+    ("toleration with empty key and operator", _tolerations("decode", {"key": "", "operator": ""}),
+     EMPTY_KEY_EXISTS),
+    ("toleration Exists with a value",
+     _tolerations("decode", {"key": "k", "operator": "Exists", "value": "v"}), EXISTS_NO_VALUE),
+    ("tolerationSeconds with NoSchedule",
+     _tolerations("router", {"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}),
+     SECONDS_NO_EXECUTE),
+    ("tolerationSeconds without effect",
+     _tolerations("prefill", {"key": "k", "operator": "Exists", "tolerationSeconds": 5}),
+     SECONDS_NO_EXECUTE),
+]  # fmt: skip
+ONE_ENV_SOURCE = _msg("EnvVarSource")
+_REF = {"configMapKeyRef": {"name": "c", "key": "k"}, "fieldRef": {"fieldPath": "spec.nodeName"}}
+INVALID += [
+    ("env valueFrom with two sources", _set("spec.decode.env", [{"name": "X", "valueFrom": _REF}]),
+     ONE_ENV_SOURCE),
+    ("env valueFrom with none", _set("spec.prefill.env", [{"name": "X", "valueFrom": {}}]),
+     ONE_ENV_SOURCE),
+]  # fmt: skip
+VALID += [
+    ("env valueFrom a resource", _set("spec.prefill.env", [{"name": "MEM", "valueFrom": {
+        "resourceFieldRef": {"resource": "requests.memory", "divisor": "1Mi"}}}])),
+    ("env valueFrom a secret", _set("spec.decode.env", [{"name": "TOKEN", "valueFrom": {
+        "secretKeyRef": {"name": "s", "key": "token", "optional": True}}}])),
+]  # fmt: skip
+VALID += [
+    ("toleration of every taint", _tolerations("prefill", {"operator": "Exists"})),
+    ("toleration Equal by default", _tolerations("decode", {"key": "k", "value": "v"})),
+    ("toleration with empty operator and effect",
+     _tolerations("router", {"key": "k", "operator": "", "value": "", "effect": ""})),
+    ("toleration Exists with an empty value",
+     _tolerations("decode", {"key": "k", "operator": "Exists", "value": ""})),
+    ("tolerationSeconds with NoExecute",
+     _tolerations("router", {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                             "effect": "NoExecute", "tolerationSeconds": 300})),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(("case", "mutation", "message"), INVALID, ids=[c[0] for c in INVALID])
 def test_invalid_rejected_by_cel_and_pydantic(
     case: str, mutation: Mutation, message: str | list[str]

@@ -90,8 +90,8 @@ def _without_issue_36(resource: Json) -> Json:
 
 def _strip_issue_36(template: Json) -> Json:
     """A template without the fields issue 36 adds to every pod: the security contexts and
-    the router's /tmp (``_without_security``), dshm's sizeLimit and the router's spread over
-    nodes."""
+    the router's /tmp (``_without_security``), dshm's sizeLimit, the router's spread over
+    nodes and its ``enableServiceLinks: false``."""
     template = _without_security(template)
     pod = template["spec"]
     for volume in pod.get("volumes", []):
@@ -99,6 +99,7 @@ def _strip_issue_36(template: Json) -> Json:
             volume["emptyDir"].pop("sizeLimit")
     if pod["containers"][0]["name"] == "router":
         pod.pop("affinity", None)
+        pod.pop("enableServiceLinks", None)
     return template
 
 
@@ -249,29 +250,29 @@ GOLDEN_ISSUE_36 = {
         "StatefulSet/dsv2-lite-prefill-0": "5877aee10a843ed0",
         "StatefulSet/dsv2-lite-decode-0": "ab14c5cfe67e3485",
         "StatefulSet/dsv2-lite-decode-1": "3adac5c41c2f27f6",
-        "Deployment/dsv2-lite-router": "b134cb35cd1e8d32",
+        "Deployment/dsv2-lite-router": "b66b20dd922354f5",
     },
     "deepseek-v3-a3.yaml": {
         "StatefulSet/dsv3-a3-prefill-0": "775e145d4e051683",
         "StatefulSet/dsv3-a3-decode-0": "f773903e2ff563c5",
-        "Deployment/dsv3-a3-router": "3147ea1d17d8a7e1",
+        "Deployment/dsv3-a3-router": "6f49118449330a8a",
     },
     "deepseek-v3-pp2.yaml": {
         "StatefulSet/dsv3-prefill-0": "2b4cddcff2f3d598",
         "StatefulSet/dsv3-prefill-1": "ffa6c09a22e47d2b",
         "StatefulSet/dsv3-decode-0": "19111b15a33e2186",
-        "Deployment/dsv3-router": "7402666ca859ccbd",
+        "Deployment/dsv3-router": "37e368e99b3caaa4",
     },
     "deepseek-v3.2.yaml": {
         "StatefulSet/dsv32-prefill-0": "1f3f293da1d3d1e9",
         "StatefulSet/dsv32-decode-0": "1398a787b56492b2",
-        "Deployment/dsv32-router": "950333dcd21a976c",
+        "Deployment/dsv32-router": "9e1cbb1892f26232",
     },
     "busy": {
         "StatefulSet/dsv3-prefill-0": "f152d158a0a89133",
         "StatefulSet/dsv3-prefill-1": "9a5febe5ae842973",
         "StatefulSet/dsv3-decode-0": "e6f8be38ba9a1fac",
-        "Deployment/dsv3-router": "da5e25d87cf0bcac",
+        "Deployment/dsv3-router": "1ecf9ccb5040a67c",
     },
 }
 

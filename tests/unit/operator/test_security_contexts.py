@@ -56,6 +56,8 @@ def test_the_router_meets_restricted_by_default() -> None:
     assert container["volumeMounts"] == [{"name": "ascend-pd-tmp", "mountPath": "/tmp"}]
     # its service discovery watches pods with the account's token
     assert pod["automountServiceAccountToken"] is True
+    # no env var for every Service of the namespace: the discovery finds the workers
+    assert pod["enableServiceLinks"] is False
 
 
 def test_a_router_of_0_1_0_keeps_its_template() -> None:
@@ -64,6 +66,7 @@ def test_a_router_of_0_1_0_keeps_its_template() -> None:
     pod = _pod(router_deployment(Owner("dsv3", "llm"), parse_spec(resource["spec"]), "f",
                                  LABEL_LEGACY_ROUTABLE))  # fmt: skip
     assert "securityContext" not in pod and "volumes" not in pod
+    assert "enableServiceLinks" not in pod
     assert "securityContext" not in pod["containers"][0]
 
 
