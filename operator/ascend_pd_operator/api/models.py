@@ -16,12 +16,9 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     WithJsonSchema,
     field_validator,
-    model_validator,
 )
-from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import PlainValidator
 
 from ascend_pd_operator.api import host_mounts as hm
@@ -77,6 +74,7 @@ from ascend_pd_operator.api.rules import (
 
 # The API's identity is vocabulary (owner references name it): naming holds it, api serves it.
 from ascend_pd_operator.api.scheduling import Affinity, Toleration
+from ascend_pd_operator.api.spec_model import SpecModel
 from ascend_pd_operator.api.vocabulary import API_VERSION as API_VERSION
 from ascend_pd_operator.api.vocabulary import GROUP as GROUP
 from ascend_pd_operator.api.vocabulary import KIND as KIND
@@ -96,25 +94,7 @@ Role = Literal["prefill", "decode"]
 ROLES: tuple[Role, Role] = ("prefill", "decode")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
-    )
-
-    @field_validator("*")
-    @classmethod
-    def _field_rules(cls, value: Any, info: ValidationInfo) -> Any:
-        problems = violations(cls.__name__, value, to_camel(info.field_name or ""))
-        if problems:
-            raise ValueError("; ".join(problems))
-        return value
-
-    @model_validator(mode="after")
-    def _rules(self) -> Any:
-        problems = violations(type(self).__name__, self)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+_Model = SpecModel
 
 
 def _sub(cls: type[BaseModel], description: str) -> Any:

@@ -13,10 +13,9 @@ template changes.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.rules import (
@@ -25,34 +24,14 @@ from ascend_pd_operator.api.rules import (
     MAX_LABEL_KEY_LENGTH,
     MAX_NAME_PART_LENGTH,
     QUALIFIED_NAME,
-    violations,
 )
+from ascend_pd_operator.api.spec_model import SpecModel
 
 #: A label key, or empty (a toleration's key: empty with operator Exists tolerates all).
 OPTIONAL_LABEL_KEY_PATTERN = f"^({LABEL_KEY_PATTERN[1:-1]})?$"
 
 
-class _Object(BaseModel):
-    """A Kubernetes object as written: strict types, no unknown keys, the rules of ``rules``."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
-    )
-
-    @field_validator("*")
-    @classmethod
-    def _field_rules(cls, value: Any, info: ValidationInfo) -> Any:
-        problems = violations(cls.__name__, value, to_camel(info.field_name or ""))
-        if problems:
-            raise ValueError("; ".join(problems))
-        return value
-
-    @model_validator(mode="after")
-    def _rules(self) -> Any:
-        problems = violations(type(self).__name__, self)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+_Object = SpecModel
 
 
 def given(obj: BaseModel | None) -> Json:
