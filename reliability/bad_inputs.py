@@ -174,7 +174,7 @@ def run(
     messages: dict[str, str] = {}
     unnamed: list[str] = []
     try:
-        if not started_converged(env, namespace, [base], result, bound_seconds, 0.3):
+        if not started_converged(env, namespace, [base], result, 0.3):
             return result
         for case in cases:
             before = snapshot(env, namespace)

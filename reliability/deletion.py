@@ -27,7 +27,7 @@ def run(
     operator = release.operator([namespace], "deletion-operator")
     operator.start()
     try:
-        if not started_converged(env, namespace, [*docs, keep], result, bound_seconds, 0.5):
+        if not started_converged(env, namespace, [*docs, keep], result, 0.5):
             return result
         result.details["stopped_cleanly"] = operator.stop()
         started = time.monotonic()

@@ -83,7 +83,7 @@ def run(env: Env, release: Release, namespace: str) -> ScenarioResult:
     operator = release.operator([namespace], "drift-operator", resync_seconds=RESYNC_SECONDS)
     operator.start()
     try:
-        if not started_converged(env, namespace, [doc], result, BOUND_SECONDS, 0.5):
+        if not started_converged(env, namespace, [doc], result, 0.5):
             return result
         for kind, child in _marked(name):
             env.kubectl("label", "-n", namespace, kind, child, "=".join(USER_LABEL))
