@@ -194,5 +194,27 @@ def started_converged(
     env.apply(docs)
     found, _ = wait_converged(env.kube, namespace, SETUP_SECONDS, interval)
     if not found.ok:
-        result.problems.append(f"not Ready before the scenario: {found}")
+        result.problems.append(
+            f"not Ready before the scenario: {found}; {unready_pods(env, namespace)}"
+        )
     return found.ok
+
+
+def unready_pods(env: Env, namespace: str) -> str:
+    """Each pod of ``namespace`` that is not Ready and why, as its conditions and container
+    states say: what a failed wait needs to be diagnosed after the cluster is gone."""
+    lines = []
+    for pod in env.kube.list("Pod", namespace):
+        status = pod.get("status") or {}
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        if conditions.get("Ready", {}).get("status") == "True":
+            continue
+        why = [f"{t}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
+               for t, c in conditions.items() if c.get("status") != "True"]  # fmt: skip
+        for state in status.get("containerStatuses") or []:
+            waiting = (state.get("state") or {}).get("waiting") or {}
+            if waiting:
+                why.append(f"{state['name']} waiting {waiting.get('reason', '')}")
+        lines.append(f"{pod['metadata']['name']} on {pod['spec'].get('nodeName', '-')} "
+                     f"{status.get('phase')}: {'; '.join(why) or 'no condition yet'}")  # fmt: skip
+    return "pods not Ready: " + (" | ".join(lines) if lines else "none")
