@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint unit e2e promql-test crd-test crd-server crd-server-down dev-up dev-down demo demo-down crd bench reliability images clean
+.PHONY: venv test lint unit e2e promql-test crd-test crd-server crd-server-down dev-up dev-down demo demo-down crd bench reliability images release clean
 
 venv: $(STAMP)
 
@@ -76,6 +76,20 @@ reliability: venv
 # Settings: devtools/images.sh. Refuses, naming them, when no engine is on PATH.
 images:
 	bash devtools/images.sh
+
+# A release (docs/development.md, "Cutting a release"): checks that the CHANGELOG, the chart,
+# the Python packages and the examples' image tags all say VERSION (at its commit in
+# releases.yaml once recorded), packages the chart into $(DIST), builds the images through
+# `make images` and prints the push commands:
+#   make release VERSION=0.1.0 DRY_RUN=1      the check and the package; image builds printed
+#   make release VERSION=0.1.0 REGISTRY=registry.example.com/llm [PUSH=1]
+# DRY_RUN=1 needs no container engine; PUSH=1 pushes the images and the chart (never with
+# DRY_RUN=1). Image settings as for `make images`; CHIPS (default "a2 a3") picks the runtimes.
+DIST ?= dist
+release: venv
+	@test -n "$(VERSION)" || { echo "error: set VERSION, e.g. make release VERSION=0.1.0" >&2; exit 1; }
+	$(BIN)/ascend-pd-dev release "$(VERSION)" --dist "$(DIST)" \
+		$(if $(filter 1,$(DRY_RUN)),--dry-run) $(if $(filter 1,$(PUSH)),--push)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ascend_pd_dev.cli.dashboard_picture",
         "docs/dashboard-layout.svg from the Prometheus e2e tier's data",
     ),
+    "release": (
+        "ascend_pd_dev.cli.release",
+        "check the versions, package the chart, build the images of a release",
+    ),
     "tools": ("ascend_pd_dev.cli.tools", "print the path of a tool the tests use, installing it"),
     "values-table": ("ascend_pd_dev.cli.values_table", "the chart README's table of values"),
 }

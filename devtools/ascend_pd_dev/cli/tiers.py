@@ -117,10 +117,13 @@ TIERS = (
     # environments come first (minutes), the one cluster test (20 min budget) waits for
     # the build itself: the tier need not wait
     Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 11, needs_control_plane=False),
-    Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver and not scanner"),
+    Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver and not scanner "
+                           "and not release"),
          "e2e-unit", 5, needs_control_plane=False),
-    # checkov over the chart and the examples' renders: one checkov run, beside the others
-    Tier("scanner", ("tests", "-m", "scanner and not e2e and not sglang and not crdserver"),
+    # checkov over the chart and the examples' renders: one checkov run, beside the others;
+    # and `make release VERSION=0.1.0 DRY_RUN=1` (marker release): helm, no cluster, seconds
+    Tier("scanner", ("tests", "-m",
+                     "(scanner or release) and not e2e and not sglang and not crdserver"),
          "e2e-scanner", 1, needs_control_plane=False),
     # the default release's kube-apiserver alone (``crd_server``), started in its session
     # fixture: it waits for that release's build like the cluster tiers
