@@ -23,6 +23,15 @@ DEEPSEEK_V3 = {
 }
 
 
+#: Each runtime role's requests in the scenarios. DeepSeek-V3 on one NPU per rank does not
+#: fit (the operator warns), and the requests it derives from the weights per rank (675Gi
+#: for a prefill PP rank, 1258Gi for a decode rank) would leave room for one decode pod per
+#: simulated node: several scenarios' deployments, and pods still terminating from the last
+#: one, then outgrow the cluster's memory and a pod stays Pending. The scenarios judge
+#: reconciliation, not sizing; a user's ``resources`` overrides the derived requests the same
+#: way, so the pods keep requests (Burstable, never BestEffort).
+ROLE_RESOURCES = {"requests": {"cpu": "1", "memory": "16Gi"}}
+
 #: the runtime image the scenarios' (and the benchmarks') deployments name
 RUNTIME_IMAGE = "registry.example.com/ascend-pd-runtime:0.1.0"
 
@@ -66,8 +75,14 @@ def pdd(
                 "replicas": prefill,
                 "parallelism": {"tensor": 1, "pipeline": prefill_pp},
                 "devicesPerNode": 1,
+                "resources": copy.deepcopy(ROLE_RESOURCES),
             },
-            "decode": {"replicas": decode, "parallelism": {"tensor": 1}, "devicesPerNode": 1},
+            "decode": {
+                "replicas": decode,
+                "parallelism": {"tensor": 1},
+                "devicesPerNode": 1,
+                "resources": copy.deepcopy(ROLE_RESOURCES),
+            },
             "router": {"policy": router_policy},
             "ascend": {"hostNetwork": host_network},
         },

@@ -13,7 +13,7 @@ Scenario = Callable[..., ScenarioResult]
 
 
 def assert_clean(result: ScenarioResult) -> None:
-    assert result.runs > 0
-    assert result.problems == []
+    assert result.runs > 0, result.problems
+    assert result.problems == [], result.problems
     assert result.converged == result.runs, result
     assert result.lost == 0 and result.duplicated == 0, result
