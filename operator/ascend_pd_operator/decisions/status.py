@@ -16,7 +16,7 @@ from typing import Any
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
-from ascend_pd_operator.api.rules import bounds_apply
+from ascend_pd_operator.api.rules.scaling import bounds_apply
 from ascend_pd_operator.api.vocabulary import (
     COND_DECODE_READY,
     COND_INSTANCES_HEALTHY,
