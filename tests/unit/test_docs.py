@@ -146,7 +146,7 @@ def _waiting(reason: str, **container: Any) -> dict[str, Any]:
 #: What the status says an instance waits for: one example per shape, and the words of the
 #: shape that docs/troubleshooting.md must show (with its meaning and fix beside them).
 def _why_shapes() -> list[tuple[str, str]]:
-    from ascend_pd_operator.decisions import status as st
+    from ascend_pd_operator.decisions import waits as st
 
     sched = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
              "message": "m"}  # fmt: skip

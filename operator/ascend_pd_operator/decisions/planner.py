@@ -105,6 +105,7 @@ from ascend_pd_operator.decisions.drain import (
     surge_indices,
 )
 from ascend_pd_operator.decisions.drain import step as drain_step
+from ascend_pd_operator.decisions.findings import Findings
 from ascend_pd_operator.decisions.placement import (
     RETRY_SECONDS,
     PlacementDecision,
@@ -119,6 +120,7 @@ from ascend_pd_operator.decisions.recovery import (
     parse_time,
     recover,
 )
+from ascend_pd_operator.decisions.role_status import unscheduled_waits
 from ascend_pd_operator.decisions.rollout import (
     Decision,
     Instance,
@@ -128,11 +130,9 @@ from ascend_pd_operator.decisions.rollout import (
 )
 from ascend_pd_operator.decisions.scaling import ScaleDecision, decide_scale, with_effective
 from ascend_pd_operator.decisions.status import (
-    Findings,
     compute_status,
     merge_patch,
     status_changed,
-    unscheduled_waits,
     without_empty,
 )
 from ascend_pd_operator.decisions.transfer import implied_mismatch
@@ -682,7 +682,7 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
 def unscheduled_events(previous: Json, waiting: Mapping[str, list[str]]) -> Iterator[Event]:
     """A Warning ``InstanceUnschedulable`` Event for each instance whose pod kube-scheduler
     newly cannot place, naming the instance, the pod and the scheduler's words (``waiting``:
-    ``status.unscheduled_waits``), once: a wait the previous role condition already said is
+    ``role_status.unscheduled_waits``), once: a wait the previous role condition already said is
     not told again."""
     said = {c["type"]: c.get("message", "") for c in previous.get("conditions") or []}
     for role, waits in waiting.items():

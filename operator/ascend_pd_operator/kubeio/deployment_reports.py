@@ -180,6 +180,6 @@ class DeploymentReports:
 
 
 def _instance_ready(sts: Json) -> bool:
-    from ascend_pd_operator.decisions.status import instance_ready
+    from ascend_pd_operator.decisions.waits import instance_ready
 
     return instance_ready(sts)
