@@ -28,7 +28,7 @@ Key = tuple[str, str]  # (namespace, name)
 
 
 class PostedEvent(Protocol):
-    """An Event a reconcile posted, as the reports read it (``decisions.planner.Event``)."""
+    """An Event a reconcile posted, as the reports read it (``decisions.events.Event``)."""
 
     @property
     def type(self) -> str: ...
