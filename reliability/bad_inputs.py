@@ -90,7 +90,7 @@ def server_refusal_names(case: Case, message: str) -> bool:
     the operator's words (a 1.20 server runs no CEL, so the operator refused these there).
     A later server's schema refusal adds list indices (``volumes[0].name``), and its CEL
     refusal is the rule's message without the operator's ``(got ...)`` detail: there each
-    rule of ``rules.py`` the operator's own check names must be in it."""
+    rule of ``api.rules`` the operator's own check names must be in it."""
     if case.message in message or case.message in re.sub(r"\[\d+\]", "", message):
         return True
     if case.reject != "rule":

@@ -30,7 +30,8 @@ from ascend_pd_dev.controlplane import crd_server
 from ascend_pd_dev.testtools.helm import ensure_helm
 from ascend_pd_dev.testtools.kubectl import table_rows
 from ascend_pd_operator.api import models
-from ascend_pd_operator.api.rules import MAX_POD_ANNOTATIONS_BYTES, MAX_REPLICAS, RULES, rules_for
+from ascend_pd_operator.api.rules import RULES, rules_for
+from ascend_pd_operator.api.rules.limits import MAX_POD_ANNOTATIONS_BYTES, MAX_REPLICAS
 from ascend_pd_operator.api.vocabulary import HOST_FILES
 from reliability.bad_inputs import FIELD, Case, case_document, load_corpus
 from reliability.offline import offline_verdict
@@ -321,7 +322,7 @@ def test_the_largest_host_mounts_stay_within_the_cel_budget(server: crd_server.C
 
 
 def _rules_named(case: Case) -> list[str]:
-    """The rule messages (``rules.py``) the operator's own check of the case names."""
+    """The rule messages (``api.rules``) the operator's own check of the case names."""
     verdict = offline_verdict(case)
     return [r.message for r in RULES if r.message in verdict.message]
 
@@ -340,7 +341,7 @@ def test_bad_input_corpus(server: crd_server.CrdServer, case: Case) -> None:
         assert case.message in message or case.message in re.sub(r"\[\d+\]", "", message), message
     else:
         rules = _rules_named(case)
-        assert rules, f"the operator's message names no rule of rules.py: {case.message}"
+        assert rules, f"the operator's message names no rule of api.rules: {case.message}"
         for rule in rules:
             assert rule in message, message
 

@@ -233,7 +233,7 @@ def test_each_refusal_comes_from_the_api_server_or_the_operator_and_nothing_move
 def test_the_escalation_rule_is_what_kubernetes_refuses_in_a_pod(
     kubectl: Any, namespace: str, context: dict[str, Any], refused: bool
 ) -> None:
-    """The ContainerSecurityContext rule (``rules.py``) refuses at admission exactly what the
+    """The ContainerSecurityContext rule (``api.rules``) refuses at admission exactly what the
     API server would refuse in the StatefulSet's pods, where it would be a failed apply."""
     pod = {
         "apiVersion": "v1",
@@ -298,7 +298,7 @@ def test_the_mount_and_seccomp_rules_are_what_kubernetes_refuses_in_a_pod(
     pod_context: dict[str, Any],
     words: str | None,
 ) -> None:
-    """The Bidirectional, subPath/subPathExpr and seccomp rules (``rules.py``) refuse at
+    """The Bidirectional, subPath/subPathExpr and seccomp rules (``api.rules``) refuse at
     admission exactly what the API server refuses in a pod (a router's or a role's), where
     it would be a failed apply or a pod never created."""
     pod = {

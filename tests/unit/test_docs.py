@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 import ascend_pd_runtime.env_contract as ec
-from ascend_pd_operator.api import rules, vocabulary
+from ascend_pd_operator.api import vocabulary
+from ascend_pd_operator.api.rules import limits
 from ascend_pd_operator.wiring.render_cli import EXIT_OK, render
 from ascend_pd_runtime import launcher
 
@@ -80,7 +81,7 @@ def test_the_w8a8_change_is_a_valid_pddeployment() -> None:
     for role in ("prefill", "decode"):
         args = fragment["spec"][role]["extraArgs"]
         assert args[:2] == ["--quantization", "modelslim"]
-        assert not re.search(rules.MANAGED_FLAG_PATTERN.replace("\\\\", "\\"), " ".join(args))
+        assert not re.search(limits.MANAGED_FLAG_PATTERN.replace("\\\\", "\\"), " ".join(args))
         for sts in (m for m in manifests if m["kind"] == "StatefulSet"):
             container = sts["spec"]["template"]["spec"]["containers"][0]
             env = {e["name"]: e.get("value") for e in container["env"]}
@@ -91,9 +92,9 @@ def test_the_w8a8_change_is_a_valid_pddeployment() -> None:
 
 def test_models_md_lists_the_managed_flags() -> None:
     text = (DOCS / "models.md").read_text()
-    assert "MANAGED_FLAGS" in text and "rules.py" in text
+    assert "MANAGED_FLAGS" in text and "rules/limits.py" in text
     for flag in ("nccl-init-addr", "served-model-name", "host", "port", "node-rank"):
-        assert flag in rules.MANAGED_FLAGS
+        assert flag in limits.MANAGED_FLAGS
         assert f"--{flag}" in text
 
 
@@ -145,7 +146,7 @@ def _waiting(reason: str, **container: Any) -> dict[str, Any]:
 #: What the status says an instance waits for: one example per shape, and the words of the
 #: shape that docs/troubleshooting.md must show (with its meaning and fix beside them).
 def _why_shapes() -> list[tuple[str, str]]:
-    from ascend_pd_operator.decisions import status as st
+    from ascend_pd_operator.decisions import waits as st
 
     sched = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
              "message": "m"}  # fmt: skip

@@ -3,7 +3,7 @@
 The pydantic JSON schema is turned into a structural OpenAPI v3 schema: refs
 inlined, ``Optional`` unwrapped (no ``anyOf`` with null), titles dropped,
 free-form maps marked ``x-kubernetes-preserve-unknown-fields``, and the CEL
-rules of ``rules.py`` attached where they apply. ``with_cel=False`` leaves the
+rules of ``rules`` attached where they apply. ``with_cel=False`` leaves the
 rules out for API servers before 1.25, which reject ``x-kubernetes-validations``;
 ``k8s_minor`` leaves out the rules whose CEL an older API server prices past its
 budget (``Rule.since``; the copies for 1.28 and 1.29 are ``crd_cli.COPIES``).
@@ -20,7 +20,8 @@ from pydantic import BaseModel
 
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.json_object import Json
-from ascend_pd_operator.api.rules import RULES, Rule
+from ascend_pd_operator.api.rules import RULES
+from ascend_pd_operator.api.rules.rule import Rule
 
 _READY = '.status.conditions[?(@.type=="Ready")]'
 #: ``kubectl get pdd``: whether it serves, each role's ready/effective instances and why not;

@@ -2,7 +2,7 @@
 
 These models are the single definition of the API: the CRD schema is generated
 from them (``crd.py``), the operator and ``ascend-pd render`` parse every custom
-resource with them, and their validators enforce the spec rules of ``rules.py``
+resource with them, and their validators enforce the spec rules of ``rules``
 (the same rules the CRD carries as CEL). Field names are camelCase on the wire
 and snake_case in Python; every field has a description for ``kubectl explain``.
 """
@@ -23,7 +23,8 @@ from pydantic.functional_validators import PlainValidator
 
 from ascend_pd_operator.api import host_mounts as hm
 from ascend_pd_operator.api.json_object import Json
-from ascend_pd_operator.api.rules import (
+from ascend_pd_operator.api.rules import violations
+from ascend_pd_operator.api.rules.limits import (
     CAP_SYS_ADMIN,
     DEFAULT_DRAIN_TIMEOUT_SECONDS,
     DNS_LABEL_PATTERN,
@@ -68,9 +69,8 @@ from ascend_pd_operator.api.rules import (
     SHARE_PATTERN,
     SYSCTL_NAME_PATTERN,
     UNIT_SHARE_PATTERN,
-    is_quantity,
-    violations,
 )
+from ascend_pd_operator.api.rules.pod import is_quantity
 
 # The API's identity is vocabulary (owner references name it): naming holds it, api serves it.
 from ascend_pd_operator.api.scheduling import Affinity, Toleration

@@ -3,7 +3,7 @@
 They were free-form objects, so a toleration with operator ``Maybe`` passed admission and
 surfaced only as a child's failed apply. Typed, the API server refuses a bad one at
 admission naming the field: enums, required keys and types cost nothing there; the few
-cross-field rules of a toleration are CEL (``rules.TOLERATION_RULES``), on one toleration
+cross-field rules of a toleration are CEL (``rules.pod.TOLERATION_RULES``), on one toleration
 each, with no map() or sum().
 
 Every field is optional with no default in the CRD, and the pods get exactly what was
@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ascend_pd_operator.api.json_object import Json
-from ascend_pd_operator.api.rules import (
+from ascend_pd_operator.api.rules.limits import (
     LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
     MAX_LABEL_KEY_LENGTH,

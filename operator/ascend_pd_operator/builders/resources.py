@@ -51,7 +51,7 @@ _SUFFIX: dict[str, int | Decimal] = {
 
 def quantity(value: int | str) -> Decimal:
     """A Kubernetes quantity's value (``2Gi``, ``500m``, ``1e3``); the API refuses what
-    ``rules.is_quantity`` refuses, so every spec's quantity parses."""
+    ``rules.pod.is_quantity`` refuses, so every spec's quantity parses."""
     text = str(value).lstrip("+")
     for suffix in sorted(_SUFFIX, key=len, reverse=True):
         if text.endswith(suffix) and not text.endswith("e" + suffix):

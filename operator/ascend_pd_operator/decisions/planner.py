@@ -31,7 +31,7 @@ generation) and from the step that failed, if one did.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,33 +40,16 @@ from ascend_pd_operator.api.models import Scaling
 from ascend_pd_operator.api.vocabulary import (
     COMPONENT_FACTS,
     COMPONENT_INSPECTOR,
-    COMPONENT_ROUTER,
-    COND_INSTANCES_HEALTHY,
-    COND_KV_LAYOUT_COMPATIBLE,
-    COND_MODEL_RESOLVED,
-    COND_NPU_PREFLIGHT,
     COND_PLACEMENT_FEASIBLE,
-    COND_RATIO_CONSTRAINED,
-    COND_READY,
-    COND_VALIDATED,
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
     LABEL_DRAINING,
-    LABEL_FINGERPRINT,
     LABEL_INSTANCE,
     LABEL_ROLE,
     REASON_APPLY_FAILED,
-    REASON_ENV_CONTRACT_MISMATCH,
-    REASON_INSPECTING,
-    REASON_INSTANCE_DRAINED,
     REASON_INSTANCE_RESTARTED,
-    REASON_INSTANCE_UNSCHEDULABLE,
-    REASON_LAUNCH_REFUSED,
-    REASON_NOT_READY,
-    REASON_PLACED,
     REASON_PODS_FORCE_DELETED,
     REASON_PRUNE_FAILED,
-    REASON_SGLANG_VERSION_MISMATCH,
     REASON_TRANSFER_PROTOCOL_MISMATCH,
     ROLES,
     SCALER_KIND,
@@ -74,8 +57,6 @@ from ascend_pd_operator.api.vocabulary import (
     gang_name,
     inspector_name,
     instance_name,
-    role_ready_condition,
-    role_status,
     router_name,
     scaler_name,
 )
@@ -105,10 +86,18 @@ from ascend_pd_operator.decisions.drain import (
     surge_indices,
 )
 from ascend_pd_operator.decisions.drain import step as drain_step
+from ascend_pd_operator.decisions.events import Event, drained_events, events, unscheduled_events
+from ascend_pd_operator.decisions.findings import Findings
+from ascend_pd_operator.decisions.observation import (
+    Observation,
+    observed_pods,
+    router_generations,
+    router_pods,
+    runtime_pods,
+)
 from ascend_pd_operator.decisions.placement import (
     RETRY_SECONDS,
     PlacementDecision,
-    Usage,
     placement_status,
 )
 from ascend_pd_operator.decisions.placement import decide as decide_placement
@@ -119,6 +108,7 @@ from ascend_pd_operator.decisions.recovery import (
     parse_time,
     recover,
 )
+from ascend_pd_operator.decisions.role_status import unscheduled_waits
 from ascend_pd_operator.decisions.rollout import (
     Decision,
     Instance,
@@ -128,15 +118,21 @@ from ascend_pd_operator.decisions.rollout import (
 )
 from ascend_pd_operator.decisions.scaling import ScaleDecision, decide_scale, with_effective
 from ascend_pd_operator.decisions.status import (
-    Findings,
     compute_status,
     merge_patch,
     status_changed,
-    unscheduled_waits,
     without_empty,
 )
 from ascend_pd_operator.decisions.transfer import implied_mismatch
-from ascend_pd_runtime.model_facts import ModelFacts
+from ascend_pd_operator.decisions.writes import (
+    Failure,
+    Outcome,
+    Write,
+    apply,
+    delete,
+    label,
+    restart,
+)
 from ascend_pd_runtime.plan import layout_fingerprint
 
 #: Kinds of children the operator prunes when no longer desired.
@@ -149,165 +145,6 @@ PRUNED_KINDS = (
 STATUS_KINDS = ("StatefulSet", "Deployment", "PodGroup")
 #: Components kept across spec changes (they cache the model inspection).
 KEPT_COMPONENTS = (COMPONENT_FACTS, COMPONENT_INSPECTOR)
-#: Conditions whose False status (with a reason worth telling) posts a Warning Event.
-EVENT_CONDITIONS = (
-    COND_VALIDATED, COND_KV_LAYOUT_COMPATIBLE, COND_MODEL_RESOLVED, COND_READY,
-    COND_INSTANCES_HEALTHY, COND_NPU_PREFLIGHT, COND_PLACEMENT_FEASIBLE,
-)  # fmt: skip
-#: Reasons that are progress, not a problem: no Event.
-QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY)
-#: Role conditions' reasons that post a Warning Event: a pod's launcher refused to start.
-EVENT_REASONS = (
-    REASON_LAUNCH_REFUSED, REASON_ENV_CONTRACT_MISMATCH, REASON_SGLANG_VERSION_MISMATCH,
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Observation:
-    """Everything one reconcile read; ``reconciler.observe`` fills it, tests build it."""
-
-    #: The PDDeployment as read (metadata, spec, status).
-    resource: Json
-    #: ``spec.model.configMapRef``'s ConfigMap (None: not found or not asked for).
-    user_configmap: Json | None = None
-    #: The inspector's stored result, ``<name>-model-facts``.
-    facts_configmap: Json | None = None
-    #: The inspector Job and its pods (their termination message is its result).
-    inspector_job: Json | None = None
-    inspector_pods: list[Json] = field(default_factory=list)
-    #: Our labelled children per kind (ownership is checked here, by uid).
-    children: Mapping[str, list[Json]] = field(default_factory=dict)
-    #: The runtime pods, read while an instance is not ready (they may carry a refusal).
-    pods: list[Json] = field(default_factory=list)
-    #: Facts given offline (``ascend-pd render --model-config``): they win over the rest.
-    local_facts: ModelFacts | None = None
-    #: Runtime pods deleted lately, as last seen (group recovery tells who deleted them).
-    gone_pods: list[Json] = field(default_factory=list)
-    #: uids of the pods this operator deleted lately (the watch may not show it yet).
-    our_deletions: frozenset[str] = frozenset()
-    #: Those of them it force-deleted: gone from the API server, whatever the watch says.
-    our_force_deletions: frozenset[str] = frozenset()
-    #: The nodes of our pods as the node watch keeps them (``recovery.slim_node``); with
-    #: spec.placement every node the watch keeps (the domains to choose from).
-    nodes: Mapping[str, Json] = field(default_factory=dict)
-    #: What the pods on the nodes hold (``placement.usage_of``): read only when an instance
-    #: with spec.placement is to be created (``Plan.needs_usage``); None: not read.
-    node_usage: Usage | None = None
-    #: How group recovery backs off (the operator's flags).
-    #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
-    #: PodDisruptionBudgets' apiVersion depends on it.
-    server_minor: int | None = None
-    #: Whether the installed Volcano PodGroup CRD has spec.subGroupPolicy (``volcano.
-    #: podgroup_subgroups``), read only with scheduling.gang volcano and placement scope
-    #: Deployment; None: not read, or no PodGroup CRD.
-    podgroup_subgroups: bool | None = None
-    #: The StatefulSet controller's FailedCreate Events of our instances (the status names
-    #: why an instance has too few pods; ``child_watch.EventWatch``).
-    events: list[Json] = field(default_factory=list)
-
-    @property
-    def owner(self) -> Owner:
-        meta = self.resource["metadata"]
-        return Owner(
-            name=str(meta.get("name", "")),
-            namespace=str(meta.get("namespace") or "default"),
-            uid=str(meta.get("uid", "")),
-            generation=int(meta.get("generation", 0) or 0),
-        )
-
-    @property
-    def previous(self) -> Json:
-        return dict(self.resource.get("status") or {})
-
-    def owned(self, kind: str) -> list[Json]:
-        """Our children of ``kind`` whose controller is this PDDeployment (this uid)."""
-        uid = self.owner.uid
-        return [
-            item
-            for item in self.children.get(kind, [])
-            if any(ref.get("uid") == uid for ref in item["metadata"].get("ownerReferences") or [])
-        ]
-
-
-@dataclass(frozen=True)
-class Write:
-    """One API write of the plan: apply ``manifest``, or delete ``kind``/``name``."""
-
-    #: "apply" | "create" (once: an existing object is left as it is) | "delete" | "label"
-    #: (a merge patch of labels) | "status" (a merge patch of the manifest's status) |
-    #: "restart" (delete every pod matching the manifest's labels, one request: ``name``
-    #: is the instance)
-    verb: str
-    kind: str
-    name: str
-    manifest: Json | None = None
-    #: A delete's grace period (None: the object's own; 0: a force-delete).
-    grace_period_seconds: int | None = None
-    #: A delete that leaves the object's dependents (a drained instance's pods).
-    orphan: bool = False
-
-    def describe(self) -> str:
-        if self.verb == "restart":
-            return f"restarting instance {self.name} (deleting its pods in one request)"
-        verb = {"apply": "applying", "create": "creating", "delete": "deleting",
-                "label": "labelling", "status": "updating the status of"}[self.verb]  # fmt: skip
-        if self.verb == "delete" and self.grace_period_seconds == 0:
-            verb = "force-deleting"
-        if self.orphan:
-            return f"releasing {self.kind} {self.name} (deleting it, its pods left)"
-        return f"{verb} {self.kind} {self.name}"
-
-
-def label(kind: str, name: str, labels: dict[str, str | None]) -> Write:
-    return Write("label", kind, name, {"metadata": {"labels": labels}})
-
-
-def apply(manifest: Json) -> Write:
-    return Write("apply", manifest["kind"], manifest["metadata"]["name"], manifest)
-
-
-def delete(kind: str, name: str) -> Write:
-    return Write("delete", kind, name)
-
-
-def restart(instance: str, selector: dict[str, str]) -> Write:
-    return Write("restart", "Pod", instance, {"metadata": {"labels": selector}})
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str
-    reason: str
-    message: str
-    #: the role it concerns, where one does (the metrics count drains per role)
-    role: str = ""
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A write the API server refused (not transiently): which, its HTTP status, why."""
-
-    write: Write
-    status: int | None
-    error: str
-
-    def message(self) -> str:
-        if self.write.kind == "PodGroup" and self.write.verb == "apply" and self.status == 404:
-            return (
-                f"{self.write.describe()}: scheduling.gang is volcano but the cluster has no "
-                "PodGroup API (scheduling.volcano.sh/v1beta1); install Volcano or set "
-                "scheduling.gang: none"
-            )
-        return f"{self.write.describe()}: {self.error}"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What carrying out steps 1 to 3 taught: the objects the applies returned (or the
-    watched objects standing in for them) and the write that failed, if one did."""
-
-    live: Mapping[tuple[str, str], Json] = field(default_factory=dict)
-    failure: Failure | None = None
 
 
 @dataclass(frozen=True)
@@ -679,19 +516,6 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
                    + restarted + drained + unplaced)  # fmt: skip
 
 
-def unscheduled_events(previous: Json, waiting: Mapping[str, list[str]]) -> Iterator[Event]:
-    """A Warning ``InstanceUnschedulable`` Event for each instance whose pod kube-scheduler
-    newly cannot place, naming the instance, the pod and the scheduler's words (``waiting``:
-    ``status.unscheduled_waits``), once: a wait the previous role condition already said is
-    not told again."""
-    said = {c["type"]: c.get("message", "") for c in previous.get("conditions") or []}
-    for role, waits in waiting.items():
-        before = said.get(role_ready_condition(role), "")
-        for wait in waits:
-            if wait not in before:
-                yield Event("Warning", REASON_INSTANCE_UNSCHEDULABLE, wait)
-
-
 def _placement_findings(draft: Plan, spec: Any) -> dict[str, Any]:
     """What the status says of spec.placement: its condition, status.placement and the
     instances waiting for a domain."""
@@ -719,37 +543,6 @@ def _placement_findings(draft: Plan, spec: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def drained_events(previous: Json, status: Json, now: str, grace: int) -> Iterator[Event]:
-    """An Event for each instance the previous status listed as draining and this one no
-    longer does, saying how long its drain took: ``InstanceDrained``, Normal within the grace
-    period, Warning past it (forced: the kubelet ended what it still held)."""
-    end = parse_time(now)
-    for role in ROLES:
-        still = {d["instance"] for d in role_status(status, role).get("draining") or []}
-        for d in role_status(previous, role).get("draining") or []:
-            if d["instance"] in still:
-                continue
-            start = parse_time(d.get("since", ""))
-            took = (end - start).total_seconds() if start and end else None
-            if took is None:
-                yield Event("Normal", REASON_INSTANCE_DRAINED, f"{d['instance']} drained", role)
-            elif took > grace:
-                yield Event(
-                    "Warning",
-                    REASON_INSTANCE_DRAINED,
-                    f"{d['instance']} drained in {took:.0f} s, longer than "
-                    f"drainTimeoutSeconds {grace}: the kubelet ended it (forced)",
-                    role,
-                )
-            else:
-                yield Event(
-                    "Normal",
-                    REASON_INSTANCE_DRAINED,
-                    f"{d['instance']} drained in {took:.0f} s, within drainTimeoutSeconds",
-                    role,
-                )
-
-
 def _failure_reason(failure: Failure | None) -> str:
     if failure is None:
         return ""
@@ -774,75 +567,3 @@ def _restarts(
         writes.append(restart(name, selector))
     writes += [Write("delete", "Pod", name, {"metadata": {"uid": uid}}, 0) for name, uid in forced]
     return tuple(writes)
-
-
-def observed_pods(obs: Observation) -> list[Json]:
-    """The runtime pods, those we deleted marked as going even if the watch has not said so
-    yet (a rollout must not count an instance it just took down as serving), those we
-    force-deleted left out (they are gone)."""
-    out = []
-    for pod in runtime_pods(obs.pods):
-        meta = pod["metadata"]
-        if meta.get("uid") in obs.our_force_deletions:
-            continue
-        if meta.get("uid") in obs.our_deletions and not meta.get("deletionTimestamp"):
-            pod = {**pod, "metadata": {**meta, "deletionTimestamp": "(deleted by us)"}}
-        out.append(pod)
-    return out
-
-
-def router_generations(obs: Observation) -> frozenset[str]:
-    """The KV-layout generations the router's running pods route to."""
-    return frozenset(
-        (p["metadata"].get("labels") or {}).get(LABEL_FINGERPRINT, "")
-        for p in router_pods(obs.pods)
-        if not p["metadata"].get("deletionTimestamp")
-    ) - {""}
-
-
-def router_pods(pods: list[Json]) -> list[Json]:
-    """The router's pods among ``pods``."""
-    return [
-        p for p in pods
-        if (p["metadata"].get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_ROUTER
-    ]  # fmt: skip
-
-
-def runtime_pods(pods: list[Json]) -> list[Json]:
-    """The prefill and decode pods among ``pods``."""
-    return [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) in ROLES]
-
-
-def events(previous: Json, status: Json) -> list[Event]:
-    """A Warning Event when a rule rejects the spec or the layout, a write fails, or a pod's
-    launcher refuses to start (SGLang refused its command line, or the env contract's
-    version): once per message (the previous status has it)."""
-    before = {c["type"]: c for c in previous.get("conditions") or []}
-    # Ready False names the first condition it waits for by that one's reason: that
-    # condition tells its own Event (or none, being progress), Ready does not repeat it.
-    told = {c["reason"] for c in status["conditions"]
-            if c["type"] != COND_READY and c["status"] != "True"}  # fmt: skip
-    out = []
-    for cond in status["conditions"]:
-        if cond["type"] == COND_READY and cond["reason"] in told:
-            continue
-        if cond["type"] == COND_PLACEMENT_FEASIBLE and cond["status"] == "True":
-            # a domain chosen (or a preference given up): said once, as a Normal Event
-            old = before.get(cond["type"]) or {}
-            if cond["reason"] != REASON_PLACED and old.get("message") != cond["message"]:
-                out.append(Event("Normal", cond["reason"], cond["message"]))
-            continue
-        if cond["type"] == COND_RATIO_CONSTRAINED:
-            old = before.get(cond["type"]) or {}
-            if cond["status"] == "True" and old.get("message") != cond["message"]:
-                out.append(Event("Normal", cond["reason"], cond["message"]))
-            continue
-        if cond["type"] not in EVENT_CONDITIONS and cond["reason"] not in EVENT_REASONS:
-            continue
-        if cond["status"] != "False" or cond["reason"] in QUIET_REASONS:
-            continue
-        old = before.get(cond["type"])
-        if old and old.get("message") == cond["message"] and old.get("status") == "False":
-            continue
-        out.append(Event("Warning", cond["reason"], f"{cond['type']}: {cond['message']}"))
-    return out

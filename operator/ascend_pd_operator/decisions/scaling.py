@@ -5,7 +5,7 @@ The ratio's semantics are Kthena's: after each role's clamp, a ratio below ``min
 prefill (at its max: lowers decode), one above ``max`` raises decode (at its max: lowers
 prefill); both roles reach zero together, a lone zero is raised to 1. Where those steps
 alone cannot land on an allowed pair (the integer counts leave no room), the allowed pair
-nearest to the asked one wins; admission guarantees one exists (``rules.feasible_pairs``).
+nearest to the asked one wins; admission guarantees one exists (``rules.scaling.feasible_pairs``).
 
 The counts used go to the workloads and to status, never back into a scaler's spec, so an
 HPA never fights them. Pure: the planner calls it with what the reconcile observed.
@@ -20,7 +20,7 @@ from fractions import Fraction
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
-from ascend_pd_operator.api.rules import (
+from ascend_pd_operator.api.rules.scaling import (
     bounds_apply,
     feasible_pairs,
     pair_ok,

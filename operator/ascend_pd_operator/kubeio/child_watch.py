@@ -39,7 +39,7 @@ from ascend_pd_operator.api.vocabulary import (
     LABEL_ROLE,
     ROLES,
 )
-from ascend_pd_operator.decisions.status import launch_refusal
+from ascend_pd_operator.decisions.waits import launch_refusal
 from ascend_pd_operator.kubeio.backoff import Streak
 from ascend_pd_operator.kubeio.errors import KubeError, wait_at_least
 from ascend_pd_operator.kubeio.kube import Connection, Listing

@@ -28,7 +28,7 @@ Key = tuple[str, str]  # (namespace, name)
 
 
 class PostedEvent(Protocol):
-    """An Event a reconcile posted, as the reports read it (``decisions.planner.Event``)."""
+    """An Event a reconcile posted, as the reports read it (``decisions.events.Event``)."""
 
     @property
     def type(self) -> str: ...
@@ -180,6 +180,6 @@ class DeploymentReports:
 
 
 def _instance_ready(sts: Json) -> bool:
-    from ascend_pd_operator.decisions.status import instance_ready
+    from ascend_pd_operator.decisions.waits import instance_ready
 
     return instance_ready(sts)

@@ -25,7 +25,7 @@ POD_METADATA = (
 
 #: What the status reads of a container's status: readiness and restarts, and what it
 #: waits for (``state``'s waiting reason, the last termination's exit code and message);
-#: ``status.pod_wait`` tells it. Not ``started``: no pod the operator makes has a startup
+#: ``waits.pod_wait`` tells it. Not ``started``: no pod the operator makes has a startup
 #: probe, so a running container has always started.
 CONTAINER_STATUS = ("name", "ready", "restartCount", "state", "lastState")
 
@@ -39,7 +39,7 @@ def _kept_condition(cond: Json) -> bool:
 def slim_pod(pod: Json) -> Json:
     """What the controller reads of a pod, and no more: a full pod is ~10 KiB of spec and
     managed fields the operator never looks at. Of its conditions: Ready, and PodScheduled
-    while it is not True (the scheduler's reason, ``status.pod_wait``); its podIP is where
+    while it is not True (the scheduler's reason, ``waits.pod_wait``); its podIP is where
     the PD planner scrapes a leader's metrics."""
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}

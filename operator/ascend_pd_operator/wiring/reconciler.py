@@ -40,20 +40,13 @@ from ascend_pd_operator.api.vocabulary import (
 from ascend_pd_operator.api.vocabulary import model_facts_name as facts_cm_name
 from ascend_pd_operator.builders.volcano import PODGROUP_CRD, podgroup_subgroups
 from ascend_pd_operator.decisions.device_info import device_info
+from ascend_pd_operator.decisions.events import Event
+from ascend_pd_operator.decisions.observation import Observation
 from ascend_pd_operator.decisions.placement import Usage, usage_of
-from ascend_pd_operator.decisions.planner import (
-    PRUNED_KINDS,
-    Event,
-    Failure,
-    Observation,
-    Outcome,
-    Plan,
-    Write,
-    conclude,
-    plan,
-)
+from ascend_pd_operator.decisions.planner import PRUNED_KINDS, Plan, conclude, plan
 from ascend_pd_operator.decisions.recovery import DEFAULT_POLICY, RecoveryPolicy, slim_node
 from ascend_pd_operator.decisions.status import merge_patch, status_changed
+from ascend_pd_operator.decisions.writes import Failure, Outcome, Write
 from ascend_pd_operator.kubeio.apply_records import digest
 from ascend_pd_operator.kubeio.child_watch import EVENT_FIELD_SELECTOR
 from ascend_pd_operator.kubeio.kept import event_owner, slim_event

@@ -24,7 +24,8 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_TRANSFER_PROTOCOL_MISMATCH,
     ROLES,
 )
-from ascend_pd_operator.decisions.planner import Observation, Plan, plan
+from ascend_pd_operator.decisions.observation import Observation
+from ascend_pd_operator.decisions.planner import Plan, plan
 from ascend_pd_runtime.errors import BadInput
 from ascend_pd_runtime.fit import GIB, NPU_MEMORY_BYTES, FitReport, RoleParallel, check_fit
 from ascend_pd_runtime.model_facts import BUNDLED_MODELS, config_path, load_model_facts

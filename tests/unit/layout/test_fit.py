@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ascend_pd_operator.decisions.planner import Observation, Plan, plan
+from ascend_pd_operator.decisions.observation import Observation
+from ascend_pd_operator.decisions.planner import Plan, plan
 from ascend_pd_operator.wiring.cli import main as ascend_pd
 from ascend_pd_operator.wiring.render_cli import fit_report, render
 from ascend_pd_runtime.fit import GIB, KV_MARGIN_TOKENS, RoleParallel, check_fit, flag

@@ -1,5 +1,5 @@
 """What one reconcile found, for the status tests: ``findings_for`` builds the
-``decisions.status.Findings`` of a PDDeployment whose model facts are inline, its desired
+``decisions.findings.Findings`` of a PDDeployment whose model facts are inline, its desired
 state built as the planner builds it, next to the children, pods and Events a test wrote."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.desired import desired_state
 from ascend_pd_operator.builders.model_source import resolve_facts
-from ascend_pd_operator.decisions.status import Findings
+from ascend_pd_operator.decisions.findings import Findings
 
 
 def findings_for(

@@ -17,14 +17,10 @@ import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.crd import openapi_schema
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import SpecError, check_name, parse_spec
-from ascend_pd_operator.api.rules import (
-    HOST_MOUNT_RULES,
-    PLACEMENT_RULES,
-    RULES,
-    SCALING_RULES,
-    rules_for,
-    violations,
-)
+from ascend_pd_operator.api.rules import RULES, rules_for, violations
+from ascend_pd_operator.api.rules.host_mounts import HOST_MOUNT_RULES
+from ascend_pd_operator.api.rules.placement import PLACEMENT_RULES
+from ascend_pd_operator.api.rules.scaling import SCALING_RULES
 from ascend_pd_operator.api.vocabulary import HOST_FILES as KNOWN_HOST_FILES
 
 from .conftest import apply_defaults, load_example
@@ -902,7 +898,7 @@ def test_every_rule_has_an_invalid_case() -> None:
 @pytest.mark.parametrize("patch", range(0, 31))
 def test_version_patterns_match_the_layout_core(patch: int) -> None:
     """The CEL version regexes say the same as the core's version comparisons."""
-    from ascend_pd_operator.api.rules import _version_supported
+    from ascend_pd_operator.api.rules.spec import _version_supported
     from ascend_pd_runtime.layout import SGLANG_PP_PREFILL_DRAFT, parse_sglang_version
 
     for version in (f"0.5.{patch}", f"v0.5.{patch}", f"0.5.{patch}.post1"):
@@ -949,7 +945,7 @@ def test_name_rule_agrees_with_the_dns_label_pattern(name: str) -> None:
     the DNS-label pattern the pydantic side checks."""
     import re
 
-    from ascend_pd_operator.api.rules import MAX_NAME_LENGTH, NAME_PATTERN
+    from ascend_pd_operator.api.rules.limits import MAX_NAME_LENGTH, NAME_PATTERN
 
     subdomain = re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) is not None
     resource = copy.deepcopy(base())

@@ -23,7 +23,8 @@ from ascend_pd_operator.api.crd import (
     crd_yaml,
     openapi_schema,
 )
-from ascend_pd_operator.api.rules import RULES, SIZED_MAP_MINOR
+from ascend_pd_operator.api.rules import RULES
+from ascend_pd_operator.api.rules.limits import SIZED_MAP_MINOR
 from ascend_pd_operator.wiring.cli import main as cli_main
 from ascend_pd_operator.wiring.crd_cli import COPIES
 from ascend_pd_runtime import env_contract as ec

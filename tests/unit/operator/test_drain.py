@@ -16,7 +16,8 @@ import pytest
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.decisions.drain import roster, surge_indices
-from ascend_pd_operator.decisions.planner import Observation, Plan, plan
+from ascend_pd_operator.decisions.observation import Observation
+from ascend_pd_operator.decisions.planner import Plan, plan
 from ascend_pd_operator.decisions.rollout import observed_instances
 
 UID = "uid-1"

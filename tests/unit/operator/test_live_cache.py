@@ -74,7 +74,7 @@ def test_the_cache_keeps_what_the_controller_reads_and_no_more() -> None:
     operator's memory at 100 deployments; readiness, rollouts and the selector check read
     only replicas, selector, metadata and status."""
     from ascend_pd_operator.decisions.rollout import Instance, router_settled
-    from ascend_pd_operator.decisions.status import instance_ready
+    from ascend_pd_operator.decisions.waits import instance_ready
 
     template = {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "x"}]}}
     sts = {

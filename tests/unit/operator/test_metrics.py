@@ -327,7 +327,7 @@ def test_elastic_roles_asked_run_draining_and_drains_by_outcome() -> None:
     """A count held by the ratio bounds, a drain under way, and drains counted from the
     reconcile's Events, per role and outcome; every pair at 0 from the first status, so the
     first forced drain is an increase Prometheus sees."""
-    from ascend_pd_operator.decisions.planner import Event
+    from ascend_pd_operator.decisions.events import Event
 
     c = DeploymentCollector()
     status = {"roles": {"decode": {"replicas": 4, "effectiveReplicas": 2, "readyReplicas": 2,

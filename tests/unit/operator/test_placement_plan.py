@@ -14,8 +14,9 @@ from typing import Any
 
 from ascend_pd_operator.api.vocabulary import ANNOTATION_PLACEMENT, LABEL_EXCLUSIVE
 from ascend_pd_operator.builders.pinning import Pin, pin_of, pinned_affinity
+from ascend_pd_operator.decisions.observation import Observation
 from ascend_pd_operator.decisions.placement import Usage
-from ascend_pd_operator.decisions.planner import Observation, Plan, plan
+from ascend_pd_operator.decisions.planner import Plan, plan
 from ascend_pd_operator.kubeio.kept import kept
 
 from .test_placement import KEY, node

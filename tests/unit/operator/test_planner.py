@@ -15,17 +15,9 @@ from typing import Any
 import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
-from ascend_pd_operator.decisions.planner import (
-    Failure,
-    Observation,
-    Outcome,
-    Plan,
-    Write,
-    apply,
-    conclude,
-    delete,
-    plan,
-)
+from ascend_pd_operator.decisions.observation import Observation
+from ascend_pd_operator.decisions.planner import Plan, conclude, plan
+from ascend_pd_operator.decisions.writes import Failure, Outcome, Write, apply, delete
 
 NOW = "2026-01-01T00:00:00Z"
 UID = "uid-1"

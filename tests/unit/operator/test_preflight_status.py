@@ -11,8 +11,10 @@ import dataclasses
 from typing import Any
 
 import ascend_pd_runtime.env_contract as ec
-from ascend_pd_operator.decisions.planner import Observation, Outcome, conclude, plan
+from ascend_pd_operator.decisions.observation import Observation
+from ascend_pd_operator.decisions.planner import conclude, plan
 from ascend_pd_operator.decisions.status import compute_status
+from ascend_pd_operator.decisions.writes import Outcome
 from tests.unit.operator.findings import findings_for
 from tests.unit.operator.test_planner import owned, resource
 from tests.unit.operator.test_status import OWNER, T0, T1, all_children, conditions

@@ -17,8 +17,9 @@ import pytest
 
 import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.json_object import Json
-from ascend_pd_operator.decisions.planner import Observation, plan
-from ascend_pd_operator.decisions.planner import events as planned_events
+from ascend_pd_operator.decisions.events import events as planned_events
+from ascend_pd_operator.decisions.observation import Observation
+from ascend_pd_operator.decisions.planner import plan
 from ascend_pd_runtime.cli import main as runtime_cli
 from tests.unit.operator.test_planner import (
     NOW,

@@ -17,7 +17,8 @@ from ascend_pd_operator.builders.model_source import (
     inspector_state,
     resolve_facts,
 )
-from ascend_pd_operator.decisions.status import Findings, compute_status, status_changed
+from ascend_pd_operator.decisions.findings import Findings
+from ascend_pd_operator.decisions.status import compute_status, status_changed
 from tests.unit.operator.findings import findings_for
 
 OWNER = Owner("dsv3", "llm", uid="u-1", generation=2)

@@ -13,9 +13,10 @@ import ascend_pd_runtime.env_contract as ec
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.desired import validate
-from ascend_pd_operator.decisions.planner import events
+from ascend_pd_operator.decisions.events import events
+from ascend_pd_operator.decisions.findings import Findings
 from ascend_pd_operator.decisions.scaling import RoleScale, ScaleDecision
-from ascend_pd_operator.decisions.status import Findings, compute_status
+from ascend_pd_operator.decisions.status import compute_status
 from tests.unit.operator.findings import findings_for
 from tests.unit.operator.test_status import runtime_pod, sts, terminated
 

@@ -14,12 +14,12 @@ import pytest
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.pinning import Pin, pin_annotations
-from ascend_pd_operator.decisions.planner import events as planned_events
-from ascend_pd_operator.decisions.status import (
+from ascend_pd_operator.decisions.events import events as planned_events
+from ascend_pd_operator.decisions.status import compute_status
+from ascend_pd_operator.decisions.waits import (
     LISTED_INSTANCES,
     QUOTE_CHARS,
     ROLE_MESSAGE_CHARS,
-    compute_status,
 )
 from tests.unit.operator.findings import findings_for
 
@@ -168,8 +168,8 @@ def test_an_unschedulable_instance_gets_one_event_naming_it_and_the_scheduler_s_
     dsv3: Json,
 ) -> None:
     from ascend_pd_operator.api.models import PDDeploymentSpec
-    from ascend_pd_operator.decisions.planner import unscheduled_events
-    from ascend_pd_operator.decisions.status import unscheduled_waits
+    from ascend_pd_operator.decisions.events import unscheduled_events
+    from ascend_pd_operator.decisions.role_status import unscheduled_waits
 
     why = "0/6 nodes are available: 6 Insufficient huawei.com/Ascend910."
     children, pods = prefill_0_not_ready(

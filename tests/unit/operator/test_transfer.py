@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from ascend_pd_operator.api.models import parse_spec
-from ascend_pd_operator.decisions.planner import Observation, plan
+from ascend_pd_operator.decisions.observation import Observation
+from ascend_pd_operator.decisions.planner import plan
 from ascend_pd_operator.decisions.transfer import implied_mismatch
 from ascend_pd_operator.wiring.render_cli import render
 
