@@ -327,7 +327,7 @@ class Bench:
     # --- set-up ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        install_crd(self.layout.kubeconfig, with_cel=False, field_manager="bench")
+        install_crd(self.layout.kubeconfig, field_manager="bench")
         for ns in (self.ns_one, *self.ns_scale.values()):
             self.kubectl("create", "namespace", ns)
             self.apply(config_map(ns))

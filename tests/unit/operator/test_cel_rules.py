@@ -63,7 +63,7 @@ def _program(rule: str) -> Any:
 
 def cel_failures(resource: Json) -> list[str]:
     """Messages of the CEL rules the API server would reject ``resource`` with."""
-    schema = openapi_schema(with_cel=True)
+    schema = openapi_schema()
     obj = apply_defaults(schema, resource)
     failed = []
     for _path, validation, self_obj in _validations(schema, obj):
