@@ -1,4 +1,4 @@
-"""The operator on a 1.20 API server that lacks one of its CRDs (``crds.install: false``
+"""The operator on an API server that lacks one of its CRDs (``crds.install: false``
 and only the PDDeployment CRD applied, as NOTES said before issue 35): ``/healthz`` fails
 naming it, the log names it in one line while the operator waits (no watch retrying a 404),
 and applying the CRDs lets it start.
@@ -41,8 +41,7 @@ def health(op: Operator) -> tuple[int, dict[str, Any]]:
 def test_a_missing_crd_fails_healthz_and_is_one_log_line(
     cluster: Any, kubectl: Any, namespace: str, tmp_path: Path, wait_until: Any
 ) -> None:
-    with_cel = cluster.cel_enforced
-    install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
+    install_crd(cluster.kubeconfig, "e2e-operator")
     kubectl("delete", "crd", SCALERS, "--wait=true")
     log = tmp_path / "operator.log"
     op = Operator(cluster.kubeconfig, namespace, log, "--debug")
@@ -61,9 +60,9 @@ def test_a_missing_crd_fails_healthz_and_is_one_log_line(
         loud = [line for line in text.splitlines() if " WARNING " in line or " ERROR " in line]
         assert loud == named, loud
         assert "kopf" not in text, text[-3000:]
-        install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
+        install_crd(cluster.kubeconfig, "e2e-operator")
         wait_until(op.healthy, "/healthz answering 200 once the CRD is served")
         assert f"CRD {SCALERS} installed now: starting" in log.read_text()
     finally:
         op.stop()
-        install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
+        install_crd(cluster.kubeconfig, "e2e-operator")
