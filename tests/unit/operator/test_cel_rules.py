@@ -1042,7 +1042,8 @@ def test_a_map_rule_message_names_the_field_and_the_key() -> None:
      ("", False), ("A" * 256, True), ("A" * 257, False)],
 )  # fmt: skip
 def test_env_names_are_checked_by_the_schema(name: str, ok: bool) -> None:
-    """Kubernetes 1.20's IsEnvVarName, refused by the CRD's schema (on every Kubernetes)."""
+    """IsEnvVarName as Kubernetes before 1.34 checks it, refused by the CRD's schema (on
+    every Kubernetes)."""
     import re
 
     resource = copy.deepcopy(base())
