@@ -556,8 +556,8 @@ class PodSecurityContext(_Model):
 
 class ContainerSecurityContext(_Model):
     """The container's securityContext (core/v1 SecurityContext, fields every supported
-    Kubernetes has, without procMount and windowsOptions); it overrides the pod's. Given fields replace
-    the operator's defaults one by one (docs/security.md)."""
+    Kubernetes has, without procMount and windowsOptions); it overrides the pod's. Given
+    fields replace the operator's defaults one by one (docs/security.md)."""
 
     run_as_user: Id | None = Field(None, description="UID the container runs as.")
     run_as_group: Id | None = Field(None, description="GID the container runs as.")
