@@ -55,9 +55,7 @@ from ascend_pd_dev.testtools.faultproxy import STATS_PATH
 from ascend_pd_dev.testtools.kubectl import install_crd, kubectl_path
 from ascend_pd_dev.testtools.local_run import OperatorProcess, free_port, stop_child_group
 from ascend_pd_operator.api import models
-from ascend_pd_operator.api.access import served_api_version
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT
-from ascend_pd_operator.kubeio.discovery import server_minor
 from ascend_pd_operator.kubeio.kube import Connection, Kube
 from ascend_pd_operator.wiring.render_cli import render
 from ascend_pd_operator.wiring.run_cli import DEFAULT_WORKERS
@@ -197,13 +195,9 @@ class Recorder:
         custom = client.CustomObjectsApi(self.api_client)
         rbac = client.RbacAuthorizationV1Api(self.api_client)
 
-        # the PDB version this server serves (policy/v1beta1 on 1.20, policy/v1 from 1.21)
-        minor = server_minor(client.VersionApi(self.api_client).get_code().to_dict())
-        pdb_version = served_api_version("PodDisruptionBudget", minor).split("/")[1]
-
         def pdbs(namespace: str, **kw: Any) -> Any:
             return custom.list_namespaced_custom_object(
-                "policy", pdb_version, namespace, "poddisruptionbudgets", **kw
+                "policy", "v1", namespace, "poddisruptionbudgets", **kw
             )
 
         lists: dict[str, Callable[..., Any]] = {
@@ -327,7 +321,7 @@ class Bench:
     # --- set-up ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        install_crd(self.layout.kubeconfig, with_cel=False, field_manager="bench")
+        install_crd(self.layout.kubeconfig, field_manager="bench")
         for ns in (self.ns_one, *self.ns_scale.values()):
             self.kubectl("create", "namespace", ns)
             self.apply(config_map(ns))
@@ -456,12 +450,8 @@ class Bench:
         ns = self.ns_bare[count]
         self.kubectl("create", "namespace", ns)
         crs = [pddeployment(f"scale-{i:03d}", ns) for i in range(count)]
-        # Offline rendering names policy/v1; the operator applies each kind at the version
-        # this server serves (policy/v1beta1 on 1.20), and so does the bare client.
-        groups = [
-            [{**m, "apiVersion": self.kube.resource(m["kind"]).api_version} for m in rendered(cr)]
-            for cr in crs
-        ]
+        # the operator applies each kind at its allow-list version, as rendered offline
+        groups = [rendered(cr) for cr in crs]
         wanted = {(m["kind"], m["metadata"]["name"]) for g in groups for m in g}
         rec = Recorder(self.api_client, ns).start()
         try:

@@ -171,7 +171,7 @@ class Bench:
         return done.returncode == 0
 
     def set_up(self) -> None:
-        install_crd(self.layout.kubeconfig, with_cel=False, field_manager="bench")
+        install_crd(self.layout.kubeconfig, field_manager="bench")
         for ns in self.namespaces:
             self.kubectl("create", "namespace", ns)
             # pods cannot be created before the namespace's default ServiceAccount exists

@@ -130,7 +130,7 @@ class Env:
 
     def install_crd(self) -> None:
         # The CRD is cluster-wide and shared with other tests: apply ours, take its fields.
-        install_crd(self.kubeconfig, self.server_version >= (1, 25), "ascend-pd-reliability")
+        install_crd(self.kubeconfig, "ascend-pd-reliability")
 
     def install_chart(self, watched: list[str], *values: str) -> Release:
         """A release of the chart in a namespace of its own, watching ``watched``."""

@@ -25,7 +25,7 @@ from ascend_pd_operator.api.rules import RULES
 from tests.unit.test_docs_drift import APPLY, CRD_NAMES, applied_crd_files
 
 #: each render is validated against its own release's schemas (kubernetes-validate ships
-#: 1.25 on)
+#: every supported release's)
 SCHEMAS = set(kubernetes_validate.utils.all_versions())
 
 MATRIX = [(values, kube) for values in CI_VALUES for kube in KUBE_VERSIONS]
@@ -259,7 +259,6 @@ def test_test_pods_are_not_selected_by_operator_selectors(render: Render) -> Non
 CRD_FILES = {
     "cel": CHART / "files" / "crds" / "pddeployments-cel.yaml",
     "cel-1.28": CHART / "files" / "crds" / "pddeployments-cel-1.28.yaml",
-    "nocel": CHART / "files" / "crds" / "pddeployments-nocel.yaml",
 }
 PLURALS = ("pddeployments", "pdrolescalers")
 
@@ -280,8 +279,7 @@ def test_crd_variant_by_cluster_version(render: Render, kube: str, variant: str)
         assert crd["spec"] == expected["spec"]
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
         assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
-    has_cel = "x-kubernetes-validations" in walk_keys(crds[0]["spec"])
-    assert has_cel == variant.startswith("cel")
+    assert "x-kubernetes-validations" in walk_keys(crds[0]["spec"])
 
 
 def _cel_rules(doc: Any) -> list[str]:
@@ -303,13 +301,12 @@ def _cel_rules(doc: Any) -> list[str]:
 def test_cel_variants_really_differ() -> None:
     # otherwise the variant test above could pass on identical files: the 1.28 one lacks
     # exactly the rules whose CEL 1.28 and 1.29 refuse (the map() sum of podAnnotations)
-    cel, older, nocel = (yaml.safe_load(CRD_FILES[v].read_text()) for v in CRD_FILES)
+    cel, older = (yaml.safe_load(CRD_FILES[v].read_text()) for v in CRD_FILES)
     dropped = [r.cel for r in RULES if r.since > 28]
     assert dropped and all("map(" in rule for rule in dropped)
     full = _cel_rules(cel)
     assert [r for r in full if r not in dropped] == _cel_rules(older)
     assert len(_cel_rules(older)) < len(full)
-    assert "x-kubernetes-validations" not in walk_keys(nocel)
 
 
 def test_crd_keep_and_install_switches(render: Render) -> None:
@@ -522,7 +519,6 @@ def test_packaged_chart_carries_its_files(helm: Path, tmp_path: Path) -> None:
     for needed in (
         "files/crds/pddeployments-cel.yaml",
         "files/crds/pddeployments-cel-1.28.yaml",
-        "files/crds/pddeployments-nocel.yaml",
         "files/helm-test/smoke_test.py",
         "files/helm-test/pddeployment.yaml",
         "files/dashboards/ascend-pd.json",

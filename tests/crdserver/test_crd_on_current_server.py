@@ -337,7 +337,7 @@ def test_bad_input_corpus(server: crd_server.CrdServer, case: Case) -> None:
     assert status == 422, (status, message)
     assert FIELD.search(message), f"names no field: {message}"
     if case.reject == "schema":
-        # the corpus was written against 1.20; later servers add the index of a list item
+        # the corpus's messages name no list index; the server adds the index of a list item
         assert case.message in message or case.message in re.sub(r"\[\d+\]", "", message), message
     else:
         rules = _rules_named(case)

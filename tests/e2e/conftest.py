@@ -17,9 +17,7 @@ Fixtures (all session-scoped except ``namespace``):
 - ``cluster`` -> ``E2ECluster``: ``kubeconfig`` (Path), ``local`` (the dev cluster?),
   ``simulated`` (kubelet-sim nodes available?), ``server_version`` ((major, minor)),
   ``api_client`` (a ``kubernetes.client.ApiClient``), ``layout`` (the dev cluster's
-  ``cluster.Layout`` when local, else None), ``cel_enforced`` (the server enforces CRD CEL
-  rules: 1.25 and later), ``pod_security_admission`` (the server enforces Pod Security
-  labels: 1.25 and later).
+  ``cluster.Layout`` when local, else None).
 - ``kubectl(*args, input=None, check=True, kubeconfig=None) -> CompletedProcess[str]``: runs the
   project's kubectl (``ascend_pd_dev.testtools.kubectl.kubectl_path()``) against the cluster;
   with ``check`` a non-zero exit fails the test showing stderr.
@@ -74,20 +72,6 @@ class E2ECluster:
     server_version: tuple[int, int]
     api_client: Any
     layout: dev_cluster.Layout | None
-
-    @property
-    def cel_enforced(self) -> bool:
-        """The API server enforces the CRDs' CEL rules (``x-kubernetes-validations``: beta
-        and on by default from 1.25), so ``install_crd`` installs them and a spec a rule
-        refuses is refused by the API server itself, not only by the operator (on 1.28 and
-        1.29 every rule but those ``Rule.since`` keeps from them: ``crd.cel_minor``)."""
-        return self.server_version >= (1, 25)
-
-    @property
-    def pod_security_admission(self) -> bool:
-        """Pod Security admission enforces a namespace's ``pod-security.kubernetes.io/*``
-        labels (GA in 1.25; the local 1.20 has none)."""
-        return self.server_version >= (1, 25)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -274,7 +258,7 @@ def proxied_operator(
     started: list[tuple[OperatorProcess, Path]] = []
 
     def start(resync_seconds: float) -> OperatorProcess:
-        install_crd(cluster.kubeconfig, cluster.cel_enforced, "e2e-operator")
+        install_crd(cluster.kubeconfig, "e2e-operator")
         doc = yaml.safe_load(cluster.kubeconfig.read_text())
         for entry in doc["clusters"]:
             entry["cluster"] = {"server": counting_proxy.url}
@@ -306,7 +290,7 @@ def get_json(kubectl: Kubectl, namespace: str) -> Callable[..., dict[str, Any]]:
 @pytest.fixture(scope="module")
 def crd(cluster: E2ECluster, kubectl: Kubectl) -> None:
     """The PDDeployment CRD, with CEL where the server has it."""
-    install_crd(cluster.kubeconfig, cluster.cel_enforced, "e2e-operator")
+    install_crd(cluster.kubeconfig, "e2e-operator")
 
 
 @pytest.fixture

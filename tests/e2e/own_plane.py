@@ -89,7 +89,7 @@ def own_plane(
     plane = Plane(dev_cluster.Layout(paths.scratch_state_dir(state)), name)
     dev_cluster.fresh(plane.layout, nodes, NPUS, plane.progress, domains=DOMAINS)
     try:
-        install_crd(plane.layout.kubeconfig, with_cel=False, field_manager=f"e2e-{name}")
+        install_crd(plane.layout.kubeconfig, field_manager=f"e2e-{name}")
         plane.run("create", "namespace", name)
         if prepare is not None:
             prepare(plane)

@@ -167,7 +167,7 @@ def test_install_test_upgrade_uninstall(
     cluster: Any, kubectl: Any, helm: Helm, release_ns: str, wait_until: Any, tmp_path: Path
 ) -> None:
     ns = release_ns
-    # the optional objects on too: the 1.20 API server must take the policy/v1beta1 PDB
+    # the optional objects on too: the API server must take the chart's PDB
     common = ["--namespace", ns, "--set", f"watch.namespaces={{{ns}}}"]
     common += ["--set", "podDisruptionBudget.enabled=true", "--set", "metrics.enabled=true"]
 
@@ -177,13 +177,10 @@ def test_install_test_upgrade_uninstall(
     crd = get_json(kubectl, "crd", CRD_NAME)
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert schema_description(kubectl) == OLD_SCHEMA_MARK
-    if not cluster.cel_enforced:
-        assert "x-kubernetes-validations" not in yaml.safe_dump(crd)
     deployment = get_json(kubectl, "-n", ns, "deployment", FULLNAME)
     assert deployment["status"].get("readyReplicas") == 1
     pdb = get_json(kubectl, "-n", ns, "pdb", FULLNAME)
-    expected_policy = "policy/v1" if cluster.server_version >= (1, 21) else "policy/v1beta1"
-    assert pdb["apiVersion"] == expected_policy
+    assert pdb["apiVersion"] == "policy/v1"
     service = get_json(kubectl, "-n", ns, "service", f"{FULLNAME}-metrics")
     # the operator's /metrics port (the container port the chart names "metrics")
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"

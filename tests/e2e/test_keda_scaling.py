@@ -74,16 +74,8 @@ class Exporter:
         self.server.server_close()
 
 
-#: KEDA 2.21 makes ``autoscaling/v2`` HPAs, served from Kubernetes 1.23 on (not by the 1.20
-#: control plane of ``ASCEND_PD_K8S_VERSION=1.20``)
-HPA_V2 = (1, 23)
-
-
 @pytest.fixture(scope="module")
 def keda(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keda]:
-    if cluster.server_version < HPA_V2:
-        pytest.skip(f"KEDA 2.21 needs autoscaling/v2 (Kubernetes {HPA_V2}+), the server is "
-                    f"{cluster.server_version}")  # fmt: skip
     # built by the tier's prepare step; a plain pytest run builds it here (once, cached)
     keda_dir = build_keda.ensure_keda()
     with Keda(keda_dir, cluster.kubeconfig, tmp_path_factory.mktemp("keda")) as running:

@@ -49,8 +49,7 @@ def scaler_problem(op: Operator) -> str | None:
 def test_a_missing_crd_fails_healthz_and_is_one_log_line(
     cluster: Any, kubectl: Any, namespace: str, tmp_path: Path, wait_until: Any
 ) -> None:
-    with_cel = cluster.cel_enforced
-    install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
+    install_crd(cluster.kubeconfig, "e2e-operator")
     kubectl("delete", "crd", SCALERS, "--wait=true")
     log = tmp_path / "operator.log"
     op = Operator(cluster.kubeconfig, namespace, log, "--debug")
@@ -67,9 +66,9 @@ def test_a_missing_crd_fails_healthz_and_is_one_log_line(
         loud = [line for line in text.splitlines() if " WARNING " in line or " ERROR " in line]
         assert loud == named, loud
         assert "kopf" not in text, text[-3000:]
-        install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
+        install_crd(cluster.kubeconfig, "e2e-operator")
         wait_until(op.healthy, "/healthz answering 200 once the CRD is served")
         assert f"CRD {SCALERS} installed now: starting" in log.read_text()
     finally:
         op.stop()
-        install_crd(cluster.kubeconfig, with_cel, "e2e-operator")
+        install_crd(cluster.kubeconfig, "e2e-operator")

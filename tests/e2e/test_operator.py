@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
 
 
 def test_example_becomes_ready_with_its_layout(
-    cluster: Any, kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     st = wait_until(
@@ -53,20 +53,16 @@ def test_example_becomes_ready_with_its_layout(
     assert json.loads(plan["data"]["plan.json"])["fingerprint"] == st["kvLayout"]["fingerprint"]
     printed = kubectl("get", "pdd", "-n", namespace).stdout.split("\n")[0].split()
     assert printed == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE"]
-    _budgets_and_router_identity(kubectl, namespace, cr["metadata"]["uid"], cluster.server_version)
+    _budgets_and_router_identity(kubectl, namespace, cr["metadata"]["uid"])
 
 
-def _budgets_and_router_identity(
-    kubectl: Any, namespace: str, uid: str, server: tuple[int, int]
-) -> None:
-    """A PodDisruptionBudget per role at the version this server serves (policy/v1beta1 on
-    1.20), and the router's ServiceAccount, Role and RoleBinding, all created by the
-    operator; the API server's authorizer says the router may read pods here and nothing
-    more."""
-    version = "v1" if server >= (1, 21) else "v1beta1"
+def _budgets_and_router_identity(kubectl: Any, namespace: str, uid: str) -> None:
+    """A policy/v1 PodDisruptionBudget per role, and the router's ServiceAccount, Role and
+    RoleBinding, all created by the operator; the API server's authorizer says the router
+    may read pods here and nothing more."""
     for role in ("prefill", "decode"):
-        pdb = get(kubectl, namespace, f"poddisruptionbudgets.{version}.policy", f"dsv2-lite-{role}")
-        assert pdb is not None, f"no policy/{version} PodDisruptionBudget for {role}"
+        pdb = get(kubectl, namespace, "poddisruptionbudgets.v1.policy", f"dsv2-lite-{role}")
+        assert pdb is not None, f"no policy/v1 PodDisruptionBudget for {role}"
         assert pdb["metadata"]["ownerReferences"][0]["uid"] == uid
         assert pdb["spec"]["maxUnavailable"] == 1
         assert pdb["spec"]["selector"]["matchLabels"] == {
@@ -95,16 +91,8 @@ def test_invalid_update_leaves_the_deployment_as_it_was(
     before = wait_until(lambda: len(v := versions(kubectl, namespace)) == 9 and v, "9 children")
     done = kubectl("patch", "pdd", "dsv3", "-n", namespace, "--type=merge",
                    "-p", '{"spec": {"prefill": {"devicesPerNode": 6}}}', check=False)  # fmt: skip
-    if done.returncode != 0:  # a server with CEL refuses it outright
-        assert "must be divisible by devicesPerNode" in done.stderr
-    else:  # no CEL (Kubernetes < 1.25): the operator refuses it
-        st = wait_until(
-            lambda: (s := status(kubectl, namespace, "dsv3")).get("phase") == "Invalid" and s,
-            "dsv3 Invalid",
-        )
-        assert "devicesPerNode 6" in condition(st, "Validated")["message"]
-        events = get(kubectl, namespace, "events", "--field-selector", "reason=InvalidSpec")
-        assert events is not None and events["items"], "no InvalidSpec event"
+    # the API server's CEL refuses it outright
+    assert done.returncode != 0 and "must be divisible by devicesPerNode" in done.stderr
     assert versions(kubectl, namespace) == before
 
 
@@ -352,28 +340,16 @@ def test_schema_invalid_specs_are_rejected_by_the_api_server_naming_the_field(
 
 
 def test_cross_field_invalid_spec_creates_nothing_and_says_why(
-    kubectl: Any, namespace: str, operator: Operator, wait_until: Any, cluster: Any
+    kubectl: Any, namespace: str, operator: Operator
 ) -> None:
     docs = example("deepseek-v2-lite.yaml", namespace)
     pdd_doc(docs)["spec"]["prefill"]["extraArgs"] = ["--tp-size", "4"]
     done = kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), check=False)
-    if cluster.cel_enforced:  # CEL sees it: the API server refuses
-        # with the rule's message (static: CEL names the field, the operator the value)
-        assert done.returncode != 0, done.stdout
-        assert "spec.prefill: Invalid value" in done.stderr, done.stderr
-        assert "extraArgs may not set flags the operator manages" in done.stderr, done.stderr
-        assert get(kubectl, namespace, "pdd", "dsv2-lite") is None
-        return
-    assert done.returncode == 0, done.stderr
-    st = wait_until(
-        lambda: (s := status(kubectl, namespace, "dsv2-lite")).get("phase") == "Invalid" and s,
-        "Invalid",
-    )
-    cond = condition(st, "Validated")
-    assert cond["status"] == "False" and "--tp-size" in cond["message"]
-    events = get(kubectl, namespace, "events", "--field-selector", "reason=InvalidSpec")
-    assert events is not None and events["items"]
-    assert not versions(kubectl, namespace)
+    # CEL sees it: the API server refuses with the rule's message (CEL names the field)
+    assert done.returncode != 0, done.stdout
+    assert "spec.prefill: Invalid value" in done.stderr, done.stderr
+    assert "extraArgs may not set flags the operator manages" in done.stderr, done.stderr
+    assert get(kubectl, namespace, "pdd", "dsv2-lite") is None
 
 
 def test_annotations_over_255_kib_together_are_refused_by_the_api_server_or_the_operator(
@@ -391,7 +367,7 @@ def test_annotations_over_255_kib_together_are_refused_by_the_api_server_or_the_
     done = kubectl("create", "-f", "-", input=yaml.safe_dump_all(docs), check=False)
     rule = "keys and values may hold at most 255 KiB together"
     enforced = {r.message for r in cel_rules(cel_minor(cluster.server_version[1]))}
-    if cluster.cel_enforced and any(rule in m for m in enforced):
+    if any(rule in m for m in enforced):
         assert done.returncode != 0, done.stdout
         assert "spec.prefill.podAnnotations: Invalid value" in done.stderr, done.stderr[:2000]
         assert rule in done.stderr, done.stderr[:2000]

@@ -40,7 +40,8 @@ NAME = "dsv2-lite"
 ENFORCE = "pod-security.kubernetes.io/enforce"
 TROUBLESHOOTING = REPO / "docs" / "troubleshooting.md"
 CHART = REPO / "charts" / "ascend-pd-operator"
-#: The StatefulSet controller's words before the API server's refusal (1.20: "create Pod").
+#: The StatefulSet controller's words before the API server's refusal ("create Pod" up to
+#: 1.30 at least, "Create Pod" on 1.36).
 CONTROLLER_PREFIX = re.compile(r"^[Cc]reate Pod \S+ in StatefulSet \S+ failed error: ")
 #: docs/troubleshooting.md: a quoted message is cut at this many characters, with "...".
 QUOTE_CHARS = 240
@@ -50,12 +51,6 @@ POD_SECURITY_FIX = (
     "ports and hostPath: label the namespace pod-security.kubernetes.io/enforce=privileged "
     "(docs/security.md)"
 )
-
-
-@pytest.fixture(autouse=True)
-def _needs_pod_security(cluster: Any) -> None:
-    if not cluster.pod_security_admission:
-        pytest.skip("Pod Security admission is served from Kubernetes 1.25 on")
 
 
 def _cut(text: str) -> str:

@@ -33,15 +33,15 @@ def _ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def _evict(kubectl: Any, namespace: str, pod: str, version: str) -> Any:
-    body = {"apiVersion": f"policy/{version}", "kind": "Eviction",
+def _evict(kubectl: Any, namespace: str, pod: str) -> Any:
+    body = {"apiVersion": "policy/v1", "kind": "Eviction",
             "metadata": {"name": pod, "namespace": namespace}}  # fmt: skip
     return kubectl("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction",
                    "-f", "-", input=json.dumps(body), check=False)  # fmt: skip
 
 
 def test_pods_are_burstable_and_a_drain_leaves_a_router_answering(
-    cluster: Any, kubectl: Any, namespace: str, operator: Operator, wait_until: Any
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     st = wait_until(
@@ -57,8 +57,7 @@ def test_pods_are_burstable_and_a_drain_leaves_a_router_answering(
     assert set(classes.values()) == {"Burstable"}, classes
 
     # the router's budget, as the disruption controller counts it
-    version = "v1" if cluster.server_version >= (1, 21) else "v1beta1"
-    resource = f"poddisruptionbudgets.{version}.policy"
+    resource = "poddisruptionbudgets.v1.policy"
     pdb = get(kubectl, namespace, resource, f"{NAME}-router")
     assert pdb is not None and pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"] == {
@@ -81,9 +80,9 @@ def test_pods_are_burstable_and_a_drain_leaves_a_router_answering(
     try:
         for node in node_names:
             kubectl("cordon", node)
-        done = _evict(kubectl, namespace, first, version)
+        done = _evict(kubectl, namespace, first)
         assert done.returncode == 0, done.stderr  # one disruption allowed
-        refused = _evict(kubectl, namespace, second, version)
+        refused = _evict(kubectl, namespace, second)
         assert refused.returncode != 0
         assert "disruption budget" in refused.stderr, refused.stderr
         # the endpoint still has a Ready router behind it

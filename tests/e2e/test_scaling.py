@@ -82,7 +82,7 @@ def _prefill_and_router(kubectl: Any, namespace: str) -> dict[str, str]:
 
 
 def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
-    kubectl: Any, namespace: str, operator: Any, wait_until: Any, api_client: Any, cluster: Any
+    kubectl: Any, namespace: str, operator: Any, wait_until: Any, api_client: Any
 ) -> None:
     docs = example("deepseek-v2-lite.yaml", namespace)
     spec = pdd_doc(docs)["spec"]
@@ -136,10 +136,8 @@ def test_kubectl_scale_and_the_hpa_drive_one_role_within_the_ratio(
 
     # The real HPA controller: below its minReplicas, it raises the scale (no metrics
     # needed), and the operator follows.
-    # autoscaling/v2 from 1.23 (v2beta2 went in 1.26); 1.20 serves v2beta2
-    hpa_version = "v2" if cluster.server_version >= (1, 23) else "v2beta2"
     hpa = {
-        "apiVersion": f"autoscaling/{hpa_version}",
+        "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": f"{NAME}-decode", "namespace": namespace},
         "spec": {

@@ -11,8 +11,8 @@ scheduler's, the kubelet's, the quota admission's), not the operator's.
 - a bad image: kubelet-sim is told the registry lacks it (``unpullable-images``, through the
   roles' ``podAnnotations``, or for the router, which has none, its namespace's
   annotations): ErrImagePull, then ImagePullBackOff;
-- a refused pod: a ResourceQuota refuses the pods (the 1.20 control plane has no PodSecurity
-  admission, 1.22 and later). The refusal is the real one: the API server's quota
+- a refused pod: a ResourceQuota refuses the pods. The refusal is the real one: the API
+  server's quota
   admission refuses the StatefulSet controller's create, which reports it only as a
   ``FailedCreate`` Warning Event, the path a Pod Security refusal takes. (The quota
   controller is not run here, so the test writes the quota's status itself.) A Pod
@@ -45,18 +45,14 @@ def ready_saying(kubectl: Any, namespace: str, *words: str) -> str:
 
 @pytest.mark.no_models_claim
 def test_a_missing_pvc_is_named_and_creating_it_makes_the_deployment_ready(
-    kubectl: Any, namespace: str, operator: Operator, wait_until: Any, cluster: Any
+    kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
     apply(kubectl, example("deepseek-v2-lite.yaml", namespace))
     nodes = len(json.loads(kubectl("get", "nodes", "-o", "json").stdout)["items"])
-    # kube-scheduler's own words (kubelet-sim's former scheduler left out the counts): 1.20
-    # counts the nodes per reason; 1.36 gives its PreFilter's reason once, then its
-    # preemption's ("not found")
+    # kube-scheduler's own words (kubelet-sim's former scheduler left out the counts): 1.36
+    # gives its PreFilter's reason once, then its preemption's ("not found")
     claim = 'persistentvolumeclaim "models" not found'
-    if cluster.server_version <= (1, 20):
-        why = f"not scheduled (Unschedulable): 0/{nodes} nodes are available: {nodes} {claim}."
-    else:
-        why = f"not scheduled (Unschedulable): 0/{nodes} nodes are available: {claim}. not found"
+    why = f"not scheduled (Unschedulable): 0/{nodes} nodes are available: {claim}. not found"
     message = wait_until(
         lambda: ready_saying(kubectl, namespace, why),
         "the Ready condition naming the missing PVC",
@@ -190,7 +186,7 @@ def test_a_pod_the_api_server_refuses_is_named_from_the_statefulset_s_failed_cre
 def test_kubectl_get_wide_shows_the_ready_counts_and_why_not(
     kubectl: Any, namespace: str, operator: Operator, wait_until: Any
 ) -> None:
-    """The printer columns as the real kubectl prints them from the 1.20 API server: each
+    """The printer columns as the real kubectl prints them from the API server: each
     role's ready/effective instances, the reason of the first condition Ready waits for,
     and with -o wide the endpoint and the Ready message. Only decode's pods cannot pull the
     image (kubelet-sim's registry lacks it for them alone): prefill 1/1, decode 0/2."""

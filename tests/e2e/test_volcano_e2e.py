@@ -12,9 +12,10 @@ side, with Volcano's published CRDs (``tests/unit/operator/fixtures/volcano``):
 2. v1.13.3 (no ``subGroupPolicy``), installed in its place: a new deployment gets a PodGroup
    per instance, each with the networkTopology, and ``status.placement.gang`` says why.
 
-The 1.20 API server prunes a field the CRD does not know instead of refusing it: each stored
-PodGroup spec is compared whole with what the operator sends (plus the CRD's defaults), so a
-misspelled or unknown field would show as missing.
+The API server prunes a field the CRD does not know instead of refusing it (the operator asks
+for no strict field validation): each stored PodGroup spec is compared whole with what the
+operator sends (plus the CRD's defaults), so a misspelled or unknown field would show as
+missing.
 """
 
 from __future__ import annotations

@@ -115,24 +115,13 @@ seccompProfile:
   type: RuntimeDefault
 {{- end }}
 
-{{/* policy/v1 PodDisruptionBudget from 1.21; policy/v1beta1 before (removed in 1.25). */}}
-{{- define "ascend-pd-operator.pdbApiVersion" -}}
-{{- if semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version }}
-{{- print "policy/v1" }}
-{{- else }}
-{{- print "policy/v1beta1" }}
-{{- end }}
-{{- end }}
-
-{{/* Clusters before 1.25 refuse CRDs that carry CEL rules (x-kubernetes-validations);
-1.28 and 1.29 refuse a rule whose cost their CEL cannot bound (`ascend-pd crd --k8s 1.28`). */}}
+{{/* 1.28 and 1.29 (the oldest supported, `kubeVersion` in Chart.yaml) refuse a rule whose
+cost their CEL cannot bound (`ascend-pd crd --k8s 1.28`). */}}
 {{- define "ascend-pd-operator.crdVariant" -}}
 {{- if semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version }}
 {{- print "cel" }}
-{{- else if semverCompare ">=1.25-0" .Capabilities.KubeVersion.Version }}
-{{- print "cel-1.28" }}
 {{- else }}
-{{- print "nocel" }}
+{{- print "cel-1.28" }}
 {{- end }}
 {{- end }}
 

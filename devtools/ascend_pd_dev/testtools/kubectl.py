@@ -49,14 +49,12 @@ def established(crd: dict[str, Any]) -> bool:
 #: The PDDeployment CRD's name.
 
 
-def install_crd(
-    kubeconfig: Path, with_cel: bool, field_manager: str, timeout: float = 120.0
-) -> None:
+def install_crd(kubeconfig: Path, field_manager: str, timeout: float = 120.0) -> None:
     """Server-side apply the API's CRDs to the cluster behind ``kubeconfig`` and wait
     until the API server has Established each.
 
-    With CEL, the CRDs are those the server's release takes, as the chart picks them (1.28 and
-    1.29 refuse a rule: ``crd.cel_minor``).
+    The CRDs are those the server's release takes, as the chart picks them (1.28 and 1.29
+    refuse a rule: ``crd.cel_minor``).
 
     ``kubectl wait --for=condition=Established`` right after the apply fails now and then with
     "accessor error" while the new CRD has no conditions yet, and so does a jsonpath filter
@@ -74,12 +72,10 @@ def install_crd(
             raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
 
-    minor = None
-    if with_cel:
-        server = json.loads(run("version", "-o", "json"))["serverVersion"]
-        minor = cel_minor(int(re.sub(r"\D.*", "", server["minor"])))
+    server = json.loads(run("version", "-o", "json"))["serverVersion"]
+    minor = cel_minor(int(re.sub(r"\D.*", "", server["minor"])))
     run("apply", "--server-side", "--force-conflicts", f"--field-manager={field_manager}",
-        "-f", "-", input=all_crds_yaml(with_cel, minor))  # fmt: skip
+        "-f", "-", input=all_crds_yaml(minor))  # fmt: skip
     deadline = time.monotonic() + timeout
     for name in (f"{kind.plural}.{GROUP}" for kind in KINDS):
         while not established(json.loads(run("get", "crd", name, "-o", "json"))):

@@ -13,8 +13,6 @@ containers, so a missing verb fails there as it would in a pod.
 
 from __future__ import annotations
 
-import base64
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -65,46 +63,22 @@ def grants_by_role(manifests: Iterable[Mapping[str, Any]]) -> dict[str, set[Gran
 # -- acting as the chart's ServiceAccount ---------------------------------------------
 
 
-def service_account_token(
-    core: Any, namespace: str, name: str, timeout_seconds: float = 60.0
-) -> str:
-    """A bearer token of the ServiceAccount ``namespace/name``.
-
-    Kubernetes before 1.24 creates a token Secret for every ServiceAccount (the token
-    controller); later releases do not, and the TokenRequest API mints one instead.
+def service_account_token(core: Any, namespace: str, name: str) -> str:
+    """A bearer token of the ServiceAccount ``namespace/name``, minted by the TokenRequest
+    API (every supported release serves it and creates no token Secrets).
     ``core`` is a ``kubernetes.client.CoreV1Api``.
     """
     from kubernetes.client import (  # imported here: the pure part above needs no client
         AuthenticationV1TokenRequest,
         V1TokenRequestSpec,
     )
-    from kubernetes.client.exceptions import ApiException
 
-    try:
-        request = AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=[]))
-        minted = core.create_namespaced_service_account_token(name, namespace, request)
-        token = minted.status.token
-        if token:
-            return str(token)
-    except ApiException as exc:
-        # 404: no TokenRequest API (no service-account issuer configured); fall back
-        if exc.status not in (400, 404, 405):
-            raise
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        account = core.read_namespaced_service_account(name, namespace)
-        for ref in account.secrets or []:
-            secret = core.read_namespaced_secret(ref.name, namespace)
-            if secret.type == "kubernetes.io/service-account-token" and secret.data:
-                encoded = secret.data.get("token")
-                if encoded:
-                    return base64.b64decode(encoded).decode()
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"serviceaccount {namespace}/{name}: no token Secret within "
-                f"{timeout_seconds:.0f}s and no TokenRequest API"
-            )
-        time.sleep(0.5)  # the token controller fills the Secret asynchronously
+    request = AuthenticationV1TokenRequest(spec=V1TokenRequestSpec(audiences=[]))
+    minted = core.create_namespaced_service_account_token(name, namespace, request)
+    token = minted.status.token
+    if not token:
+        raise RuntimeError(f"serviceaccount {namespace}/{name}: TokenRequest gave no token")
+    return str(token)
 
 
 def kubeconfig_for_token(

@@ -10,7 +10,7 @@ enabled) nothing else, since we do not enable kopf peering.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ascend_pd_operator.api import models
 
@@ -64,7 +64,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("ServiceAccount", "", "v1", "serviceaccounts", _CHILD),
     Resource("Role", "rbac.authorization.k8s.io", "v1", "roles", _CHILD),
     Resource("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings", _CHILD),
-    # One per role; policy/v1beta1 where policy/v1 is not served (``served_api_version``).
+    # One per role and one for the router.
     Resource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", _CHILD),
     # The inspector's result is its pod's termination message; the router's Role grants
     # get/list/watch (so the operator must hold them); delete: an instance is updated and
@@ -97,34 +97,20 @@ RESOURCES: tuple[Resource, ...] = (
 
 _BY_KIND = {r.kind: r for r in RESOURCES}
 
-#: Older versions of a kind in the table, and the first Kubernetes minor (1.x) that serves
-#: the table's version instead: PodDisruptionBudget is policy/v1 from 1.21 (and only that
-#: from 1.25), policy/v1beta1 before. Same group and plural, so the RBAC rules are the same.
-LEGACY_VERSIONS: dict[str, tuple[str, int]] = {"PodDisruptionBudget": ("v1beta1", 21)}
-
-
-def served_api_version(kind: str, server_minor: int | None) -> str:
-    """The apiVersion of ``kind`` a 1.<server_minor> API server serves (None: unknown, the
-    table's, which every current server serves)."""
-    res = resource_for(kind)
-    legacy = LEGACY_VERSIONS.get(kind)
-    if legacy is not None and server_minor is not None and server_minor < legacy[1]:
-        return replace(res, version=legacy[0]).api_version
-    return res.api_version
+#: The oldest Kubernetes minor (1.x) the operator supports: every version in the table is
+#: served from it on (docs/compatibility.md; the dev tools' ``versions.FLOOR``, which a
+#: test keeps equal). An older server gets a warning at start (``kubeio.discovery``).
+FLOOR_MINOR = 28
 
 
 def resource_for(kind: str, api_version: str | None = None) -> Resource:
-    """The allow-list's entry for ``kind``, at ``api_version`` if given (an older version
-    of ``LEGACY_VERSIONS``)."""
+    """The allow-list's entry for ``kind``; ``api_version``, if given, must be its version."""
     try:
         res = _BY_KIND[kind]
     except KeyError:
         raise KeyError(f"{kind} is not in the operator's API allow-list (api/access.py)") from None
     if api_version is None or api_version == res.api_version:
         return res
-    legacy = LEGACY_VERSIONS.get(kind)
-    if legacy is not None and api_version == replace(res, version=legacy[0]).api_version:
-        return replace(res, version=legacy[0])
     raise KeyError(f"{kind} {api_version} is not in the operator's API allow-list")
 
 

@@ -516,8 +516,8 @@ class Capabilities(_Model):
 
 
 class PodSecurityContext(_Model):
-    """The pod's securityContext (core/v1 PodSecurityContext, the fields Kubernetes 1.20
-    has, without windowsOptions). Given fields replace the operator's defaults one by one
+    """The pod's securityContext (core/v1 PodSecurityContext, fields every supported
+    Kubernetes has, without windowsOptions). Given fields replace the operator's defaults one by one
     (the router's: docs/security.md)."""
 
     run_as_user: Id | None = Field(
@@ -555,9 +555,9 @@ class PodSecurityContext(_Model):
 
 
 class ContainerSecurityContext(_Model):
-    """The container's securityContext (core/v1 SecurityContext, the fields Kubernetes 1.20
-    has, without procMount and windowsOptions); it overrides the pod's. Given fields replace
-    the operator's defaults one by one (docs/security.md)."""
+    """The container's securityContext (core/v1 SecurityContext, fields every supported
+    Kubernetes has, without procMount and windowsOptions); it overrides the pod's. Given
+    fields replace the operator's defaults one by one (docs/security.md)."""
 
     run_as_user: Id | None = Field(None, description="UID the container runs as.")
     run_as_group: Id | None = Field(None, description="GID the container runs as.")

@@ -34,7 +34,8 @@ LABEL_FINGERPRINT = f"{PREFIX}/kv-fingerprint"
 #: The StatefulSet controller's label naming the template revision a pod was made from.
 LABEL_REVISION = "controller-revision-hash"
 #: On pod 0 of every instance, the instance's leader: the operator labels it as soon as it
-#: sees it (1.20 has no pod-index label). The router discovers leaders by it (with the
+#: sees it (the controller's pod-index label, beta from 1.28, has a feature gate that can
+#: turn it off). The router discovers leaders by it (with the
 #: serving generation's fingerprint), and a PDRoleScaler's selector counts instances by it.
 #: sglang-router 0.3.x adds a matching pod once it is Running and Ready but drops a worker
 #: only when its pod is being deleted (removing a label, or the pod turning NotReady, does

@@ -38,7 +38,6 @@ from ascend_pd_operator.api.vocabulary import (
 )
 from ascend_pd_operator.builders.disruption import (
     MIN_DRAIN_UNAVAILABLE,
-    pdb_api_version,
     pod_disruption_budget,
 )
 from ascend_pd_operator.builders.pinning import Pin
@@ -116,7 +115,8 @@ def with_children(
     pins: Mapping[tuple[str, int], Pin] | None = None,
 ) -> Desired:
     """``desired`` with every child manifest, built once, in apply order (a failed layout has
-    none), for a 1.<server_minor> API server (None: not known, a current one). ``indices``:
+    none). ``server_minor`` is not used: every supported API server takes the same children
+    (``decisions/planner.py`` still passes it). ``indices``:
     per role the instances it keeps and a rollout's surge ones (``drain.roster``,
     ``rollout.decide``; None: 0 to replicas - 1, no surge); ``serving``, the KV-layout
     generation the router routes to (None: this layout's); ``discovery``, the leader label
@@ -145,24 +145,20 @@ def with_children(
         if (role, i) in surge:
             sts["metadata"]["labels"][LABEL_SURGE] = "true"
         children.append(sts)
-    pdb_version = pdb_api_version(server_minor)
     # The rollout's maxUnavailable per role bounds drains too; at least one, so that a
     # surge-only rollout (maxUnavailable 0) never blocks a node drain for good.
     drainable = max(spec.rollout.max_unavailable, MIN_DRAIN_UNAVAILABLE)
-    children += [pod_disruption_budget(owner, role, drainable, pdb_version) for role in ROLES]
+    children += [pod_disruption_budget(owner, role, drainable) for role in ROLES]
     if spec.router.enabled:
         children += router_children(owner, spec, serving or layout_fingerprint(layout),
-                                    discovery, pdb_version)  # fmt: skip
+                                    discovery)  # fmt: skip
     return Desired(layout, children)
 
 
-def desired_state(
-    owner: Owner, spec: PDDeploymentSpec, facts: ModelFacts, server_minor: int | None = None
-) -> Desired:
+def desired_state(owner: Owner, spec: PDDeploymentSpec, facts: ModelFacts) -> Desired:
     """The layout and every child, as no rollout is under way (``ascend-pd render``, the
-    audit). ``server_minor``: the API server's Kubernetes minor version (1.x), where a
-    child's apiVersion depends on it; None when not known (rendering offline)."""
-    return with_children(desired_layout(spec, facts), owner, spec, server_minor)
+    audit)."""
+    return with_children(desired_layout(spec, facts), owner, spec)
 
 
 def layout_request(spec: PDDeploymentSpec) -> LayoutRequest:

@@ -16,7 +16,6 @@ serialised pod by pod: conservative, as far as Kubernetes allows. Involuntary di
 
 from __future__ import annotations
 
-from ascend_pd_operator.api.access import served_api_version
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import Owner, disruption_budget_name, metadata, selector
 
@@ -26,19 +25,11 @@ KIND = "PodDisruptionBudget"
 MIN_DRAIN_UNAVAILABLE = 1
 
 
-def pdb_api_version(server_minor: int | None) -> str:
-    """policy/v1 where it is served (1.21 on, the only one from 1.25), policy/v1beta1 on
-    1.20; None (not known, e.g. rendering offline): policy/v1."""
-    return served_api_version(KIND, server_minor)
-
-
-def pod_disruption_budget(
-    owner: Owner, role: str, max_unavailable: int, api_version: str = "policy/v1"
-) -> Json:
+def pod_disruption_budget(owner: Owner, role: str, max_unavailable: int) -> Json:
     """The budget of ``role``'s runtime pods: at most ``max_unavailable`` evicted at once
     (pods; see the module docstring for what that means for instances)."""
     return {
-        "apiVersion": api_version,
+        "apiVersion": "policy/v1",
         "kind": KIND,
         "metadata": metadata(owner, disruption_budget_name(owner, role), role),
         "spec": {

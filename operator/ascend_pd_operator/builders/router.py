@@ -180,12 +180,12 @@ def router_anti_affinity(owner: Owner) -> Json:
         {"weight": 100, "podAffinityTerm": term}]}}  # fmt: skip
 
 
-def router_disruption_budget(owner: Owner, api_version: str = "policy/v1") -> Json:
+def router_disruption_budget(owner: Owner) -> Json:
     """At most one router pod evicted at a time: with two replicas or more a node drain
     keeps the endpoint answering; with one, the drain still goes on (a budget that allowed
     nothing would hold the node's maintenance for good)."""
     return {
-        "apiVersion": api_version,
+        "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": metadata(
             owner, disruption_budget_name(owner, COMPONENT_ROUTER), COMPONENT_ROUTER
@@ -257,16 +257,14 @@ def router_children(
     spec: PDDeploymentSpec,
     serving: str,
     discovery: str = LABEL_LEADER,
-    pdb_version: str = "policy/v1",
 ) -> list[Json]:
     """Everything the router needs, in apply order: its identity before its pod;
-    ``serving``: the KV-layout generation it routes to; ``discovery``: the leader label;
-    ``pdb_version``: the server's PodDisruptionBudget apiVersion."""
+    ``serving``: the KV-layout generation it routes to; ``discovery``: the leader label."""
     return [
         router_service_account(owner),
         router_role(owner),
         router_role_binding(owner, spec),
         router_service(owner, spec),
         router_deployment(owner, spec, serving, discovery),
-        router_disruption_budget(owner, pdb_version),
+        router_disruption_budget(owner),
     ]

@@ -85,7 +85,7 @@ def covers(live: Any, wanted: Any) -> bool:
 
 def others_added(manifest: Json, watched: Json) -> bool:
     """The watched child still holds all of our manifest; another controller only added
-    to it (on 1.20 the token controller adds ``secrets`` to a new ServiceAccount, which
+    to it (e.g. ``secrets`` or ``imagePullSecrets`` on a new ServiceAccount, which would
     cost one more apply per deployment). Kinds the cache trims never pass."""
     if manifest["kind"] in SPEC_KEPT or manifest["kind"] in DROPPED:
         return False

@@ -79,7 +79,8 @@ def pod_with_news(pod: Json) -> bool:
 
 #: The Events the operator reads, as the API server filters them: the StatefulSet
 #: controller's ``FailedCreate``, a pod the API server refused (Pod Security, a
-#: ResourceQuota, a webhook). A StatefulSet's status has no condition for it (1.20), so
+#: ResourceQuota, a webhook). A StatefulSet's status has no condition for it (its
+#: controller sets none), so
 #: this Warning Event is the only place it is told; no other Event travels.
 EVENT_FIELD_SELECTOR = "involvedObject.kind=StatefulSet,reason=FailedCreate"
 #: kind -> which of our objects of that kind the operator keeps (default: all)

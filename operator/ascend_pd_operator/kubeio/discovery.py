@@ -1,70 +1,51 @@
-"""Which version of a kind the API server serves, from its ``/version``, asked once.
+"""The API server's Kubernetes release, read once at start from ``/version``.
 
-A kind whose served version depends on the server (``access.LEGACY_VERSIONS``) is
-addressed at the version the server's ``/version`` says it serves; every other kind at its
-version in ``access.RESOURCES``. The answer is asked for when first needed and shared by
-everyone using the client.
+Every kind is addressed at its version in ``access.RESOURCES``, which every supported
+server serves. A server older than ``access.FLOOR_MINOR`` gets one warning naming both
+releases: the operator still runs (a provider's build may serve what it needs), but what
+fails there is outside what is tested.
 """
 
 from __future__ import annotations
 
-import threading
-import time
+import logging
 from collections.abc import Callable
 
-from ascend_pd_operator.api.access import (
-    LEGACY_VERSIONS,
-    Resource,
-    resource_for,
-    served_api_version,
-)
+from ascend_pd_operator.api.access import FLOOR_MINOR
 from ascend_pd_operator.api.json_object import Json
-from ascend_pd_operator.kubeio.errors import KubeError, NotFound
+from ascend_pd_operator.kubeio.errors import KubeError
+
+log = logging.getLogger(__name__)
 
 
 def server_minor(version: Json) -> int | None:
-    """The minor version of a ``/version`` answer: "20" and "21+" (some providers' builds)
-    give 20 and 21; None when it says nothing usable."""
+    """The minor version of a ``/version`` answer: "28" and "29+" (some providers' builds)
+    give 28 and 29; None when it says nothing usable."""
     digits = "".join(c for c in str(version.get("minor", "")) if c.isdigit())
     return int(digits) if digits else None
 
 
-class ServerVersion:
-    """The server's minor version as ``get`` (a GET of a path) fetches it from ``/version``,
-    once; and each kind's resource at the version that server serves."""
+def below_floor(version: Json) -> str | None:
+    """The warning for a server older than the supported floor; None for a supported one or
+    one whose ``/version`` says no minor."""
+    minor = server_minor(version)
+    if minor is None or str(version.get("major", "")) != "1" or minor >= FLOOR_MINOR:
+        return None
+    release = version.get("gitVersion") or f"1.{minor}"
+    return (
+        f"the API server runs Kubernetes {release}, older than 1.{FLOOR_MINOR}, the oldest "
+        "release this operator supports (docs/compatibility.md): it runs anyway, untested"
+    )
 
-    def __init__(self, get: Callable[[str], Json]) -> None:
-        self._get = get
-        self._minor: int | None = None
-        self._known = False
-        self._lock = threading.Lock()
-        self._retry_at = 0.0  # monotonic: no GET /version before
 
-    @property
-    def minor(self) -> int | None:
-        """The API server's Kubernetes minor version (1.x), from ``/version`` on first use;
-        None if the server does not say (then every kind is used at its table version)."""
-        # The reconciler and the resync share this client: one of them asks, the other
-        # waits for its answer; after a throttled ask neither asks again before the server
-        # said (the other used to send its own GET /version right after the 429).
-        with self._lock:
-            if not self._known:
-                wait = self._retry_at - time.monotonic()
-                if wait > 0:
-                    raise KubeError(429, "TooManyRequests", "GET /version: the server asked "
-                                    f"to wait {wait:.1f}s more", retry_after=wait)  # fmt: skip
-                try:
-                    self._minor = server_minor(self._get("/version"))
-                except NotFound:
-                    self._minor = None
-                except KubeError as exc:
-                    self._retry_at = time.monotonic() + (exc.retry_after or 0.0)
-                    raise
-                self._known = True
-            return self._minor
-
-    def resource(self, kind: str) -> Resource:
-        """``kind``'s allow-list entry at the version this server serves."""
-        if kind in LEGACY_VERSIONS:
-            return resource_for(kind, served_api_version(kind, self.minor))
-        return resource_for(kind)
+def warn_below_floor(get: Callable[[str], Json]) -> None:
+    """Ask ``/version`` once (``get``: a GET of a path) and log ``below_floor``'s warning;
+    a failed ask is a debug line (the watches report a server they cannot reach)."""
+    try:
+        version = get("/version")
+    except KubeError as exc:
+        log.debug("GET /version: %s", exc)
+        return
+    warning = below_floor(version)
+    if warning:
+        log.warning(warning)

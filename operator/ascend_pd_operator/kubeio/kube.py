@@ -3,8 +3,7 @@
 One field manager applies every child (``apply``), so the operator owns exactly
 the fields it sets and a deleted or edited child is restored by the next apply.
 Paths come from ``access.RESOURCES``, the same table the chart's RBAC is
-written from, so the operator cannot use a resource its Role does not grant; a kind whose
-served version depends on the server is addressed at the version it serves (``discovery``).
+written from, so the operator cannot use a resource its Role does not grant.
 
 ``Kube`` holds the verbs; each is one request through ``sender`` (fencing, throttling,
 denials) over ``wire`` (the client's auth and TLS, every request counted in ``metrics``).
@@ -24,7 +23,6 @@ from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import FIELD_MANAGER
 from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.denials import DENIALS, Denials
-from ascend_pd_operator.kubeio.discovery import ServerVersion, server_minor
 from ascend_pd_operator.kubeio.errors import (
     Denied,
     KubeError,
@@ -54,7 +52,6 @@ __all__ = [
     "iter_lines",
     "path",
     "retry_after",
-    "server_minor",
     "wait_at_least",
 ]
 
@@ -132,8 +129,7 @@ class Listing:
 
 
 class Kube:
-    """The verbs the operator uses on the API server, each one request through ``sender``;
-    a kind is addressed at the version ``version`` says the server serves."""
+    """The verbs the operator uses on the API server, each one request through ``sender``."""
 
     def __init__(
         self,
@@ -143,7 +139,6 @@ class Kube:
     ) -> None:
         self.connection = connection
         self.sender = Sender(Wire(connection), may_write, denials)
-        self.version = ServerVersion(lambda url: self.sender.request("GET", url))
         self.request = self.sender.request
         #: optional kind -> monotonic time until which its API is taken as not served
         self._absent: dict[str, float] = {}
@@ -157,14 +152,9 @@ class Kube:
     def may_write(self, check: Callable[[], bool] | None) -> None:
         self.sender.may_write = check
 
-    @property
-    def server_minor(self) -> int | None:
-        """The API server's Kubernetes minor version (1.x), from ``/version`` on first use."""
-        return self.version.minor
-
     def resource(self, kind: str) -> Resource:
-        """``kind``'s allow-list entry at the version this server serves."""
-        return self.version.resource(kind)
+        """``kind``'s allow-list entry."""
+        return resource_for(kind)
 
     def get(self, kind: str, namespace: str, name: str) -> Json | None:
         try:

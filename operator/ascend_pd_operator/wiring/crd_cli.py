@@ -1,9 +1,9 @@
 """``ascend-pd crd``: print the API's CRDs (PDDeployment, PDRoleScaler), or write every
 checked-in copy.
 
-The CEL variant is for current clusters; ``--k8s 1.28`` leaves out the rules an
+The default variant is for current clusters; ``--k8s 1.28`` leaves out the rules an
 older API server's CEL cost estimate refuses (``Rule.since``: Kubernetes 1.28 and
-1.29); ``--no-cel`` is for API servers before 1.25. ``--write`` refreshes ``crds/``
+1.29, the oldest supported). ``--write`` refreshes ``crds/``
 and the chart's ``files/crds/`` so the copies can never drift from the pydantic
 models (a test compares them).
 """
@@ -17,29 +17,22 @@ from ascend_pd_operator.api.crd import KINDS, Kind, all_crds_yaml, cel_minor, cr
 
 #: The oldest minor of the CEL copies for the releases before ``rules.SIZED_MAP_MINOR``.
 OLDER_CEL_MINOR = 28
-#: (relative path, with CEL, kind, Kubernetes minor or None: every rule) of every
-#: checked-in copy of each CRD; the chart picks its file by the cluster's version.
-COPIES: tuple[tuple[str, bool, Kind, int | None], ...] = tuple(
+#: (relative path, kind, Kubernetes minor or None: every rule) of every checked-in copy
+#: of each CRD; the chart picks its file by the cluster's version.
+COPIES: tuple[tuple[str, Kind, int | None], ...] = tuple(
     copy
     for kind in KINDS
     for copy in (
-        (f"crds/{kind.file_stem}.yaml", True, kind, None),
-        (f"crds/k8s-1.28-and-1.29/{kind.file_stem}.yaml", True, kind, OLDER_CEL_MINOR),
-        (f"crds/k8s-1.24-and-older/{kind.file_stem}.yaml", False, kind, None),
-        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-cel.yaml", True, kind, None),
-        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-cel-1.28.yaml", True, kind,
+        (f"crds/{kind.file_stem}.yaml", kind, None),
+        (f"crds/k8s-1.28-and-1.29/{kind.file_stem}.yaml", kind, OLDER_CEL_MINOR),
+        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-cel.yaml", kind, None),
+        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-cel-1.28.yaml", kind,
          OLDER_CEL_MINOR),
-        (f"charts/ascend-pd-operator/files/crds/{kind.plural}-nocel.yaml", False, kind, None),
     )
 )  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--no-cel",
-        action="store_true",
-        help="leave out x-kubernetes-validations (Kubernetes 1.24 and older)",
-    )
     parser.add_argument(
         "--k8s",
         metavar="1.MINOR",
@@ -64,10 +57,10 @@ def _minor(text: str) -> int:
 
 def write_copies(root: Path) -> list[Path]:
     written = []
-    for rel, with_cel, kind, minor in COPIES:
+    for rel, kind, minor in COPIES:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(crd_yaml(with_cel, kind, minor), encoding="utf-8")
+        path.write_text(crd_yaml(kind, minor), encoding="utf-8")
         written.append(path)
     return written
 
@@ -77,5 +70,5 @@ def run(args: argparse.Namespace) -> int:
         for path in write_copies(Path(args.root)):
             print(f"wrote {path}")
         return 0
-    print(all_crds_yaml(not args.no_cel, cel_minor(args.k8s) if args.k8s else None), end="")
+    print(all_crds_yaml(cel_minor(args.k8s) if args.k8s else None), end="")
     return 0

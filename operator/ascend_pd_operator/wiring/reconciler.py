@@ -145,7 +145,6 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
         pods=pods,
         gone_pods=gone,
         nodes=nodes,
-        server_minor=kube.server_minor,
         events=events,
         podgroup_subgroups=observe_podgroup_subgroups(kube, resource),
     )

@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     from ascend_pd_operator.kubeio.crds import CrdGate
     from ascend_pd_operator.kubeio.credentials import ConfigError
     from ascend_pd_operator.kubeio.denials import DENIALS
+    from ascend_pd_operator.kubeio.discovery import warn_below_floor
     from ascend_pd_operator.kubeio.kube import (
         Connection,
         Denied,
@@ -181,13 +182,14 @@ def run(args: argparse.Namespace) -> int:
         faults=DENIALS.faults,
         # a CRD the operator watches missing: /healthz names it until it is installed
         conditions=crds.problems,
-        # a unit throttled with Retry-After (the resync's first GET /version) waits for it
+        # a unit throttled with Retry-After waits for it
         wait_at_least=wait_at_least,
     )
     # Not live until kopf has started them (as kopf's own endpoint was not up until then).
     supervisor.expect("resync", "watch")
     if args.health_port:
         health.serve(supervisor, args.health_port)
+    warn_below_floor(lambda url: kube.request("GET", url))
     # Nothing watches before every CRD is served: a missing one is one line, not a 404 loop.
     if not crds.wait(stop):
         return 0

@@ -248,7 +248,8 @@ def test_user_env_follows_the_contract_as_given(dsv3: Json) -> None:
 
 
 def test_every_port_has_a_protocol(dsv3: Json) -> None:
-    """Server-side apply on Kubernetes 1.20 needs protocol on every port."""
+    """Every port names its protocol: with containerPort, the key server-side apply merges
+    a ports list on."""
 
     def port_lists(node: Any) -> Any:
         if isinstance(node, dict):

@@ -59,7 +59,7 @@ def _program(rule: str) -> Any:
 
 def cel_failures(resource: Json) -> list[str]:
     """Messages of the CEL rules the API server would reject ``resource`` with."""
-    schema = openapi_schema(with_cel=True)
+    schema = openapi_schema()
     obj = apply_defaults(schema, resource)
     failed = []
     for _path, validation, self_obj in _validations(schema, obj):
@@ -1038,7 +1038,8 @@ def test_a_map_rule_message_names_the_field_and_the_key() -> None:
      ("", False), ("A" * 256, True), ("A" * 257, False)],
 )  # fmt: skip
 def test_env_names_are_checked_by_the_schema(name: str, ok: bool) -> None:
-    """Kubernetes 1.20's IsEnvVarName, refused by the CRD's schema (on every Kubernetes)."""
+    """IsEnvVarName as Kubernetes before 1.34 checks it, refused by the CRD's schema (on
+    every Kubernetes)."""
     import re
 
     resource = copy.deepcopy(base())

@@ -477,7 +477,8 @@ def test_a_slim_pod_keeps_when_its_deletion_was_requested():
 
 
 def _failed_create(sts: str, rv: str, message: str = "exceeded quota: q", count: int = 1) -> Json:
-    """A FailedCreate Event as the StatefulSet controller of 1.20 records it."""
+    """A FailedCreate Event as the StatefulSet controller records it (recorded on 1.20; the
+    1.29 and 1.30 sources record the same core/v1 fields and words)."""
     return {
         "metadata": {"name": f"{sts}.16a8f", "namespace": "ns", "resourceVersion": rv,
                      "managedFields": [{"manager": "kube-controller-manager"}]},

@@ -1,6 +1,6 @@
 """The generated CRDs: checked-in copies are current, the schemas are structural and
-documented, the printer columns are the API's, ``--no-cel`` has no CEL, ``--k8s 1.28``
-leaves out the rules 1.28 and 1.29 refuse, and the
+documented, the printer columns are the API's, ``--k8s 1.28`` leaves out the rules 1.28
+and 1.29 refuse, and the
 PDRoleScaler serves the scale subresource at the paths its model has."""
 
 from __future__ import annotations
@@ -33,13 +33,11 @@ from tests.unit.operator.schema_nodes import schema_nodes
 from .conftest import ROOT
 
 
-@pytest.mark.parametrize(("rel", "with_cel", "kind", "minor"), COPIES)
-def test_checked_in_copy_is_current(
-    rel: str, with_cel: bool, kind: Kind, minor: int | None
-) -> None:
+@pytest.mark.parametrize(("rel", "kind", "minor"), COPIES)
+def test_checked_in_copy_is_current(rel: str, kind: Kind, minor: int | None) -> None:
     path = ROOT / rel
     assert path.exists(), f"{rel} is missing: run `ascend-pd crd --write`"
-    expected = crd_yaml(with_cel, kind, minor)
+    expected = crd_yaml(kind, minor)
     assert path.read_text() == expected, f"{rel} is stale: run `ascend-pd crd --write`"
 
 
@@ -53,17 +51,15 @@ def test_crds_dir_holds_one_top_level_yaml_per_kind() -> None:
 def test_cli_prints_every_crd(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["crd"]) == 0
     out = capsys.readouterr().out
-    assert out == all_crds_yaml(True)
+    assert out == all_crds_yaml()
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(out)] == [
         "pddeployments.ascendpd.io",
         "pdrolescalers.ascendpd.io",
     ]
-    assert cli_main(["crd", "--no-cel"]) == 0
-    assert capsys.readouterr().out == all_crds_yaml(False)
     assert cli_main(["crd", "--k8s", "1.28"]) == 0
-    assert capsys.readouterr().out == all_crds_yaml(True, 28)
+    assert capsys.readouterr().out == all_crds_yaml(28)
     assert cli_main(["crd", "--k8s", "1.30"]) == 0
-    assert capsys.readouterr().out == all_crds_yaml(True)
+    assert capsys.readouterr().out == all_crds_yaml()
 
 
 def test_the_older_cel_crd_leaves_out_exactly_the_rules_older_servers_refuse() -> None:
@@ -75,7 +71,7 @@ def test_the_older_cel_crd_leaves_out_exactly_the_rules_older_servers_refuse() -
     assert cel_rules(29) == cel_rules(28)
     assert cel_rules(None) == list(RULES)
     assert (cel_minor(28), cel_minor(29), cel_minor(30), cel_minor(36)) == (28, 29, None, None)
-    older, full = _rules_in(crd(True, k8s_minor=28)), _rules_in(crd(True))
+    older, full = _rules_in(crd(k8s_minor=28)), _rules_in(crd())
     assert [r for r in full if r not in {x.cel for x in later}] == older
     for rule in later:
         assert "map(" in rule.cel  # why 1.28 refuses it
@@ -94,7 +90,7 @@ def _rules_in(node: Any) -> list[str]:
 
 
 def test_the_scaler_serves_the_scale_subresource() -> None:
-    version = crd(True, PDROLESCALER)["spec"]["versions"][0]
+    version = crd(PDROLESCALER)["spec"]["versions"][0]
     scale = version["subresources"]["scale"]
     schema = version["schema"]["openAPIV3Schema"]["properties"]
     # each path names a field of the schema (the API server reads and writes them)
@@ -104,13 +100,13 @@ def test_the_scaler_serves_the_scale_subresource() -> None:
     assert schema["status"]["properties"]["replicas"]["type"] == "integer"
     assert scale["labelSelectorPath"] == ".status.selector"
     assert schema["status"]["properties"]["selector"]["type"] == "string"
-    assert crd(True, PDROLESCALER)["spec"]["names"]["shortNames"] == ["pdrs"]
+    assert crd(PDROLESCALER)["spec"]["names"]["shortNames"] == ["pdrs"]
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)
-@pytest.mark.parametrize("with_cel", [True, False])
-def test_schema_is_structural(with_cel: bool, kind: Kind) -> None:
-    for path, node in schema_nodes(openapi_schema(with_cel, kind)):
+@pytest.mark.parametrize("minor", [None, 28])
+def test_schema_is_structural(minor: int | None, kind: Kind) -> None:
+    for path, node in schema_nodes(openapi_schema(kind, minor)):
         if node.get("x-kubernetes-int-or-string"):
             # the one exception structural schemas allow (a quantity): no type, this anyOf
             assert "type" not in node, path
@@ -138,16 +134,15 @@ def test_every_field_has_a_description(kind: Kind) -> None:
             assert node.get("description"), f"{path} has no description"
 
 
-def test_cel_variants() -> None:
-    with_cel = yaml.safe_dump(crd(True))
-    assert with_cel.count("x-kubernetes-validations") >= 6
-    assert "x-kubernetes-validations" not in yaml.safe_dump(crd(False))
+@pytest.mark.parametrize("minor", [None, 28])
+def test_every_variant_carries_cel(minor: int | None) -> None:
+    assert yaml.safe_dump(crd(k8s_minor=minor)).count("x-kubernetes-validations") >= 6
 
 
-@pytest.mark.parametrize("with_cel", [True, False])
-def test_the_transfer_protocol_is_an_enum_on_every_server(with_cel: bool) -> None:
-    # 1.20's variant has no CEL, so the enum must be the schema's own, not a rule
-    ascend = openapi_schema(with_cel)["properties"]["spec"]["properties"]["ascend"]
+@pytest.mark.parametrize("minor", [None, 28])
+def test_the_transfer_protocol_is_an_enum_on_every_server(minor: int | None) -> None:
+    # the schema's own enum, not a rule: `kubectl explain` shows the values
+    ascend = openapi_schema(k8s_minor=minor)["properties"]["spec"]["properties"]["ascend"]
     protocol = ascend["properties"]["transferProtocol"]
     assert (protocol["enum"], protocol["default"]) == (list(ec.TRANSFER_PROTOCOLS), "sdma")
     assert ec.TRANSFER_PROTOCOLS == ("sdma", "device_rdma")
@@ -167,7 +162,7 @@ def test_names_and_printer_columns() -> None:
     assert wide == ["PP", "LAYERS", "ROUTER", "ENDPOINT", "MESSAGE"]  # -o wide, after AGE
 
 
-#: What the API server accepts in a printer column, 1.20 and 1.36 alike (apiextensions'
+#: What the API server accepts in a printer column, 1.28 and 1.36 alike (apiextensions'
 #: ``ValidateCustomResourceColumnDefinition``: a name, a type and format of these sets, a
 #: ``.``-rooted JSONPath; kubectl's table reads ``priority`` as an int32).
 COLUMN_TYPES = {"integer", "number", "string", "boolean", "date"}
@@ -199,7 +194,7 @@ def _field(schema: dict[str, Any], json_path: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)
 def test_printer_columns_are_valid_and_read_fields_of_the_schema(kind: Kind) -> None:
-    version = crd(True, kind)["spec"]["versions"][0]
+    version = crd(kind)["spec"]["versions"][0]
     schema = version["schema"]["openAPIV3Schema"]
     columns = version["additionalPrinterColumns"]
     assert len({c["name"].lower() for c in columns}) == len(columns)  # one header each

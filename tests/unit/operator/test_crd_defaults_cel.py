@@ -63,7 +63,7 @@ def _problems(schema: Json, value: Any, path: str) -> Iterator[str]:
 def _schemas() -> dict[str, Json]:
     shipped = yaml.safe_load(CEL_CRD_FILE.read_text())
     return {
-        "generated": crd.openapi_schema(with_cel=True),
+        "generated": crd.openapi_schema(),
         CEL_CRD_FILE.name: shipped["spec"]["versions"][0]["schema"]["openAPIV3Schema"],
     }
 
@@ -95,7 +95,7 @@ def test_the_walk_sees_a_rule_a_default_breaks() -> None:
 def test_object_defaults_are_complete() -> None:
     """An object default holds every nested default, as the API server's defaulting of ``{}``
     would produce, so any rule may read any defaulted key."""
-    schema = crd.openapi_schema(with_cel=True)
+    schema = crd.openapi_schema()
     for path, node in _defaults(schema, ""):
         default = node["default"]
         if not isinstance(default, dict):

@@ -112,41 +112,6 @@ def test_no_write_leaves_a_replica_that_may_not_write() -> None:
         kube.delete("ConfigMap", "ns", "x")
 
 
-def test_two_callers_of_a_throttled_version_ask_once_within_retry_after(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The reconciler and the resync share one client and both need the server's version:
-    once GET /version was throttled, no second GET /version goes out before Retry-After
-    (make reliability's api-faults saw one 0.014 s after the 429)."""
-    import threading
-
-    asked: list[str] = []
-
-    def answer(method: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
-        asked.append(path)
-        body = {"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "later"}
-        return 429, {"Retry-After": "30"}, body
-
-    monkeypatch.setattr(sender, "THROTTLE_ATTEMPTS", 1)
-    with serving(answer) as url:
-        kube = _kube(url)
-        failures: list[KubeError] = []
-
-        def need_version() -> None:
-            try:
-                kube.server_minor  # noqa: B018 - the property sends the request
-            except KubeError as exc:
-                failures.append(exc)
-
-        callers = [threading.Thread(target=need_version) for _ in range(2)]
-        for caller in callers:
-            caller.start()
-        for caller in callers:
-            caller.join(10)
-    assert asked == ["/version"]
-    assert len(failures) == 2 and all((f.retry_after or 0) > 25 for f in failures)
-
-
 def test_a_kind_whose_api_is_not_served_is_not_listed_again_every_reconcile(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -168,8 +168,9 @@ def test_listing_by_owner_agrees_with_a_scan_through_any_sequence_of_events() ->
 
 
 def test_a_child_another_controller_only_added_to_is_not_applied_again() -> None:
-    """1.20's token controller adds ``secrets`` to each new ServiceAccount: one more apply
-    per deployment (100 in the 100-deployment burst) until this check."""
+    """Another controller adds ``secrets`` to each new ServiceAccount (the token controller
+    once did): one more apply per deployment (100 in the 100-deployment burst) but for
+    this check."""
     sa = {
         "apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": "dsv3-router", "namespace": "llm",

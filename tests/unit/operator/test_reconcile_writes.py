@@ -25,9 +25,6 @@ WATCHED = tuple(WATCHED_CHILDREN)
 
 
 class FakeKube:
-    #: The API server's minor version, as ``Kube.server_minor`` reads it (not known here).
-    server_minor: int | None = None
-
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Json] = {}
         self.calls: list[tuple[str, str]] = []

@@ -1,6 +1,7 @@
 """The router discovers its workers (and so never changes with the replica counts), its
 identity may only read pods, prefill pods announce their bootstrap port, and each role has
-a PodDisruptionBudget at the version the API server serves.
+a policy/v1 PodDisruptionBudget; an API server older than the supported floor gets one
+warning at start.
 
 Expected values are written out by hand from the issue, not computed by the builders.
 """
@@ -8,29 +9,31 @@ Expected values are written out by hand from the issue, not computed by the buil
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import logging
 
 import pytest
 
-from ascend_pd_operator.api.access import resource_for, served_api_version
+from ascend_pd_dev.controlplane import versions
+from ascend_pd_operator.api.access import FLOOR_MINOR, resource_for
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import parse_spec
 from ascend_pd_operator.api.vocabulary import Owner
 from ascend_pd_operator.builders.desired import desired_state
-from ascend_pd_operator.builders.disruption import pdb_api_version, pod_disruption_budget
+from ascend_pd_operator.builders.disruption import pod_disruption_budget
 from ascend_pd_operator.builders.model_source import resolve_facts
-from ascend_pd_operator.kubeio.kube import Connection, Kube, path, server_minor
+from ascend_pd_operator.kubeio.discovery import below_floor, server_minor, warn_below_floor
+from ascend_pd_operator.kubeio.kube import Connection, Kube, path
 from tests.json_server import serving
 
 OWNER = Owner("dsv3", "llm", uid="0b6f8d4e-0000-4000-8000-000000000001", generation=3)
 ROUTER_KINDS = ("ServiceAccount", "Role", "RoleBinding", "Service", "Deployment")
 
 
-def children_of(resource: Json, server: int | None = None) -> list[Json]:
+def children_of(resource: Json) -> list[Json]:
     spec = parse_spec(resource["spec"])
     facts = resolve_facts(spec).facts
     assert facts is not None
-    desired = desired_state(OWNER, spec, facts, server)
+    desired = desired_state(OWNER, spec, facts)
     assert desired.ok, desired.message
     return desired.children
 
@@ -145,70 +148,70 @@ def test_one_budget_per_role_selects_exactly_that_roles_runtime_pods(dsv3: Json)
         assert matched == sorted(n for n, _ in pod_labels if n.startswith(f"dsv3-{role}-"))
 
 
-def test_budget_takes_max_unavailable_and_version() -> None:
-    pdb = pod_disruption_budget(OWNER, "decode", 3, "policy/v1beta1")
-    assert pdb["apiVersion"] == "policy/v1beta1" and pdb["spec"]["maxUnavailable"] == 3
+def test_budget_takes_max_unavailable() -> None:
+    pdb = pod_disruption_budget(OWNER, "decode", 3)
+    assert pdb["apiVersion"] == "policy/v1" and pdb["spec"]["maxUnavailable"] == 3
 
 
-@pytest.mark.parametrize(
-    ("minor", "version"),
-    [(20, "policy/v1beta1"), (21, "policy/v1"), (25, "policy/v1"), (35, "policy/v1"),
-     (None, "policy/v1")],
-)  # fmt: skip
-def test_budget_version_is_the_one_the_server_serves(
-    dsv3: Json, minor: int | None, version: str
-) -> None:
-    assert pdb_api_version(minor) == version
-    budgets = [c for c in children_of(dsv3, minor) if c["kind"] == "PodDisruptionBudget"]
-    assert {b["apiVersion"] for b in budgets} == {version}
-    # the client addresses it at that version; other kinds do not depend on the server
-    assert path(resource_for("PodDisruptionBudget", version), "llm") == (
-        f"/apis/{version}/namespaces/llm/poddisruptionbudgets"
+def test_every_budget_is_policy_v1(dsv3: Json) -> None:
+    budgets = [c for c in children_of(dsv3) if c["kind"] == "PodDisruptionBudget"]
+    assert len(budgets) == 3 and {b["apiVersion"] for b in budgets} == {"policy/v1"}
+    assert path(resource_for("PodDisruptionBudget"), "llm") == (
+        "/apis/policy/v1/namespaces/llm/poddisruptionbudgets"
     )
-    assert served_api_version("Deployment", minor) == "apps/v1"
 
 
 def test_server_minor_reads_provider_builds() -> None:
-    assert server_minor({"major": "1", "minor": "20"}) == 20
-    assert server_minor({"major": "1", "minor": "21+"}) == 21
+    assert server_minor({"major": "1", "minor": "28"}) == 28
+    assert server_minor({"major": "1", "minor": "29+"}) == 29
     assert server_minor({}) is None
 
 
 def test_an_unserved_version_is_not_in_the_allow_list() -> None:
     with pytest.raises(KeyError, match="allow-list"):
         resource_for("Deployment", "apps/v1beta2")
+    with pytest.raises(KeyError, match="allow-list"):
+        resource_for("PodDisruptionBudget", "policy/v1beta1")
 
 
-@pytest.fixture
-def server_1_20() -> Iterator[tuple[str, list[str]]]:
-    """Answers ``/version`` as Kubernetes 1.20 and every other GET with an empty list."""
+def test_the_operator_s_floor_is_the_project_s() -> None:
+    assert f"1.{FLOOR_MINOR}" == versions.FLOOR
+
+
+def test_only_a_server_below_the_floor_is_warned_about() -> None:
+    old = {"major": "1", "minor": "27", "gitVersion": "v1.27.16"}
+    warning = below_floor(old)
+    assert warning is not None and "v1.27.16" in warning and "1.28" in warning
+    assert below_floor({"major": "1", "minor": "28+", "gitVersion": "v1.28.15-eks"}) is None
+    assert below_floor({"major": "1", "minor": "36"}) is None
+    assert below_floor({}) is None
+
+
+@pytest.mark.parametrize(
+    ("minor", "warned"), [("27", True), ("28", False), ("36", False), (None, False)]
+)
+def test_the_client_asks_the_version_once_and_warns_below_the_floor(
+    caplog: pytest.LogCaptureFixture, minor: str | None, warned: bool
+) -> None:
+    """A server answering ``/version`` (None: 404, as a proxy might) and the log."""
     paths: list[str] = []
 
     def answer(method: str, where: str, query: dict[str, str]) -> tuple[int, dict[str, str], Json]:
         paths.append(where)
-        if where == "/version" and not query:
-            return 200, {}, {"major": "1", "minor": "20", "gitVersion": "v1.20.2"}
-        return 200, {}, {"items": [], "metadata": {"resourceVersion": "1"}}
+        if minor is None:
+            return 404, {}, {"kind": "Status", "code": 404, "reason": "NotFound"}
+        return 200, {}, {"major": "1", "minor": minor, "gitVersion": f"v1.{minor}.3"}
 
+    caplog.set_level(logging.DEBUG, logger="ascend_pd_operator.kubeio.discovery")
     with serving(answer) as url:
-        yield url, paths
-
-
-def test_the_client_asks_the_server_its_version_once_and_uses_its_budget_version(
-    server_1_20: tuple[str, list[str]],
-) -> None:
-    url, paths = server_1_20
-    kube = Kube(Connection.for_url(url))
-    [*kube.list("Deployment", "llm")]  # no server-dependent kind: no /version
-    assert paths == ["/apis/apps/v1/namespaces/llm/deployments"]
-    [*kube.list("PodDisruptionBudget", "llm")]
-    [*kube.list("PodDisruptionBudget", "llm", "ascendpd.io/deployment")]
-    assert paths[1:] == [
-        "/version",
-        "/apis/policy/v1beta1/namespaces/llm/poddisruptionbudgets",
-        "/apis/policy/v1beta1/namespaces/llm/poddisruptionbudgets",
-    ]
-    assert kube.server_minor == 20 and paths.count("/version") == 1
+        kube = Kube(Connection.for_url(url))
+        warn_below_floor(lambda where: kube.request("GET", where))
+    assert paths == ["/version"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    if warned:
+        assert len(warnings) == 1 and f"v1.{minor}.3" in warnings[0], warnings
+    else:
+        assert warnings == []
 
 
 def test_the_router_budget_selects_exactly_the_router_pods(dsv3: Json) -> None:

@@ -1,6 +1,6 @@
 """The not-Ready messages name, per instance, what its pods wait for.
 
-Every pod, Event and PodGroup here is written by hand in the shape Kubernetes 1.20 (and
+Every pod, Event and PodGroup here is written by hand in the shape the API server (and
 Volcano) report them; every expected message is spelled out, not computed.
 """
 
@@ -155,7 +155,8 @@ def test_the_scheduler_s_reason_names_the_missing_npus(dsv3: Json) -> None:
 
 
 def test_a_missing_pvc_is_named(dsv3: Json) -> None:
-    # kube-scheduler 1.20's words (tests/e2e/test_status_why.py gets them from the real one)
+    # kube-scheduler's words as recorded on 1.20 (1.36 words it otherwise: tests/e2e/
+    # test_status_why.py gets them from the real one); the status quotes them whole
     why = '0/6 nodes are available: 6 persistentvolumeclaim "models" not found.'
     children, pods = prefill_0_not_ready(
         unscheduled("dsv3-prefill-0-0", why), unscheduled("dsv3-prefill-0-1", why)
@@ -273,8 +274,8 @@ def test_a_pod_security_refusal_is_named_with_its_fix(dsv3: Json) -> None:
 def test_the_statefulset_controller_s_prefix_is_dropped_in_either_release_s_words(
     dsv3: Json,
 ) -> None:
-    """The controller's words before the refusal: "create Pod ..." (1.20), "Create Pod ..."
-    (1.36, as a 1.36 controller manager wrote it): either way the status quotes the API
+    """The controller's words before the refusal: "create Pod ..." (1.28 to 1.30 at least),
+    "Create Pod ..." (as a 1.36 controller manager wrote it): either way the status quotes the API
     server's refusal alone."""
     refusal = 'pods "dsv3-prefill-0-0" is forbidden: exceeded quota: q'
     for verb in ("create", "Create"):
