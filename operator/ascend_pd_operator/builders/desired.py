@@ -108,15 +108,13 @@ def with_children(
     desired: Desired,
     owner: Owner,
     spec: PDDeploymentSpec,
-    server_minor: int | None = None,
     indices: Mapping[str, Indices] | None = None,
     serving: str | None = None,
     discovery: str = LABEL_LEADER,
     pins: Mapping[tuple[str, int], Pin] | None = None,
 ) -> Desired:
     """``desired`` with every child manifest, built once, in apply order (a failed layout has
-    none). ``server_minor`` is not used: every supported API server takes the same children
-    (``decisions/planner.py`` still passes it). ``indices``:
+    none). ``indices``:
     per role the instances it keeps and a rollout's surge ones (``drain.roster``,
     ``rollout.decide``; None: 0 to replicas - 1, no surge); ``serving``, the KV-layout
     generation the router routes to (None: this layout's); ``discovery``, the leader label

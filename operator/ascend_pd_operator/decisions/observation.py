@@ -52,10 +52,6 @@ class Observation:
     #: What the pods on the nodes hold (``placement.usage_of``): read only when an instance
     #: with spec.placement is to be created (``Plan.needs_usage``); None: not read.
     node_usage: Usage | None = None
-    #: How group recovery backs off (the operator's flags).
-    #: The API server's Kubernetes minor version (1.x; None: not known, e.g. offline): the
-    #: PodDisruptionBudgets' apiVersion depends on it.
-    server_minor: int | None = None
     #: Whether the installed Volcano PodGroup CRD has spec.subGroupPolicy (``volcano.
     #: podgroup_subgroups``), read only with scheduling.gang volcano and placement scope
     #: Deployment; None: not read, or no PodGroup CRD.

@@ -280,7 +280,7 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
                        tuple(i for i in ix.surge if (r, i) not in placed.blocked))
             for r, ix in indices.items()
         }  # fmt: skip
-    desired = with_children(desired, owner, spec, obs.server_minor, indices,
+    desired = with_children(desired, owner, spec, indices,
                             decision.serving, decision.discovery, pins)  # fmt: skip
     replaced = _selector_changed(obs, desired)
     applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
