@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from _pytest.mark.expression import Expression
 
-from ascend_pd_dev.cli.tiers import E2E_LONG, FLOOR_TESTS, TIERS, Run, Tier, run_all, table
+from ascend_pd_dev.cli.tiers import FLOOR_TESTS, TIERS, Run, Tier, run_all, table
 from ascend_pd_dev.controlplane import versions
 
 MARKERS = ("e2e", "sglang", "crdserver", "prometheus", "scanner", "release")
@@ -33,7 +33,6 @@ def test_every_test_runs_in_exactly_one_tier() -> None:
         "tests/e2e",
         "tests/reliability",
         "tests/reliability/test_own_control_plane.py",
-        *E2E_LONG,
         "tests/sglang",
         "tests/chart",
         "tests/prometheus",

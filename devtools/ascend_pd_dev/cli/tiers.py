@@ -98,21 +98,6 @@ FLOOR_TESTS = (
     "test_a_pod_the_api_server_refuses_is_named_from_the_statefulset_s_failed_create",
 )
 
-#: the e2e-long tier's files: the tests that run a whole program (the operator and unrelated
-#: benchmarks, the demo, the dev CLI, the README's user path), a placement on a control plane
-#: of its own, the rollouts and the scaling loops; together about half the e2e suite's time
-E2E_LONG = (
-    "tests/e2e/test_bench_operator_smoke.py",
-    "tests/e2e/test_bench_unrelated_smoke.py",
-    "tests/e2e/test_demo.py",
-    "tests/e2e/test_dev_cli.py",
-    "tests/e2e/test_user_path.py",
-    "tests/e2e/test_placement_e2e.py",
-    "tests/e2e/test_rollouts.py",
-    "tests/e2e/test_scaling.py",
-    "tests/e2e/test_scaling_planner.py",
-)
-
 TIERS = (
     Tier("reliability", ("tests/reliability", f"--ignore={OWN_CONTROL_PLANE}", "-m",
                          f"e2e and {NOT_OTHERS}"), "e2e-reliability", 10),
@@ -120,26 +105,18 @@ TIERS = (
     # not after them
     Tier("reliability-own", (OWN_CONTROL_PLANE, "-m", f"e2e and {NOT_OTHERS}"),
          "e2e-reliability-own", 6),
-    # the e2e suite in two halves side by side, each on a cluster of its own: one tier ran
-    # 21 min wall for 8 CPU min (waiting on conditions), the longest of all
-    Tier("e2e", ("tests", "--ignore=tests/reliability",
-                 *(f"--ignore={path}" for path in E2E_LONG),
-                 "-m", f"e2e and not prometheus and {NOT_OTHERS}"), "e2e", 10),
-    Tier("e2e-long", (*E2E_LONG, "-m", f"e2e and not prometheus and {NOT_OTHERS}"),
-         "e2e-long", 10),
+    Tier("e2e", ("tests", "--ignore=tests/reliability", "-m",
+                 f"e2e and not prometheus and {NOT_OTHERS}"), "e2e", 10),
     # a real Prometheus scraping the running operator: short, so beside the e2e tier
     # rather than in it (the e2e tier is the longest); KEDA scaling a role on a Prometheus
     # query too (tests/e2e/test_keda_scaling.py)
     Tier("prometheus-e2e", ("tests", "--ignore=tests/reliability", "-m",
                             f"e2e and prometheus and {NOT_OTHERS}"), "e2e-prometheus", 3,
          after=("prepare-keda",)),
-    # the SGLang releases' own parsers and connectors (no cluster): CPU-bound, one release's
-    # interpreter after another
-    Tier("sglang", ("tests", "--ignore=tests/e2e", "-m", "sglang"), "e2e-sglang", 11,
-         needs_control_plane=False),
-    # the SGLang tests on a cluster (the real parser in kubelet-sim's pods): beside the
-    # others rather than after them, on a cluster of its own that runs only as long as they
-    Tier("sglang-e2e", ("tests/e2e", "-m", "sglang"), "e2e-sglang-cluster", 4),
+    # tests/e2e has a test of the sglang tier: it gets a cluster of its own too. Its SGLang
+    # environments come first (minutes), the one cluster test (20 min budget) waits for
+    # the build itself: the tier need not wait
+    Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 11, needs_control_plane=False),
     Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver and not scanner "
                            "and not release"),
          "e2e-unit", 5, needs_control_plane=False),
