@@ -52,6 +52,11 @@ def wait_for(
         time.sleep(interval)
 
 
+#: The scenarios' own control plane: this many simulated nodes of this many NPUs each.
+SCENARIO_NODES = 8
+SCENARIO_NPUS_PER_NODE = 8
+
+
 @contextlib.contextmanager
 def scenario_cluster(
     progress: Callable[[str], None] = lambda _: None, state: str = "reliability"
@@ -60,7 +65,9 @@ def scenario_cluster(
     started from empty and stopped afterwards: the table never depends on what ran before
     (the demo's deployment once held 48 of the 64 simulated NPUs the scenarios need)."""
     layout = dev_cluster.Layout(paths.scratch_state_dir(state))
-    dev_cluster.fresh(layout, nodes=8, ascend_per_node=8, progress=progress)
+    dev_cluster.fresh(
+        layout, nodes=SCENARIO_NODES, ascend_per_node=SCENARIO_NPUS_PER_NODE, progress=progress
+    )
     try:
         yield layout.kubeconfig
     finally:

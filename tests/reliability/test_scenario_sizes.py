@@ -14,11 +14,9 @@ from typing import Any
 
 from ascend_pd_dev.kubelet_sim.nodes import NODE_CAPACITY
 from ascend_pd_operator.wiring.render_cli import render
+from reliability.env import SCENARIO_NODES, SCENARIO_NPUS_PER_NODE
 from reliability.specs import pdd
 
-#: the scenario cluster (``reliability.env.scenario_cluster``): 8 nodes of 8 NPUs
-NODES = 8
-NPUS_PER_NODE = 8
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
@@ -57,7 +55,7 @@ def nodes_needed(pods: list[tuple[float, int]]) -> int:
                 node[1] -= npus
                 break
         else:
-            nodes.append([capacity - memory, NPUS_PER_NODE - npus])
+            nodes.append([capacity - memory, SCENARIO_NPUS_PER_NODE - npus])
     return len(nodes)
 
 
@@ -67,4 +65,4 @@ def test_the_deletion_scenario_fits_half_the_scenario_cluster() -> None:
     pods = [pod for doc in docs for pod in pods_of(doc)]
     assert len(pods) == 4 * 2 + 5 + 4 * 2  # prefill PP 2, decode 1/2/1/1, two routers each
     # half the cluster stays free for the last scenario's pods that are still terminating
-    assert nodes_needed(pods) <= NODES // 2
+    assert nodes_needed(pods) <= SCENARIO_NODES // 2
