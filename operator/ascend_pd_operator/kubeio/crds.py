@@ -38,7 +38,7 @@ from ascend_pd_operator.kubeio.errors import Denied, NotFound
 
 log = logging.getLogger(__name__)
 
-#: How often the gate asks discovery again while a CRD is missing.
+#: How often the gate checks again while a CRD is missing or older than the operator.
 RECHECK_SECONDS = 5.0
 #: What installs them, in the repository and with the chart.
 INSTALL = (
