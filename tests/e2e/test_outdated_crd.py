@@ -139,3 +139,7 @@ def test_an_outdated_crd_fails_healthz_until_crds_are_applied(
             op.stop()
         replace(kubectl, head_crds(minor))
         install_crd(cluster.kubeconfig, FIELD_MANAGER)
+    # the tests after this one find HEAD's schemas again
+    for resource in watched_crds():
+        installed = json.loads(kubectl("get", "crd", crd_name(resource), "-o", "json").stdout)
+        assert schema_gaps(resource, installed) == [], crd_name(resource)
