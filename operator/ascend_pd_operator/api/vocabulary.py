@@ -42,13 +42,15 @@ LABEL_REVISION = "controller-revision-hash"
 #: not remove it): a generation, or a drained instance, leaves the router by its pods'
 #: deletion.
 LABEL_LEADER = f"{PREFIX}/leader"
-#: The leader label of operator versions up to 0.1.0, which the router selected on. Leaders
+#: The leader label of operator builds before the elastic roles (main before 9f74067, before
+#: the 0.1.0 release), which the router selected on. Leaders
 #: that carry it keep it (the router never forgets by a label); the router's selector moves
 #: to LABEL_LEADER once every leader carries that (``router.discovery_label``), so a running
 #: deployment's routing never has a gap.
 LABEL_LEGACY_ROUTABLE = f"{PREFIX}/routable"
 #: On the router Deployment: the leader label its pods' discovery selects on ("leader":
-#: LABEL_LEADER; absent: a router of 0.1.0, on LABEL_LEGACY_ROUTABLE).
+#: LABEL_LEADER; absent: a router of a build before
+#: 9f74067, on LABEL_LEGACY_ROUTABLE).
 LABEL_ROUTER_DISCOVERY = f"{PREFIX}/discovery"
 DISCOVERY_LEADER = "leader"
 #: On an instance being drained by a scale-down (its StatefulSet and pods): it leaves its
