@@ -6,8 +6,8 @@ live template has and the desired one lacks is a default, not a difference, exce
 only the operator ever writes: an item of a list keyed by name (a container, an env var, a
 volume) or a key of the template's labels and annotations. There, an item the desired
 template lacks is one an apply would remove. Empty and zero values the API server drops
-on storage (Go's ``omitempty``) equal a missing one, and resource quantities compare by
-value (``1000m`` is ``1``).
+on storage (Go's ``omitempty`` on a plain field; an optional one keeps its ``false``) equal
+a missing one, and resource quantities compare by value (``1000m`` is ``1``).
 
 Names read as a user would look them up: ``containers[sglang].env[HCCL_BUFFSIZE]``,
 ``metadata.labels[ascendpd.io/fingerprint]``, ``securityContext``.
@@ -65,13 +65,26 @@ def quantity(value: Any) -> Decimal | None:
         return None
 
 
-def _empty(value: Any) -> bool:
-    """Dropped on storage: absent, empty, false or zero, at any depth."""
+#: Fields of a pod template that are plain (not pointer) bools and ints with ``omitempty``:
+#: stored without them when false or zero. Every other false or zero is kept (an optional
+#: field, a pointer: ``enableServiceLinks: false``, ``runAsUser: 0``), so applying it over
+#: a template without it changes the template.
+PLAIN_OMITEMPTY = (
+    "hostNetwork", "hostPID", "hostIPC", "stdin", "stdinOnce", "tty", "readOnly", "hostPort",
+    "initialDelaySeconds",
+)  # fmt: skip
+
+
+def _empty(value: Any, key: str = "") -> bool:
+    """Dropped on storage: absent, an empty string or list, a plain false or zero
+    (``PLAIN_OMITEMPTY``), at any depth."""
     if isinstance(value, dict):
-        return all(_empty(v) for v in value.values())
+        return all(_empty(v, k) for k, v in value.items())
     if isinstance(value, list):
         return not value
-    return value is None or value is False or value == "" or value == 0
+    if value is None or value == "":
+        return True
+    return key in PLAIN_OMITEMPTY and value in (False, 0) and not isinstance(value, str)
 
 
 def _same_scalar(want: Any, have: Any, in_quantities: bool) -> bool:
@@ -94,7 +107,7 @@ def _child(path: str, key: str, data_map: bool) -> str:
 def changes(want: Any, have: Any, path: str = "", parent: str = "") -> list[str]:
     """What applying ``want`` over ``have`` changes, as ``<field> added|changed|removed``."""
     if have is None:
-        return [] if _empty(want) else [f"{path} added"]
+        return [] if _empty(want, parent) else [f"{path} added"]
     if isinstance(want, dict):
         if not isinstance(have, dict):
             return [f"{path} changed"]

@@ -90,6 +90,20 @@ def test_an_unkeyed_list_is_one_change_and_a_foreign_annotation_is_none() -> Non
     assert changes(want, live) == ["spec.containers[sglang].args changed"]
 
 
+def test_a_false_the_api_server_keeps_is_a_change_one_it_drops_is_none() -> None:
+    """``enableServiceLinks`` is optional (a pointer): stored as false, so a template
+    without it gains it; ``hostNetwork`` is a plain bool: false is stored as nothing. The
+    upgrade tier found the first one missed against a router of 0dd9e25."""
+    want = {"spec": {"enableServiceLinks": False, "hostNetwork": False,
+                     "securityContext": {"runAsUser": 0}}}  # fmt: skip
+    assert changes(want, {"spec": {}}) == [
+        "spec.enableServiceLinks added",
+        "spec.securityContext added",
+    ]
+    assert changes(want, {"spec": {"enableServiceLinks": False,
+                                   "securityContext": {"runAsUser": 0}}}) == []  # fmt: skip
+
+
 def test_a_port_as_string_or_number_is_the_same() -> None:
     want = {"port": 8000}
     assert changes(want, {"port": "8000"}) == [] and changes(want, {"port": 8001}) != []
