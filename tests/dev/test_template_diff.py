@@ -1,0 +1,50 @@
+"""The upgrade tier's oracle names changed pod-template fields as the status does."""
+
+from __future__ import annotations
+
+from ascend_pd_dev.testtools.template_diff import changed_paths, covers, uncovered
+
+LIVE = {
+    "metadata": {"labels": {"ascendpd.io/role": "decode"}, "annotations": {"a": "1"}},
+    "spec": {
+        "containers": [
+            {"name": "sglang", "image": "i:1", "args": ["--x"],
+             "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
+        ],
+        "nodeSelector": {"accelerator": "910b"},
+    },
+}  # fmt: skip
+
+
+def test_names_added_removed_and_altered_fields_by_item_name() -> None:
+    desired = {
+        "metadata": {"labels": {"ascendpd.io/role": "decode", "ascendpd.io/x": "y"}},
+        "spec": {
+            "containers": [
+                {"name": "sglang", "image": "i:1", "args": ["--x", "--y"],
+                 "env": [{"name": "A", "value": "3"}, {"name": "C", "value": "2"}]},
+            ],
+            "nodeSelector": {"accelerator": "910b"},
+        },
+    }  # fmt: skip
+    assert changed_paths(LIVE, desired) == [
+        "metadata.annotations",
+        "metadata.labels[ascendpd.io/x]",
+        "containers[sglang].args",
+        "containers[sglang].env[A]",
+        "containers[sglang].env[B]",
+        "containers[sglang].env[C]",
+    ]
+
+
+def test_an_equal_template_changes_nothing() -> None:
+    assert changed_paths(LIVE, LIVE) == []
+
+
+def test_a_field_covers_itself_and_what_it_holds_not_its_siblings() -> None:
+    assert covers("containers[sglang].env[A]", "containers[sglang].env[A].value")
+    assert covers("containers[sglang].env", "containers[sglang].env[A]")
+    assert not covers("containers[sglang].env[A]", "containers[sglang].env[AB]")
+    assert uncovered(["metadata.labels[x]"], ["metadata.labels[x]", "metadata.labels[y]"]) == [
+        "metadata.labels[y]"
+    ]

@@ -1,0 +1,215 @@
+"""Upgrading the operator from an old commit to HEAD replaces no runtime or router pod.
+
+For each old version (the recorded release 0.1.0, and ``0dd9e25``, main before the release
+work, whose pod templates differ from HEAD's):
+
+1. its chart (with its CRDs) installed by the real ``helm`` from a worktree of that commit,
+   and its own operator run as a local process from a venv of that commit (the chart
+   Deployment's args, as the chart's ServiceAccount), as the e2e tests run HEAD's;
+2. three PDDeployments on it (multi-node prefill PP with a router; decode scaled to 2 by
+   its PDRoleScaler; spec.placement), Ready; every runtime and router pod's uid recorded;
+3. the old operator stopped, ``helm upgrade`` to HEAD's chart, HEAD's CRDs applied as
+   docs/upgrade.md says, HEAD's operator started with a 2 s resync;
+4. once HEAD's operator has resynced 3 times (its own metrics count the passes), and at
+   every check before: the same pods (uids); each status in HEAD's shape; no new Warning
+   Event; ``UpdatePending`` True for a role exactly when the API server says HEAD would
+   change one of its instances' pod templates (a server-side dry-run apply of HEAD's
+   rendered StatefulSet as the operator), naming those fields;
+5. the user's trigger on ``pp``: its changed instances are replaced within
+   ``spec.rollout.maxUnavailable``, it is Ready again and nothing is pending.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from upgrade_steps import (
+    NAMESPACE,
+    PLACED,
+    PP,
+    RELEASE,
+    SCALED,
+    SCALED_DECODE,
+    Helm,
+    Plane,
+    chart_values,
+    condition,
+    instances_down,
+    pdd_object,
+    pods,
+    ready,
+    resyncs,
+    specs,
+    start_operator,
+    uids,
+    wait_established,
+    wait_for,
+    warnings,
+    would_change,
+)
+
+from ascend_pd_dev.controlplane.paths import project_root
+from ascend_pd_dev.testtools import old_release
+from ascend_pd_dev.testtools.template_diff import covers, uncovered
+from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, LABEL_ROLE, ROLES, STATUS_ROLES
+
+pytestmark = [pytest.mark.timeout(1500)]
+
+ROOT = project_root()
+#: the condition, the per-role field and the user's trigger HEAD's operator offers (issue 39)
+UPDATE_PENDING = "UpdatePending"
+ROLE_PENDING = "updatePending"
+TRIGGER = "ascendpd.io/apply-operator-updates"
+#: resync period of HEAD's operator, and the passes that must see nothing replaced
+RESYNC_SECONDS, RESYNCS = 2, 3
+#: status keys operators before status.roles wrote; HEAD drops them at its first write
+DROPPED_STATUS_KEYS = ("prefill", "decode")
+
+
+def old_commit(version: str) -> str:
+    ref = old_release.release_commit(ROOT, version) if "." in version else version
+    return old_release.full_commit(ROOT, ref)
+
+
+def pending(obj: dict[str, Any]) -> dict[str, list[str]]:
+    roles = (obj.get("status") or {}).get(STATUS_ROLES) or {}
+    return {role: list((roles.get(role) or {}).get(ROLE_PENDING) or []) for role in ROLES}
+
+
+def check_upgraded(plane: Plane, before: dict[str, str], warned: set[str]) -> list[str]:
+    """What is wrong now (nothing: []): a pod replaced, a status not in HEAD's shape, a
+    new Warning Event."""
+    problems = []
+    now = uids(plane)
+    if now != before:
+        gone = sorted(set(before) - set(now))
+        changed = sorted(n for n in now if n in before and now[n] != before[n])
+        new = sorted(set(now) - set(before))
+        problems.append(f"pods replaced: gone {gone}, new uid {changed}, new {new}")
+    for name in (PP, SCALED, PLACED):
+        obj = pdd_object(plane, name)
+        st = obj.get("status") or {}
+        if st.get("observedGeneration") != obj["metadata"]["generation"]:
+            problems.append(f"{name}: observedGeneration {st.get('observedGeneration')}")
+        if sorted(st.get(STATUS_ROLES) or {}) != sorted(ROLES):
+            problems.append(f"{name}: status.{STATUS_ROLES} {sorted(st.get(STATUS_ROLES) or {})}")
+        if dropped := [k for k in DROPPED_STATUS_KEYS if k in st]:
+            problems.append(f"{name}: status still has {dropped}")
+        if condition(obj, "Ready").get("status") != "True":
+            problems.append(f"{name}: Ready {condition(obj, 'Ready')}")
+    new_warnings = {k: v for k, v in warnings(plane).items() if k not in warned}
+    problems += [f"Warning Event {e.get('reason')} on {e['involvedObject'].get('name')}: "
+                 f"{e.get('message')}" for e in new_warnings.values()]  # fmt: skip
+    return problems
+
+
+def check_pending(obj: dict[str, Any], changes: dict[str, list[str]]) -> list[str]:
+    """Whether the status says exactly what HEAD would change (``changes``, per role)."""
+    name = obj["metadata"]["name"]
+    problems = []
+    cond = condition(obj, UPDATE_PENDING)
+    expected = "True" if any(changes.values()) else "False"
+    if cond.get("status") != expected:
+        problems.append(f"{name}: {UPDATE_PENDING} {cond or 'absent'}, expected {expected} "
+                        f"(the API server's dry-run changes {changes})")  # fmt: skip
+    for role, named in pending(obj).items():
+        if missing := uncovered(named, changes[role]):
+            problems.append(f"{name}: {role}.{ROLE_PENDING} {named} leaves out {missing}")
+        if extra := [n for n in named if not any(covers(n, p) for p in changes[role])]:
+            problems.append(f"{name}: {role}.{ROLE_PENDING} names {extra}, which HEAD "
+                            f"would not change ({changes[role]})")  # fmt: skip
+    return problems
+
+
+@pytest.mark.parametrize("version", ["0.1.0", "0dd9e25"])
+def test_upgrade_from_an_old_commit_replaces_no_pod(
+    plane: Plane, version: str, tmp_path: Path
+) -> None:
+    began = time.monotonic()
+    commit = old_commit(version)
+    helm = Helm(plane.kubeconfig)
+    plane.run("create", "namespace", NAMESPACE)
+    with old_release.checkout(ROOT, commit) as tree:
+        python = old_release.operator_python(tree, commit, print)
+        # 1. the old chart and CRDs, the old operator
+        helm("install", RELEASE, str(tree / "charts" / "ascend-pd-operator"),
+             *chart_values(None), "--create-namespace", "--wait", "--timeout", "5m")  # fmt: skip
+    wait_established(plane)
+    old = start_operator(plane, tmp_path, "old", python, "--resync-seconds=5")
+    try:
+        wait_for(old.healthy, f"the operator of {version} healthy")
+        # 2. three deployments, Ready; the scaler scales decode
+        plane.run("apply", "-f", "-", input=yaml.safe_dump_all(specs()))
+        for name in (PP, SCALED, PLACED):
+            wait_for(lambda: ready(plane, name), f"{name} Ready under {version}")  # noqa: B023
+        plane.run("scale", "pdrs", f"{SCALED}-decode", "-n", NAMESPACE,
+                  f"--replicas={SCALED_DECODE}")  # fmt: skip
+        wait_for(lambda: ready(plane, SCALED, SCALED_DECODE), f"{SCALED} with 2 decode")
+    finally:
+        old.stop()
+    before = uids(plane)
+    warned = set(warnings(plane))
+    print(f"{version}: {len(before)} runtime and router pods before the upgrade")
+    installed = time.monotonic()
+
+    # 3. HEAD's chart and CRDs, HEAD's operator
+    helm("upgrade", RELEASE, str(ROOT / "charts" / "ascend-pd-operator"),
+         *chart_values(RESYNC_SECONDS), "--wait", "--timeout", "5m")  # fmt: skip
+    plane.run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    wait_established(plane)
+    head = start_operator(plane, tmp_path, "head")
+    try:
+        wait_for(head.healthy, "HEAD's operator healthy")
+        passes = wait_for(lambda: resyncs(head)[0] >= 1 and resyncs(head), "a first resync")
+
+        # 4. over RESYNCS resyncs: nothing replaced, status migrated, no warnings
+        def settled() -> tuple[float, float] | None:
+            problems = check_upgraded(plane, before, warned)
+            assert not problems, f"after the upgrade from {version}: {problems}"
+            now = resyncs(head)
+            return now if now[0] >= passes[0] + RESYNCS else None
+
+        wait_for(settled, f"{RESYNCS} resyncs of HEAD's operator", timeout=300)
+        changes = {name: would_change(plane, name, SCALED_DECODE if name == SCALED else None)
+                   for name in (PP, SCALED, PLACED)}  # fmt: skip
+        print(f"{version}: HEAD would change {changes}")
+        problems = [p for name in changes
+                    for p in check_pending(pdd_object(plane, name), changes[name])]  # fmt: skip
+        assert not problems, problems
+
+        # 5. the user's trigger rolls pp within its bounds
+        upgraded = time.monotonic()
+        # the runtime pods of pp's roles that HEAD would change
+        rolled = {n for n, p in pods(plane).items()
+                  if p["metadata"]["labels"].get(LABEL_DEPLOYMENT) == PP
+                  and changes[PP].get(p["metadata"]["labels"].get(LABEL_ROLE, ""))}  # fmt: skip
+        plane.run("annotate", "pdd", PP, "-n", NAMESPACE, f"{TRIGGER}={uuid.uuid4().hex[:8]}")
+        worst = dict.fromkeys(ROLES, 0)
+
+        def rolled_out() -> bool:
+            for role, n in instances_down(plane, PP).items():
+                worst[role] = max(worst[role], n)
+            now = uids(plane)
+            replaced = all(now.get(n) not in (None, before[n]) for n in rolled)
+            obj = pdd_object(plane, PP)
+            return replaced and ready(plane, PP) and not check_pending(obj, {r: [] for r in ROLES})
+
+        wait_for(rolled_out, f"{PP} rolled out after the trigger", timeout=600)
+        bound = pdd_object(plane, PP)["spec"]["rollout"]["maxUnavailable"]
+        assert all(n <= bound for n in worst.values()), (worst, bound)
+        others = {n: u for n, u in uids(plane).items() if not n.startswith(f"{PP}-")}
+        assert others == {n: u for n, u in before.items() if not n.startswith(f"{PP}-")}
+        assert not would_change(plane, PP) or not any(would_change(plane, PP).values())
+    finally:
+        head.stop()
+        assert "Traceback" not in head.log.read_text(), head.log.read_text()[-4000:]
+    print(
+        f"{version}: old install {installed - began:.0f} s, upgrade and checks "
+        f"{upgraded - installed:.0f} s, trigger {time.monotonic() - upgraded:.0f} s; "
+        f"{len(uids(plane))} pods after ({len(rolled)} replaced by the trigger)"
+    )
