@@ -40,6 +40,8 @@ CRDS = ("pddeployments.ascendpd.io", "pdrolescalers.ascendpd.io")
 #: the three deployments (issue 39): multi-node prefill PP, scaled by a PDRoleScaler, placed
 PP, SCALED, PLACED = "pp", "scaled", "placed"
 SCALED_DECODE = 2
+#: the router's key beside the roles'
+ROUTER = "router"
 Json = dict[str, Any]
 
 
@@ -219,23 +221,33 @@ def rendered(plane: Plane, live: Json, decode: int | None) -> dict[str, Json]:
     return out
 
 
+def part_of(pod: Json) -> str:
+    """The role of a runtime pod, ``router`` for a router pod."""
+    return str(pod["metadata"]["labels"].get(LABEL_ROLE) or ROUTER)
+
+
 def would_change(plane: Plane, name: str, decode: int | None = None) -> dict[str, list[str]]:
-    """Per role, the pod-template fields HEAD would change, by the API server's verdict: a
-    server-side dry-run apply of HEAD's StatefulSet as the operator (its field manager, so
-    fields it applied before and no longer does go too) against the live one."""
+    """Per role (and ``router``), the pod-template fields HEAD would change, by the API
+    server's verdict: a server-side dry-run apply of HEAD's StatefulSet (the router's
+    Deployment) as the operator (its field manager, so fields it applied before and no
+    longer does go too) against the live one."""
     live_pdd = pdd_object(plane, name)
     desired = rendered(plane, live_pdd, decode)
-    out: dict[str, list[str]] = {role: [] for role in ROLES}
-    for sts in statefulsets(plane, name):
-        key = f"StatefulSet/{sts['metadata']['name']}"
+    out: dict[str, list[str]] = {part: [] for part in (*ROLES, ROUTER)}
+    live = [(f"StatefulSet/{s['metadata']['name']}", s["metadata"]["labels"][LABEL_ROLE], s)
+            for s in statefulsets(plane, name)]  # fmt: skip
+    router = plane.run("get", "deployment", f"{name}-router", "-n", NAMESPACE, "-o", "json",
+                       check=False)  # fmt: skip
+    if router.returncode == 0:
+        live.append((f"Deployment/{name}-router", ROUTER, json.loads(router.stdout)))
+    for key, part, obj in live:
         assert key in desired, f"HEAD renders no {key} (renders {sorted(desired)})"
         done = plane.run("apply", "--server-side", "--dry-run=server", "--force-conflicts",
                          f"--field-manager={FIELD_MANAGER}", "-o", "json", "-f", "-",
                          input=json.dumps(desired[key]))  # fmt: skip
         verdict = json.loads(done.stdout)
-        paths = changed_paths(sts["spec"]["template"], verdict["spec"]["template"])
-        role = sts["metadata"]["labels"][LABEL_ROLE]
-        out[role] = sorted(set(out[role]) | set(paths))
+        paths = changed_paths(obj["spec"]["template"], verdict["spec"]["template"])
+        out[part] = sorted(set(out[part]) | set(paths))
     return out
 
 
