@@ -193,6 +193,7 @@ def test_upgrade_from_an_old_commit_replaces_no_pod(
                   if p["metadata"]["labels"].get(LABEL_DEPLOYMENT) == PP
                   and changes[PP][part_of(p)]}  # fmt: skip
         plane.run("annotate", "pdd", PP, "-n", NAMESPACE, f"{TRIGGER}={uuid.uuid4().hex[:8]}")
+        triggered = resyncs(head)[0]
         worst = dict.fromkeys(ROLES, 0)
 
         def rolled_out() -> bool:
@@ -202,7 +203,9 @@ def test_upgrade_from_an_old_commit_replaces_no_pod(
             replaced = all(now.get(n) not in (None, before[n]) for n in rolled)
             obj = pdd_object(plane, PP)
             nothing = {part: [] for part in changes[PP]}
-            return replaced and ready(plane, PP) and not check_pending(obj, nothing)
+            # resyncs since the trigger: with nothing to roll, nothing may start either
+            seen = resyncs(head)[0] >= triggered + 2
+            return seen and replaced and ready(plane, PP) and not check_pending(obj, nothing)
 
         wait_for(rolled_out, f"{PP} rolled out after the trigger", timeout=600)
         bound = pdd_object(plane, PP)["spec"]["rollout"]["maxUnavailable"]
