@@ -47,6 +47,7 @@ from upgrade_steps import (
     resyncs,
     specs,
     start_operator,
+    templates,
     uids,
     wait_established,
     wait_for,
@@ -56,7 +57,7 @@ from upgrade_steps import (
 
 from ascend_pd_dev.controlplane.paths import project_root
 from ascend_pd_dev.testtools import old_release
-from ascend_pd_dev.testtools.template_diff import covers, uncovered
+from ascend_pd_dev.testtools.template_diff import changed_paths, covers, uncovered
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, ROLES, STATUS_ROLES
 
 pytestmark = [pytest.mark.timeout(1500)]
@@ -82,9 +83,11 @@ def pending(obj: dict[str, Any]) -> dict[str, list[str]]:
     return {role: list((roles.get(role) or {}).get(ROLE_PENDING) or []) for role in ROLES}
 
 
-def check_upgraded(plane: Plane, before: dict[str, str], warned: set[str]) -> list[str]:
+def check_upgraded(
+    plane: Plane, before: dict[str, str], warned: set[str], shapes: dict[str, Any]
+) -> list[str]:
     """What is wrong now (nothing: []): a pod replaced, a status not in HEAD's shape, a
-    new Warning Event."""
+    new Warning Event; with any of them, the pod templates changed since ``shapes``."""
     problems = []
     now = uids(plane)
     if now != before:
@@ -104,8 +107,14 @@ def check_upgraded(plane: Plane, before: dict[str, str], warned: set[str]) -> li
         if condition(obj, "Ready").get("status") != "True":
             problems.append(f"{name}: Ready {condition(obj, 'Ready')}")
     new_warnings = {k: v for k, v in warnings(plane).items() if k not in warned}
-    problems += [f"Warning Event {e.get('reason')} on {e['involvedObject'].get('name')}: "
+    problems += [f"Warning Event {e.get('reason')} on {e['involvedObject'].get('name')} from "
+                 f"{e.get('reportingComponent') or (e.get('source') or {}).get('component')} "
+                 f"(count {e.get('count')}, last {e.get('lastTimestamp') or e.get('eventTime')}): "
                  f"{e.get('message')}" for e in new_warnings.values()]  # fmt: skip
+    if problems:
+        now_shapes = templates(plane)
+        changed = {k: changed_paths(v, now_shapes.get(k) or {}) for k, v in shapes.items()}
+        problems.append(f"templates changed: { {k: v for k, v in changed.items() if v} }")
     return problems
 
 
@@ -156,7 +165,7 @@ def test_upgrade_from_an_old_commit_replaces_no_pod(
         wait_for(lambda: ready(plane, SCALED, SCALED_DECODE), f"{SCALED} with 2 decode")
     finally:
         old.stop()
-    before = uids(plane)
+    before, shapes = uids(plane), templates(plane)
     warned = set(warnings(plane))
     print(f"{version}: {len(before)} runtime and router pods before the upgrade")
     installed = time.monotonic()
@@ -173,7 +182,7 @@ def test_upgrade_from_an_old_commit_replaces_no_pod(
 
         # 4. over RESYNCS resyncs: nothing replaced, status migrated, no warnings
         def settled() -> tuple[float, float] | None:
-            problems = check_upgraded(plane, before, warned)
+            problems = check_upgraded(plane, before, warned, shapes)
             assert not problems, f"after the upgrade from {version}: {problems}"
             now = resyncs(head)
             return now if now[0] >= passes[0] + RESYNCS else None

@@ -123,6 +123,12 @@ def start_operator(
                            env=env, python=python)  # fmt: skip
 
 
+def templates(plane: Plane) -> dict[str, Json]:
+    """Every instance StatefulSet's and router Deployment's pod template, by kind/name."""
+    found = plane.json("get", "statefulsets,deployments", "-n", NAMESPACE, "-l", LABEL_DEPLOYMENT)
+    return {f"{o['kind']}/{o['metadata']['name']}": o["spec"]["template"] for o in found["items"]}
+
+
 def pods(plane: Plane) -> dict[str, Json]:
     """Every runtime and router pod of the namespace, by name."""
     found = plane.json("get", "pods", "-n", NAMESPACE, "-l", LABEL_DEPLOYMENT)
