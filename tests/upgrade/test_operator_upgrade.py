@@ -46,6 +46,7 @@ from upgrade_steps import (
     ready,
     resyncs,
     specs,
+    stale_instances,
     start_operator,
     templates,
     uids,
@@ -163,6 +164,7 @@ def test_upgrade_from_an_old_commit_replaces_no_pod(
         plane.run("scale", "pdrolescalers.ascendpd.io", f"{SCALED}-decode", "-n", NAMESPACE,
                   f"--replicas={SCALED_DECODE}")  # fmt: skip
         wait_for(lambda: ready(plane, SCALED, SCALED_DECODE), f"{SCALED} with 2 decode")
+        wait_for(lambda: not stale_instances(plane) or None, "no instance mid-update")
     finally:
         old.stop()
     before, shapes = uids(plane), templates(plane)

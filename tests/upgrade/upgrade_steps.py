@@ -164,6 +164,16 @@ def instances_down(plane: Plane, name: str) -> dict[str, int]:
     return down
 
 
+def stale_instances(plane: Plane) -> list[str]:
+    """The instance StatefulSets some of whose pods run another revision than the current
+    template (an update under way): the old operator must leave none behind, or HEAD would
+    only be finishing the old one's rollout."""
+    found = plane.json("get", "statefulsets", "-n", NAMESPACE, "-l", LABEL_INSTANCE)
+    return [s["metadata"]["name"] for s in found["items"]
+            if (s.get("status") or {}).get("updatedReplicas", 0) != s["spec"].get("replicas")
+            or s["status"].get("currentRevision") != s["status"].get("updateRevision")]  # fmt: skip
+
+
 def ready(plane: Plane, name: str, decode: int | None = None) -> bool:
     obj = pdd_object(plane, name)
     if condition(obj, "Ready").get("status") != "True":
