@@ -37,6 +37,8 @@ PRINTER_COLUMNS: list[Json] = [
      "description": "Ready decode instances / the instances the role runs."},
     {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason",
      "description": "Why it is not Ready: the reason of the first condition Ready waits for."},
+    {"name": "Updates", "type": "string", "jsonPath": ".status.updatePending",
+     "description": "The roles whose operator-made template change waits for the user."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "PP", "type": "integer", "jsonPath": ".spec.prefill.parallelism.pipeline",
      "priority": 1, "description": "Prefill pipeline size."},
