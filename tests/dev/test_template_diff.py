@@ -31,7 +31,7 @@ def test_names_added_removed_and_altered_fields_by_item_name() -> None:
         "metadata.annotations",
         "metadata.labels[ascendpd.io/x]",
         "containers[sglang].args",
-        "containers[sglang].env[A]",
+        "containers[sglang].env[A].value",
         "containers[sglang].env[B]",
         "containers[sglang].env[C]",
     ]
@@ -41,7 +41,17 @@ def test_an_equal_template_changes_nothing() -> None:
     assert changed_paths(LIVE, LIVE) == []
 
 
+def test_mounts_are_named_by_their_path_as_the_api_server_merges_them() -> None:
+    live = {"spec": {"containers": [{"name": "c", "volumeMounts": [
+        {"name": "shm", "mountPath": "/dev/shm"}]}]}}  # fmt: skip
+    desired = {"spec": {"containers": [{"name": "c", "volumeMounts": [
+        {"name": "shm", "mountPath": "/dev/shm", "readOnly": True}]}]}}  # fmt: skip
+    assert changed_paths(live, desired) == ["containers[c].volumeMounts[/dev/shm].readOnly"]
+
+
 def test_a_field_covers_itself_and_what_it_holds_not_its_siblings() -> None:
+    assert covers("containers[sglang].securityContext added", "containers[sglang].securityContext")
+    assert covers("volumes[dshm].emptyDir.sizeLimit changed", "volumes[dshm]")
     assert covers("containers[sglang].env[A]", "containers[sglang].env[A].value")
     assert covers("containers[sglang].env", "containers[sglang].env[A]")
     assert not covers("containers[sglang].env[A]", "containers[sglang].env[AB]")

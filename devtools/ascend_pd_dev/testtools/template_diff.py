@@ -1,5 +1,6 @@
 """Which fields of a pod template differ, named the way ``status.roles.<role>.updatePending``
-names them: ``containers[sglang].env[ASCEND_PD_FOO]``, ``metadata.labels[ascendpd.io/x]``.
+names them: ``containers[sglang].env[ASCEND_PD_FOO]``, ``metadata.labels[ascendpd.io/x]``
+(the status adds `` added``, `` changed`` or `` removed``, which ``field_of`` drops).
 
 The upgrade test compares a live StatefulSet's ``spec.template`` with the API server's
 verdict on HEAD's manifest (a server-side dry-run apply), so both sides carry the server's
@@ -12,17 +13,24 @@ from typing import Any
 
 #: maps whose keys are data, not schema: ``labels[key]`` rather than ``labels.key``
 KEYED_MAPS = frozenset({"labels", "annotations", "nodeSelector", "limits", "requests"})
-#: lists whose items differ field by field (``containers[sglang].image``); an item of any
-#: other list of named objects differs whole (``env[A]``, ``volumes[models]``)
-OPENED_LISTS = frozenset({"containers", "initContainers"})
+#: the lists the API server merges by a key (strategic merge and server-side apply), with
+#: that key: their items are named by it (``volumeMounts[/dev/shm]``); any other list
+#: differs whole
+KEYED_LISTS = {
+    "containers": "name", "initContainers": "name", "ephemeralContainers": "name",
+    "env": "name", "volumes": "name", "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath", "ports": "containerPort", "imagePullSecrets": "name",
+    "resourceClaims": "name", "hostAliases": "ip",
+}  # fmt: skip
+#: the words the status ends a field with
+VERDICTS = ("added", "changed", "removed")
 
 
-def _named(items: list[Any]) -> dict[str, Any] | None:
-    """A list of objects each with a unique ``name`` (containers, env, volumes, ports) as a
-    map; None for any other list, which then differs as a whole."""
-    if not items or not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in items):
+def _keyed(items: list[Any], key: str) -> dict[str, Any] | None:
+    """A keyed list as a map by its key; None when an item lacks it or two share it."""
+    if not all(isinstance(i, dict) and key in i for i in items):
         return None
-    names = [i["name"] for i in items]
+    names = [str(i[key]) for i in items]
     return dict(zip(names, items, strict=True)) if len(set(names)) == len(names) else None
 
 
@@ -34,15 +42,12 @@ def _walk(old: Any, new: Any, path: str, out: list[str], keyed: bool = False) ->
             sub = f"{path}[{key}]" if keyed else (f"{path}.{key}" if path else key)
             _walk(old.get(key), new.get(key), sub, out, key in KEYED_MAPS and not keyed)
         return
-    if isinstance(old, list) and isinstance(new, list):
-        a, b = _named(old), _named(new)
+    key = KEYED_LISTS.get(path.rsplit(".", 1)[-1].split("[", 1)[0])
+    if isinstance(old, list) and isinstance(new, list) and key is not None:
+        a, b = _keyed(old, key), _keyed(new, key)
         if a is not None and b is not None:
-            opened = path.rsplit(".", 1)[-1] in OPENED_LISTS
             for name in sorted(set(a) | set(b)):
-                if opened:
-                    _walk(a.get(name), b.get(name), f"{path}[{name}]", out)
-                elif a.get(name) != b.get(name):
-                    out.append(f"{path}[{name}]")
+                _walk(a.get(name), b.get(name), f"{path}[{name}]", out)
             return
     out.append(path)
 
@@ -56,9 +61,16 @@ def changed_paths(live: dict[str, Any], desired: dict[str, Any]) -> list[str]:
     return out
 
 
+def field_of(entry: str) -> str:
+    """The field a status entry names: ``env[A] added`` -> ``env[A]``."""
+    head, _, last = entry.rpartition(" ")
+    return head if head and last in VERDICTS else entry
+
+
 def covers(named: str, path: str) -> bool:
     """Whether the field ``named`` (a status entry) and the changed ``path`` are the same
     field, or one holds the other (a whole list against one of its items)."""
+    named = field_of(named)
     if named == path:
         return True
     longer, shorter = (path, named) if len(path) > len(named) else (named, path)
