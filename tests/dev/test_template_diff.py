@@ -30,10 +30,10 @@ def test_names_added_removed_and_altered_fields_by_item_name() -> None:
     assert changed_paths(LIVE, desired) == [
         "metadata.annotations",
         "metadata.labels[ascendpd.io/x]",
-        "containers[sglang].args",
-        "containers[sglang].env[A].value",
-        "containers[sglang].env[B]",
-        "containers[sglang].env[C]",
+        "spec.containers[sglang].args",
+        "spec.containers[sglang].env[A].value",
+        "spec.containers[sglang].env[B]",
+        "spec.containers[sglang].env[C]",
     ]
 
 
@@ -46,15 +46,17 @@ def test_mounts_are_named_by_their_path_as_the_api_server_merges_them() -> None:
         {"name": "shm", "mountPath": "/dev/shm"}]}]}}  # fmt: skip
     desired = {"spec": {"containers": [{"name": "c", "volumeMounts": [
         {"name": "shm", "mountPath": "/dev/shm", "readOnly": True}]}]}}  # fmt: skip
-    assert changed_paths(live, desired) == ["containers[c].volumeMounts[/dev/shm].readOnly"]
+    assert changed_paths(live, desired) == ["spec.containers[c].volumeMounts[/dev/shm].readOnly"]
 
 
 def test_a_field_covers_itself_and_what_it_holds_not_its_siblings() -> None:
-    assert covers("containers[sglang].securityContext added", "containers[sglang].securityContext")
+    assert covers(
+        "spec.containers[sglang].securityContext added", "spec.containers[sglang].securityContext"
+    )
     assert covers("volumes[dshm].emptyDir.sizeLimit changed", "volumes[dshm]")
-    assert covers("containers[sglang].env[A]", "containers[sglang].env[A].value")
-    assert covers("containers[sglang].env", "containers[sglang].env[A]")
-    assert not covers("containers[sglang].env[A]", "containers[sglang].env[AB]")
+    assert covers("spec.containers[sglang].env[A]", "spec.containers[sglang].env[A].value")
+    assert covers("spec.containers[sglang].env", "spec.containers[sglang].env[A]")
+    assert not covers("spec.containers[sglang].env[A]", "spec.containers[sglang].env[AB]")
     assert uncovered(["metadata.labels[x]"], ["metadata.labels[x]", "metadata.labels[y]"]) == [
         "metadata.labels[y]"
     ]

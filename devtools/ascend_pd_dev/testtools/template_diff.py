@@ -1,5 +1,5 @@
 """Which fields of a pod template differ, named the way ``status.roles.<role>.updatePending``
-names them: ``containers[sglang].env[ASCEND_PD_FOO]``, ``metadata.labels[ascendpd.io/x]``
+names them: ``spec.containers[sglang].env[ASCEND_PD_FOO]``, ``metadata.labels[ascendpd.io/x]``
 (the status adds `` added``, `` changed`` or `` removed``, which ``field_of`` drops).
 
 The upgrade test compares a live StatefulSet's ``spec.template`` with the API server's
@@ -39,7 +39,7 @@ def _walk(old: Any, new: Any, path: str, out: list[str], keyed: bool = False) ->
         return
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new)):
-            sub = f"{path}[{key}]" if keyed else (f"{path}.{key}" if path else key)
+            sub = f"{path}[{key}]" if keyed else f"{path}.{key}"
             _walk(old.get(key), new.get(key), sub, out, key in KEYED_MAPS and not keyed)
         return
     key = KEYED_LISTS.get(path.rsplit(".", 1)[-1].split("[", 1)[0])
@@ -54,10 +54,10 @@ def _walk(old: Any, new: Any, path: str, out: list[str], keyed: bool = False) ->
 
 def changed_paths(live: dict[str, Any], desired: dict[str, Any]) -> list[str]:
     """The fields of pod template ``live`` that ``desired`` changes (added, removed or
-    altered): ``metadata.…`` for the template's metadata, the pod spec's fields bare."""
+    altered): ``metadata.…`` for the template's metadata, ``spec.…`` for the pod's."""
     out: list[str] = []
     _walk(live.get("metadata") or {}, desired.get("metadata") or {}, "metadata", out)
-    _walk(live.get("spec") or {}, desired.get("spec") or {}, "", out)
+    _walk(live.get("spec") or {}, desired.get("spec") or {}, "spec", out)
     return out
 
 
