@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -184,11 +185,20 @@ def ready(plane: Plane, name: str, decode: int | None = None) -> bool:
     return roles.count("decode") == decode and not any(instances_down(plane, name).values())
 
 
-def warnings(plane: Plane) -> dict[str, Json]:
-    """The namespace's Warning Events, by uid (their count: a repeat is a new warning)."""
+def warnings(plane: Plane, after: datetime | None = None) -> dict[str, Json]:
+    """The namespace's Warning Events, by uid and count (a repeat is a new warning);
+    ``after``: only those last seen later than that second."""
     found = plane.json("get", "events", "-n", NAMESPACE)
     return {f"{e['metadata']['uid']}/{e.get('count', 1)}": e for e in found["items"]
-            if e.get("type") == "Warning"}  # fmt: skip
+            if e.get("type") == "Warning" and (after is None or seen(e) > after)}  # fmt: skip
+
+
+def seen(event: Json) -> datetime:
+    """When an Event was last seen (core/v1 or events.k8s.io fields), to the second."""
+    series = event.get("series") or {}
+    when = (event.get("lastTimestamp") or series.get("lastObservedTime")
+            or event.get("eventTime") or event["metadata"]["creationTimestamp"])  # fmt: skip
+    return datetime.fromisoformat(when.replace("Z", "+00:00")).replace(microsecond=0)
 
 
 def metric_sum(text: str, name: str, **labels: str) -> float:
