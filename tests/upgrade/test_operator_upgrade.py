@@ -253,12 +253,13 @@ def test_upgrade_from_an_old_commit_replaces_no_pod(
         kept = {n: u for n, u in before.items() if n not in rolled}
         assert {n: now.get(n) for n in kept} == kept
         assert not any(would_change(plane, PP).values()), would_change(plane, PP)
+        print(
+            f"{version}: old install {installed - began:.0f} s, upgrade and checks "
+            f"{upgraded - installed:.0f} s, trigger {time.monotonic() - upgraded:.0f} s; "
+            f"{len(now)} pods after ({len(rolled)} replaced by the trigger, at most {worst} "
+            f"instances down at once)"
+        )
         assert not misnamed, misnamed
     finally:
         head.stop()
         assert "Traceback" not in head.log.read_text(), head.log.read_text()[-4000:]
-    print(
-        f"{version}: old install {installed - began:.0f} s, upgrade and checks "
-        f"{upgraded - installed:.0f} s, trigger {time.monotonic() - upgraded:.0f} s; "
-        f"{len(uids(plane))} pods after ({len(rolled)} replaced by the trigger)"
-    )

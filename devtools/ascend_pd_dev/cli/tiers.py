@@ -133,9 +133,10 @@ TIERS = (
     # server-side apply and Pod Security enforcement. Tests of the e2e tier, run again on a
     # cluster of its own.
     # an old commit's chart and operator upgraded to HEAD's (tests/upgrade): a fresh control
-    # plane per old version, since the upgrade replaces the cluster-scoped CRDs
+    # plane per old version, since the upgrade replaces the cluster-scoped CRDs; 3.0 min for
+    # both old versions at load 11 on 2 cores (their venvs cached)
     Tier("upgrade", ("tests", "-m", f"upgrade and not e2e and not scanner and not release "
-                                    f"and {NOT_OTHERS}"), "e2e-upgrade", 8),
+                                    f"and {NOT_OTHERS}"), "e2e-upgrade", 3),
     Tier("floor", (*FLOOR_TESTS, "-m", "e2e"), "e2e-floor", 4, k8s_release=versions.FLOOR,
          rerun=True),
 )  # fmt: skip
