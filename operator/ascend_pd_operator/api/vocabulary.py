@@ -72,6 +72,9 @@ ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
 #: The PDDeployment generation an inspector Job was started for: a failed inspection is
 #: retried after the next spec change (the user's fix), never in a tight loop.
 ANNOTATION_GENERATION = f"{PREFIX}/generation"
+#: On each CRD ``ascend-pd crd`` generates: ``ascend-pd <version>``. The operator's schema check
+#: names the installed CRD's in its message, so an old CRD says which release it came from.
+ANNOTATION_GENERATED_BY = f"{PREFIX}/generated-by"
 #: On the StatefulSet of an instance created under ``spec.placement``: the domain it was
 #: pinned to and how (JSON: topologyKey, domain, mode, exclusive). The pin is rebuilt from
 #: it on every apply, so a running instance keeps exactly the affinity it was created with:
