@@ -13,7 +13,7 @@ from _pytest.mark.expression import Expression
 from ascend_pd_dev.cli.tiers import FLOOR_TESTS, TIERS, Run, Tier, run_all, table
 from ascend_pd_dev.controlplane import versions
 
-MARKERS = ("e2e", "sglang", "crdserver", "prometheus", "scanner", "release")
+MARKERS = ("e2e", "sglang", "crdserver", "prometheus", "scanner", "release", "upgrade")
 
 
 def _selects(tier: Tier, markers: set[str], folder: str) -> bool:
@@ -38,6 +38,7 @@ def test_every_test_runs_in_exactly_one_tier() -> None:
         "tests/prometheus",
         "tests/scanner",
         "tests/release",
+        "tests/upgrade",
     ):
         for flags in itertools.product((False, True), repeat=len(MARKERS)):
             markers = {m for m, on in zip(MARKERS, flags, strict=True) if on}

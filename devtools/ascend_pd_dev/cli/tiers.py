@@ -118,7 +118,7 @@ TIERS = (
     # the build itself: the tier need not wait
     Tier("sglang", ("tests", "-m", "sglang"), "e2e-sglang", 11, needs_control_plane=False),
     Tier("unit", ("tests", "-m", "not e2e and not sglang and not crdserver and not scanner "
-                           "and not release"),
+                           "and not release and not upgrade"),
          "e2e-unit", 5, needs_control_plane=False),
     # checkov over the chart and the examples' renders: one checkov run, beside the others;
     # and `make release VERSION=0.1.0 DRY_RUN=1` (marker release): helm, no cluster, seconds
@@ -132,6 +132,11 @@ TIERS = (
     # main path (a PDDeployment Ready, its policy/v1 budgets, its status), a CEL verdict,
     # server-side apply and Pod Security enforcement. Tests of the e2e tier, run again on a
     # cluster of its own.
+    # an old commit's chart and operator upgraded to HEAD's (tests/upgrade): a fresh control
+    # plane per old version, since the upgrade replaces the cluster-scoped CRDs; 3.0 min for
+    # both old versions at load 11 on 2 cores (their venvs cached)
+    Tier("upgrade", ("tests", "-m", f"upgrade and not e2e and not scanner and not release "
+                                    f"and {NOT_OTHERS}"), "e2e-upgrade", 3),
     Tier("floor", (*FLOOR_TESTS, "-m", "e2e"), "e2e-floor", 4, k8s_release=versions.FLOOR,
          rerun=True),
 )  # fmt: skip
