@@ -144,6 +144,8 @@ class ListWatch:
         self.timeout_range = timeout_range
         #: The resourceVersion to continue from: the last list's, event's or bookmark's.
         self.resource_version = ""
+        #: Set once a list succeeded: what this watch knows is then whole (``Synced``).
+        self.listed = threading.Event()
         #: Told of every successful list or event (the supervised unit's beat).
         self.heartbeat: Heartbeat | None = None
 
@@ -163,6 +165,7 @@ class ListWatch:
         )
         self.ledger.replace(listing)
         self.resource_version = listing.resource_version
+        self.listed.set()
         self._progress()
 
     def watch_once(self, stop: threading.Event) -> bool:
@@ -336,3 +339,23 @@ def start_child_watches(
         watches.append(NodeWatch(transport, queue, cache))
         watches += [EventWatch(ns, transport, queue, cache) for ns in scopes]
     return watches
+
+
+class Synced:
+    """Whether every watch the reconciles read from has listed once (client-go's
+    ``HasSynced``, which controller-runtime's workers wait for). A reconcile before that
+    sees a cache without some pods or children: an operator restarting, failing over or
+    upgraded then reported Ready instances as not ready (a Warning Event each) until the
+    pod watch caught up. The Events' watches are not waited for: the status only names
+    their FailedCreate reasons, and a namespace whose Events the operator may not read
+    must not stop every reconcile."""
+
+    def __init__(self) -> None:
+        self._watches: list[ListWatch] | None = None
+
+    def expect(self, watches: Iterable[ListWatch]) -> None:
+        """The watches to wait for (set once they are started)."""
+        self._watches = [w for w in watches if not isinstance(w, EventWatch)]
+
+    def __call__(self) -> bool:
+        return self._watches is not None and all(w.listed.is_set() for w in self._watches)

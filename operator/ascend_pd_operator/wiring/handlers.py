@@ -28,7 +28,11 @@ from ascend_pd_operator.api import models
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, PREFIX
 from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.backoff import Backoff, Streak
-from ascend_pd_operator.kubeio.child_watch import WATCH_SILENCE_SECONDS, start_child_watches
+from ascend_pd_operator.kubeio.child_watch import (
+    WATCH_SILENCE_SECONDS,
+    Synced,
+    start_child_watches,
+)
 from ascend_pd_operator.kubeio.denials import Denials, access_of
 from ascend_pd_operator.kubeio.kube import Connection, Kube, KubeError, is_transient, wait_at_least
 from ascend_pd_operator.kubeio.live_cache import LiveCache
@@ -164,6 +168,7 @@ def build_registry(
     supervisor: Supervisor,
     cache: LiveCache | None = None,
     planner: PDPlanner | None = None,
+    synced: Synced | None = None,
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -192,6 +197,8 @@ def build_registry(
         children = start_child_watches(WATCHED_CHILDREN, namespaces, kube.connection, queue, cache)
         for watch in children:
             supervisor.start(watch.name, watch.supervised(stop), period=WATCH_SILENCE_SECONDS)
+        if synced is not None:
+            synced.expect(children)  # the workers wait for their first lists
 
     @kopf.on.event(models.GROUP, models.VERSION, models.PLURAL, registry=registry)
     def _pdd_event(type: str, body: Any, **_: Any) -> None:

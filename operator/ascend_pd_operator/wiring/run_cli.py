@@ -124,6 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ascend_pd_operator.decisions.recovery import RecoveryPolicy
     from ascend_pd_operator.kubeio import health, metrics
+    from ascend_pd_operator.kubeio.child_watch import Synced
     from ascend_pd_operator.kubeio.crds import CrdGate
     from ascend_pd_operator.kubeio.credentials import ConfigError
     from ascend_pd_operator.kubeio.denials import DENIALS
@@ -198,8 +199,10 @@ def run(args: argparse.Namespace) -> int:
     # Pods are watched for the inspector's alone; the other children are watched whole.
     cache = LiveCache(listed_kinds=set(WATCHED_CHILDREN) - {"Pod"})
     planner = PDPlanner(kube, cache, LeaderMetrics())
+    # The workers start at once but reconcile only once every child watch has listed.
+    synced = Synced()
     registry = build_registry(
-        queue, kube, namespaces, args.resync_seconds, supervisor, cache, planner
+        queue, kube, namespaces, args.resync_seconds, supervisor, cache, planner, synced
     )
 
     leading = None
@@ -224,7 +227,13 @@ def run(args: argparse.Namespace) -> int:
     for index in range(args.workers):
         supervisor.start(
             f"worker-{index}",
-            lambda unit: worker(queue, reconciler, stop, unit, ready=leading or (lambda: True)),
+            lambda unit: worker(
+                queue,
+                reconciler,
+                stop,
+                unit,
+                ready=lambda: synced() and (leading is None or leading()),
+            ),
             period=1.0,
         )
     # The PD planner decides only on the leader, like the workers (its writes are fenced too).

@@ -22,6 +22,7 @@ from ascend_pd_operator.kubeio.child_watch import (
     EventWatch,
     Expired,
     NodeWatch,
+    Synced,
     WatchError,
     child_watches,
     pod_with_news,
@@ -568,3 +569,22 @@ def test_the_operator_watches_failed_creates_once_per_scope_beside_its_children(
     cluster = start_child_watches(["Pod"], None, api, Queue(), LiveCache())
     assert [(w.kind, w.namespace) for w in cluster] == [("Pod", None), ("Node", None),
                                                         ("Event", None)]  # fmt: skip
+
+
+def test_the_workers_wait_until_every_child_watch_but_the_events_has_listed_once() -> None:
+    """A reconcile before the pod watch listed saw Ready instances without pods: an upgraded
+    or restarted operator reported them not ready, with a Warning Event (the upgrade tier
+    caught it). ``Synced`` is what the workers wait for."""
+    pods, _, _, _, _ = make([([], "5")], [], kind="Pod")
+    services, _, _, _, _ = make([RuntimeError("refused"), ([], "7")], [])
+    events = EventWatch("ns", FakeTransport([], [], Stop()), Queue(), LiveCache())
+    synced = Synced()
+    assert not synced()  # the watches are not started yet
+    synced.expect([pods, services, events])
+    assert not synced()
+    pods.relist()
+    with pytest.raises(RuntimeError):
+        services.relist()  # a failed list is no list
+    assert not synced()
+    services.relist()
+    assert synced()  # the Events' watch never listed: not waited for
