@@ -24,6 +24,7 @@ from ascend_pd_operator.kubeio.cached_reads import (
 )
 from ascend_pd_operator.kubeio.errors import KubeError
 from ascend_pd_operator.kubeio.live_cache import LiveCache
+from ascend_pd_operator.wiring.handlers import resync_once
 from tests.unit.operator.test_reconcile_writes import FakeKube, new_world, watch_everything
 
 KEY = (models.KIND, "llm", "dsv3")
@@ -203,3 +204,28 @@ def test_a_conflict_and_a_new_term_make_the_next_reconcile_read_live(cached_worl
     reconciler.reconcile("llm", "dsv3")
     assert gets(kube).count(models.KIND) == 1, "after a conflict the retry reads live"
     assert ("APPLY", "Service") in kube.writes()
+
+
+def test_the_resync_list_refreshes_the_store_but_never_with_an_older_copy() -> None:
+    class Listing:
+        def __init__(self, items: list[Json]) -> None:
+            self.items = items
+
+        def list(self, kind: str, namespace: str | None, selector: str = "") -> list[Json]:
+            return copy.deepcopy(self.items) if kind == models.KIND else []
+
+    queued: list[tuple[str, str]] = []
+
+    class Queue:
+        def add(self, key: tuple[str, str]) -> None:
+            queued.append(key)
+
+    listed = {k: v for k, v in pdd("6", {"phase": "Pending"}).items() if k != "kind"}
+    reads = CachedReads(lambda *key: None)
+    reads.wrote(models.KIND, pdd("7", {"phase": "Ready"}))  # our status patch's answer
+    resync_once(Queue(), Listing([listed]), ["llm"], None, reads)  # type: ignore[arg-type]
+    assert queued == [("llm", "dsv3")]
+    assert reads.store.get(KEY) == pdd("7", {"phase": "Ready"}), "an older LIST won"
+    listed["metadata"]["resourceVersion"] = "8"
+    resync_once(Queue(), Listing([listed]), ["llm"], None, reads)  # type: ignore[arg-type]
+    assert reads.store.get(KEY) == {**listed, "kind": models.KIND}
