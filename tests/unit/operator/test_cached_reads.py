@@ -89,7 +89,7 @@ def test_the_store_refuses_copies_older_than_the_one_it_holds_or_than_a_deletion
 def test_only_model_facts_configmaps_are_served_from_the_children_cache() -> None:
     cache = LiveCache()
     labels = {"ascendpd.io/deployment": "dsv3", "app.kubernetes.io/component": "model-facts"}
-    facts = {"kind": "ConfigMap", "data": {"config.json": "{}"},
+    facts: Json = {"kind": "ConfigMap", "data": {"config.json": "{}"},
              "metadata": {"name": "dsv3-model-facts", "namespace": "llm",
                           "resourceVersion": "3", "labels": labels}}  # fmt: skip
     layout = copy.deepcopy(facts)
@@ -194,10 +194,10 @@ def test_a_conflict_and_a_new_term_make_the_next_reconcile_read_live(cached_worl
     apply = kube.apply
 
     def conflicting(manifest: Json) -> Json:
-        kube.apply = apply  # type: ignore[method-assign]
+        kube.apply = apply
         raise KubeError(409, "Conflict", "the object has been modified")
 
-    kube.apply = conflicting  # type: ignore[method-assign]
+    kube.apply = conflicting
     with pytest.raises(KubeError):
         reconciler.reconcile("llm", "dsv3")
     kube.calls.clear()
@@ -223,9 +223,9 @@ def test_the_resync_list_refreshes_the_store_but_never_with_an_older_copy() -> N
     listed = {k: v for k, v in pdd("6", {"phase": "Pending"}).items() if k != "kind"}
     reads = CachedReads(lambda *key: None)
     reads.wrote(models.KIND, pdd("7", {"phase": "Ready"}))  # our status patch's answer
-    resync_once(Queue(), Listing([listed]), ["llm"], None, reads)  # type: ignore[arg-type]
+    resync_once(Queue(), Listing([listed]), ["llm"], None, reads)
     assert queued == [("llm", "dsv3")]
     assert reads.store.get(KEY) == pdd("7", {"phase": "Ready"}), "an older LIST won"
     listed["metadata"]["resourceVersion"] = "8"
-    resync_once(Queue(), Listing([listed]), ["llm"], None, reads)  # type: ignore[arg-type]
+    resync_once(Queue(), Listing([listed]), ["llm"], None, reads)
     assert reads.store.get(KEY) == {**listed, "kind": models.KIND}
