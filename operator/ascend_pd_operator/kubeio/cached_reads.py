@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
+from ascend_pd_operator.api import models
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.kubeio.kept import keeps_data
 from ascend_pd_operator.kubeio.live_cache import LiveCache
@@ -190,8 +191,11 @@ class CachedReads:
         store: Store | None = None,
         sources: dict[str, Source] | None = None,
         freshness: Freshness | None = None,
+        kinds: Iterable[str] | None = None,
     ) -> None:
         self._get = get
+        #: the kinds read through here (None: any); a write of another kind is not recorded
+        self.kinds = frozenset(kinds) if kinds is not None else None
         self.store = store or Store()
         self.sources = dict(sources or {})
         self.freshness = freshness or Freshness()
@@ -222,8 +226,8 @@ class CachedReads:
     def wrote(self, kind: str, obj: Json) -> None:
         """The API server's answer to a write of ours: the floor of its key; a
         PDDeployment's answer (the status patch's) is kept as the newest copy."""
-        if not obj.get("metadata"):
-            return
+        if not obj.get("metadata") or (self.kinds is not None and kind not in self.kinds):
+            return  # nothing reads it here: its floor would only take memory
         obj = {**obj, "kind": kind}
         self.freshness.raise_floor(key_of(obj), obj)
         if kind not in self.sources:
@@ -251,4 +255,8 @@ def from_watches(get: Callable[[str, str, str], Json | None], cache: LiveCache) 
         found = cache.listed_one(kind, namespace, name)
         return found if found is not None and keeps_data(found) else None
 
-    return CachedReads(get, sources={"ConfigMap": configmap, "Job": cache.listed_one})
+    return CachedReads(
+        get,
+        sources={"ConfigMap": configmap, "Job": cache.listed_one},
+        kinds={models.KIND, "ConfigMap", "Job"},
+    )

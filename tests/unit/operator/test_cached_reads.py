@@ -142,6 +142,8 @@ def test_at_rest_a_reconcile_reads_the_pddeployment_from_the_watch(cached_world:
     for _ in range(3):  # three resyncs
         assert reconciler.reconcile("llm", "dsv3") is not None
     assert models.KIND not in gets(kube) and kube.writes() == []
+    floors = {key[0] for key in reads.freshness._floor}
+    assert floors <= {models.KIND, "ConfigMap", "Job"}, "floors of kinds nothing reads"
 
 
 def test_a_watch_lagging_behind_our_status_patch_never_brings_the_old_status_back(

@@ -81,7 +81,7 @@ def test_forwards_reads_writes_and_counts_writes(upstream):
         stats = requests.get(proxy.url + "/__faultproxy/stats", timeout=5).json()
         assert stats["writes"] == {"PATCH": 1}
         assert stats["requests"] == 2
-        assert stats["kinds"] == {"GET pods": 1, "PATCH pods": 1}
+        assert stats["kinds"] == {"LIST pods": 1, "PATCH pods": 1}
     finally:
         proxy.stop()
 
