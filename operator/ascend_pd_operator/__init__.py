@@ -16,3 +16,7 @@ Five layers, each a subpackage that imports only the ones below it (an import-li
 Layers 1 to 3 do no I/O. The operator imports the runtime's pure layout core and never the
 other way round.
 """
+
+#: The release this tree is (``make release`` checks it against every other version); the
+#: CRDs it generates name it (``vocabulary.ANNOTATION_GENERATED_BY``).
+__version__ = "0.1.0"

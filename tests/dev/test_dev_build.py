@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,48 @@ def test_a_failed_step_names_itself_its_exit_code_and_its_log(tmp_path: Path) ->
     with pytest.raises(build.BuildError, match=r"the step failed \(exit 3\)") as err:
         build.run_logged(["bash", "-c", "echo boom; exit 3"], tmp_path / "log", "the step")
     assert str(tmp_path / "log") in str(err.value) and "boom" in str(err.value)
+
+
+def test_apt_runs_one_at_a_time_and_installs_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tiers that need etcd at once: a cold CI run failed on apt's own lock when two
+    ``apt-get update`` ran side by side. The second waits, then finds etcd installed."""
+    installed: set[str] = set()
+    checked = threading.Barrier(2)
+    runs: list[list[str]] = []
+    active = [0, 0]  # now, most at once
+
+    def missing(packages: tuple[str, ...]) -> list[str]:
+        return [p for p in packages if p not in installed]
+
+    def run(cmd: list[str], log: Path, step: str, **_: object) -> None:
+        active[0] += 1
+        active[1] = max(active)
+        try:
+            if "update" in cmd:
+                # give the other caller its chance to run apt too (it must not get one)
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    checked.wait(timeout=2)
+            runs.append(cmd)
+            if "install" in cmd:
+                installed.update(p for p in cmd if p == "etcd-server")
+        finally:
+            active[0] -= 1
+
+    monkeypatch.setattr(build, "missing_apt_packages", missing)
+    monkeypatch.setattr(build, "run_logged", run)
+    monkeypatch.setattr(build.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(build.paths, "cache_root", lambda: tmp_path)
+    callers = [
+        threading.Thread(target=build.ensure_apt_packages,
+                         args=(tmp_path / "apt.log", lambda _m: None, ("etcd-server",)))
+        for _ in range(2)
+    ]  # fmt: skip
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(timeout=60)
+    assert active[1] == 1
+    assert [c[-1] for c in runs if "install" in c] == ["etcd-server"]
+    assert all("DPkg::Lock::Timeout=600" in c for c in runs)

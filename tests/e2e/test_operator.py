@@ -19,6 +19,8 @@ from pdd_e2e import REPO, Operator, apply, condition, example, get, pdd_doc, sta
 
 from ascend_pd_operator.api.crd import cel_minor, cel_rules
 from ascend_pd_operator.api.vocabulary import role_status
+from ascend_pd_operator.decisions.template_diff import changes
+from ascend_pd_operator.wiring.render_cli import render
 
 pytestmark = [pytest.mark.simulated, pytest.mark.timeout(600)]
 
@@ -52,8 +54,30 @@ def test_example_becomes_ready_with_its_layout(
     assert plan is not None
     assert json.loads(plan["data"]["plan.json"])["fingerprint"] == st["kvLayout"]["fingerprint"]
     printed = kubectl("get", "pdd", "-n", namespace).stdout.split("\n")[0].split()
-    assert printed == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE"]
+    assert printed == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "UPDATES", "AGE"]
+    assert condition(st, "UpdatePending")["reason"] == "UpToDate"
+    _stored_templates_are_what_the_operator_builds(kubectl, namespace, cr)
     _budgets_and_router_identity(kubectl, namespace, cr["metadata"]["uid"])
+
+
+def _stored_templates_are_what_the_operator_builds(
+    kubectl: Any, namespace: str, cr: dict[str, Any]
+) -> None:
+    """The API server stores a template with its defaults filled in and its empty values
+    dropped: ``template_diff`` must see no change there, or every deployment would report
+    an update pending (and roll it at the user's next change) for nothing."""
+    configmaps = [
+        d for d in example("deepseek-v2-lite.yaml", namespace) if d["kind"] == "ConfigMap"
+    ]
+    code, manifests, message = render(cr, None, namespace, configmaps)
+    assert code == 0, message
+    workloads = [m for m in manifests if m["kind"] in ("StatefulSet", "Deployment")]
+    assert len(workloads) == 4  # 1 prefill and 2 decode instances, the router
+    for m in workloads:
+        live = get(kubectl, namespace, m["kind"].lower(), m["metadata"]["name"])
+        assert live is not None
+        found = changes(m["spec"]["template"], live["spec"]["template"])
+        assert found == [], (m["metadata"]["name"], found)
 
 
 def _budgets_and_router_identity(kubectl: Any, namespace: str, uid: str) -> None:

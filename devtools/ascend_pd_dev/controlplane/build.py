@@ -149,26 +149,38 @@ def missing_apt_packages(packages: tuple[str, ...] = RUNTIME_PACKAGES) -> list[s
     return missing
 
 
+#: How long apt-get waits for a lock another apt run holds.
+APT_LOCK_WAIT_SECONDS = 600
+
+
 def ensure_apt_packages(
     log: Path, progress: Progress, packages: tuple[str, ...] = RUNTIME_PACKAGES
 ) -> None:
-    missing = missing_apt_packages(packages)
-    if not missing:
+    if not missing_apt_packages(packages):
         return
-    if os.geteuid() != 0:
-        raise BuildError(
-            f"missing Debian packages {', '.join(missing)}; install them as root: "
-            f"apt-get install {' '.join(missing)}"
+    # Tiers and clusters start side by side and each needs etcd: one apt-get at a time
+    # (two fail on apt's own lock, "Could not get lock /var/lib/apt/lists/lock"), and what
+    # another process installed meanwhile is not installed again. apt's lock timeout waits
+    # for an apt run of the machine's own (unattended upgrades) instead of failing.
+    with file_lock(paths.cache_root() / ".apt.lock"):
+        missing = missing_apt_packages(packages)
+        if not missing:
+            return
+        if os.geteuid() != 0:
+            raise BuildError(
+                f"missing Debian packages {', '.join(missing)}; install them as root: "
+                f"apt-get install {' '.join(missing)}"
+            )
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        wait = ["-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT_SECONDS}"]
+        progress(f"installing Debian packages: {', '.join(missing)}")
+        run_logged(["apt-get", *wait, "update", "-q"], log, "apt-get update", env=env)
+        run_logged(
+            ["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *missing],
+            log,
+            "apt-get install",
+            env=env,
         )
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    progress(f"installing Debian packages: {', '.join(missing)}")
-    run_logged(["apt-get", "update", "-q"], log, "apt-get update", env=env)
-    run_logged(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
-        log,
-        "apt-get install",
-        env=env,
-    )
 
 
 @contextmanager

@@ -81,7 +81,9 @@ RESOURCES: tuple[Resource, ...] = (
     # (its taint), and times a node's loss by its Ready condition: read-only.
     Resource("Node", "", "v1", "nodes", ("get", "list", "watch"), namespaced=False),
     # kopf checks the CRD exists and lists namespaces with --all-namespaces; the reconciler
-    # reads Volcano's PodGroup CRD for subGroupPolicy (placement scope Deployment).
+    # reads Volcano's PodGroup CRD for subGroupPolicy (placement scope Deployment); at start
+    # the CRD gate (``kubeio.crds``) gets our own two CRDs to check their schemas. get on
+    # every CRD covers that, so no rule restricted by resourceNames is needed beside it.
     Resource(
         "CustomResourceDefinition",
         "apiextensions.k8s.io",

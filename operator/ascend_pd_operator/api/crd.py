@@ -17,10 +17,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from ascend_pd_operator import __version__
 from ascend_pd_operator.api import models
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.rules import RULES
 from ascend_pd_operator.api.rules.rule import Rule
+from ascend_pd_operator.api.vocabulary import ANNOTATION_GENERATED_BY
 
 _READY = '.status.conditions[?(@.type=="Ready")]'
 #: ``kubectl get pdd``: whether it serves, each role's ready/effective instances and why not;
@@ -37,6 +39,8 @@ PRINTER_COLUMNS: list[Json] = [
      "description": "Ready decode instances / the instances the role runs."},
     {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason",
      "description": "Why it is not Ready: the reason of the first condition Ready waits for."},
+    {"name": "Updates", "type": "string", "jsonPath": ".status.updatePending",
+     "description": "The roles whose operator-made template change waits for the user."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "PP", "type": "integer", "jsonPath": ".spec.prefill.parallelism.pipeline",
      "priority": 1, "description": "Prefill pipeline size."},
@@ -234,12 +238,19 @@ def openapi_schema(kind: Kind = PDDEPLOYMENT, k8s_minor: int | None = None) -> J
     return root
 
 
+#: The value of ``ANNOTATION_GENERATED_BY`` on the CRDs this release generates.
+GENERATED_BY = f"ascend-pd {__version__}"
+
+
 def crd(kind: Kind = PDDEPLOYMENT, k8s_minor: int | None = None) -> Json:
     """The whole CustomResourceDefinition of ``kind`` (``openapi_schema``'s arguments)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{kind.plural}.{models.GROUP}"},
+        "metadata": {
+            "name": f"{kind.plural}.{models.GROUP}",
+            "annotations": {ANNOTATION_GENERATED_BY: GENERATED_BY},
+        },
         "spec": {
             "group": models.GROUP,
             "scope": "Namespaced",

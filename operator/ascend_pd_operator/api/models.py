@@ -1131,6 +1131,13 @@ class Rollout(_Model):
         description="Extra instances per role started with the new spec during a rollout; "
         "they are removed when it completes.",
     )  # fmt: skip
+    operator_updates: Literal["OnSpecChange", "Rolling"] = Field(
+        "OnSpecChange",
+        description="When a pod-template change the operator made (a new operator "
+        "version), not the user, reaches running pods. OnSpecChange: with the next change "
+        "of the spec or of the ascendpd.io/apply-operator-updates annotation; until then "
+        "status.roles.<role>.updatePending names it. Rolling: at once, as a rollout.",
+    )
     role_order: list[Role] = Field(
         default_factory=lambda: list(ROLES),
         min_length=2,
@@ -1284,6 +1291,13 @@ class RoleStatus(_Model):
     draining: list[DrainingInstance] = _list(
         "Instances draining: out of the scaler's count, still serving what they hold."
     )
+    update_pending: list[str] = Field(
+        default_factory=list,
+        description="The pod-template fields a change made by the operator (an upgrade), "
+        "not by the user, would change: it waits for the next spec change, "
+        "spec.rollout.operatorUpdates: Rolling or the ascendpd.io/apply-operator-updates "
+        "annotation (docs/upgrade.md).",
+    )
 
 
 class RolesStatus(_Model):
@@ -1394,6 +1408,13 @@ class RouterStatus(_Model):
         "", description="readyReplicas/replicas, e.g. 2/2: the ROUTER column of kubectl get "
         "pdd -o wide.",
     )  # fmt: skip
+    update_pending: list[str] = Field(
+        default_factory=list,
+        description="The pod-template fields a change made by the operator (an upgrade), "
+        "not by the user, would change: it waits for the next spec change, "
+        "spec.rollout.operatorUpdates: Rolling or the ascendpd.io/apply-operator-updates "
+        "annotation (docs/upgrade.md).",
+    )
 
 
 class PDDeploymentStatus(_Model):
@@ -1420,6 +1441,10 @@ class PDDeploymentStatus(_Model):
         None, description="Where spec.placement put the instances (set with it only)."
     )
     endpoint: str = Field("", description="Router URL inside the cluster.")
+    update_pending: str = Field(
+        "", description="The roles (prefill, decode, router) whose operator-made template "
+        "change waits for the user; empty when none (the UPDATES column).",
+    )  # fmt: skip
 
 
 # --- PDRoleScaler ---------------------------------------------------------------------

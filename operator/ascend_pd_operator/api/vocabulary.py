@@ -42,13 +42,15 @@ LABEL_REVISION = "controller-revision-hash"
 #: not remove it): a generation, or a drained instance, leaves the router by its pods'
 #: deletion.
 LABEL_LEADER = f"{PREFIX}/leader"
-#: The leader label of operator versions up to 0.1.0, which the router selected on. Leaders
+#: The leader label of operator builds before the elastic roles (main before 9f74067, before
+#: the 0.1.0 release), which the router selected on. Leaders
 #: that carry it keep it (the router never forgets by a label); the router's selector moves
 #: to LABEL_LEADER once every leader carries that (``router.discovery_label``), so a running
 #: deployment's routing never has a gap.
 LABEL_LEGACY_ROUTABLE = f"{PREFIX}/routable"
 #: On the router Deployment: the leader label its pods' discovery selects on ("leader":
-#: LABEL_LEADER; absent: a router of 0.1.0, on LABEL_LEGACY_ROUTABLE).
+#: LABEL_LEADER; absent: a router of a build before
+#: 9f74067, on LABEL_LEGACY_ROUTABLE).
 LABEL_ROUTER_DISCOVERY = f"{PREFIX}/discovery"
 DISCOVERY_LEADER = "leader"
 #: On an instance being drained by a scale-down (its StatefulSet and pods): it leaves its
@@ -70,11 +72,22 @@ ANNOTATION_MODEL_PATH = f"{PREFIX}/model-path"
 #: The PDDeployment generation an inspector Job was started for: a failed inspection is
 #: retried after the next spec change (the user's fix), never in a tight loop.
 ANNOTATION_GENERATION = f"{PREFIX}/generation"
+#: On each CRD ``ascend-pd crd`` generates: ``ascend-pd <version>``. The operator's schema check
+#: names the installed CRD's in its message, so an old CRD says which release it came from.
+ANNOTATION_GENERATED_BY = f"{PREFIX}/generated-by"
 #: On the StatefulSet of an instance created under ``spec.placement``: the domain it was
 #: pinned to and how (JSON: topologyKey, domain, mode, exclusive). The pin is rebuilt from
 #: it on every apply, so a running instance keeps exactly the affinity it was created with:
 #: a change of spec.placement never re-pins it (no rollout); ``placement`` owns the rule.
 ANNOTATION_PLACEMENT = f"{PREFIX}/placement"
+#: On an instance's StatefulSet and the router's Deployment: what their pod template was
+#: last applied for (the PDDeployment's generation, the user's trigger, and for the router
+#: the generation it routes to and its discovery label) and a digest of that template. A
+#: template the operator alone changed waits for the user (``operator_updates``).
+ANNOTATION_APPLIED_FOR = f"{PREFIX}/applied-for"
+ANNOTATION_TEMPLATE_DIGEST = f"{PREFIX}/template-digest"
+#: On a PDDeployment: a new value applies the operator's pending template changes once.
+ANNOTATION_APPLY_OPERATOR_UPDATES = f"{PREFIX}/apply-operator-updates"
 #: On the pods of an instance created under ``spec.placement.exclusive``: other
 #: PDDeployments see by it that the pod's domain is held exclusively (``placement``).
 LABEL_EXCLUSIVE = f"{PREFIX}/exclusive"
@@ -184,6 +197,9 @@ COND_NPU_PREFLIGHT = "NPUPreflight"
 
 #: With spec.placement: whether a domain can hold the instances to create (``placement``).
 COND_PLACEMENT_FEASIBLE = "PlacementFeasible"
+#: True while a template change the operator made (not the user) waits for the user
+#: (``operator_updates``); status.roles.<role>.updatePending names the fields.
+COND_UPDATE_PENDING = "UpdatePending"
 
 REASON_VALID = "Valid"
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -256,6 +272,10 @@ REASON_APPLY_FAILED = "ApplyFailed"
 REASON_PRUNE_FAILED = "PruneFailed"
 #: RatioConstrained: True when the bounds changed a count (and an Event says how).
 REASON_RATIO_BOUNDED = "RatioBounded"
+#: UpdatePending: an operator-made template change waits; one the runtime needs; none.
+REASON_OPERATOR_CHANGED = "OperatorChanged"
+REASON_OPERATOR_CHANGE_REQUIRED = "OperatorChangeRequired"
+REASON_UP_TO_DATE = "UpToDate"
 #: The Event when a drained instance is gone: how long it took; Normal within its grace
 #: period, Warning when forced (the kubelet ended it, cutting what it still held).
 REASON_INSTANCE_DRAINED = "InstanceDrained"

@@ -123,8 +123,9 @@ def router_deployment(
         container["resources"] = resources
     r = spec.router
     volumes, mounts = user_volumes(r)
-    # A router of 0.1.0 keeps its exact template until it rolls to the leader label
-    # (``rollout.discovery_label``): the security defaults come with that one roll.
+    # A router of a build before 9f74067 (the legacy label) keeps its exact template until
+    # it rolls to the leader label (``rollout.discovery_label``): the security defaults
+    # come with that one roll.
     hardened = discovery == LABEL_LEADER
     if hardened:
         tmp_volumes, tmp_mounts = router_tmp(r)

@@ -14,6 +14,7 @@ from ascend_pd_operator.api.vocabulary import (
 from ascend_pd_operator.builders.desired import Desired
 from ascend_pd_operator.builders.model_source import FactsResolution
 from ascend_pd_operator.decisions.drain import Roster
+from ascend_pd_operator.decisions.operator_updates import Held
 from ascend_pd_operator.decisions.recovery import Recovery
 from ascend_pd_operator.decisions.rollout import Decision
 from ascend_pd_operator.decisions.scaling import ScaleDecision
@@ -57,3 +58,5 @@ class Findings:
     placement_condition: Json | None = None
     placement_status: Json | None = None
     placement_blocked: Mapping[str, str] = field(default_factory=dict)
+    #: The operator-made template changes that wait for the user (None: none written).
+    held: Held | None = None

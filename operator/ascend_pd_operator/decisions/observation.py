@@ -59,6 +59,9 @@ class Observation:
     #: The StatefulSet controller's FailedCreate Events of our instances (the status names
     #: why an instance has too few pods; ``child_watch.EventWatch``).
     events: list[Json] = field(default_factory=list)
+    #: (kind, name) -> (resourceVersion, pod template) of the workloads whose live template
+    #: a decision needs (``Plan.needs_templates``): the cache keeps no template.
+    templates: Mapping[tuple[str, str], tuple[str, Json]] = field(default_factory=dict)
 
     @property
     def owner(self) -> Owner:

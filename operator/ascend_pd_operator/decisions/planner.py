@@ -95,6 +95,7 @@ from ascend_pd_operator.decisions.observation import (
     router_pods,
     runtime_pods,
 )
+from ascend_pd_operator.decisions.operator_updates import Held, Hold, Inputs, hold, trigger
 from ascend_pd_operator.decisions.placement import (
     RETRY_SECONDS,
     PlacementDecision,
@@ -182,6 +183,12 @@ class Plan:
     #: the pin of every instance built (the running ones' as their StatefulSets record it).
     placement: PlacementDecision | None = None
     pins: Mapping[tuple[str, int], Pin] = field(default_factory=dict)
+    #: The operator-made template changes that wait for the user (None: none written).
+    held: Held | None = None
+    #: (kind, name) of workloads whose live template must be read, then planned again.
+    needs_templates: tuple[tuple[str, str], ...] = ()
+    #: (kind, name) of the workloads not applied: their update waits for the user.
+    kept: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def requeue_after(self) -> float | None:
@@ -282,8 +289,9 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
         }  # fmt: skip
     desired = with_children(desired, owner, spec, indices,
                             decision.serving, decision.discovery, pins)  # fmt: skip
-    replaced = _selector_changed(obs, desired)
-    applies = tuple(apply(m) for m in desired.children if child_key(m)[1:] not in replaced)
+    waits = _hold(obs, spec, desired, decision)
+    replaced = [k for k in _selector_changed(obs, desired) if k not in waits.kept]
+    applies = tuple(apply(m) for m in waits.children if child_key(m)[1:] not in replaced)
     applies += tuple(
         Write("create", SCALER_KIND, scaler_name(owner, r.role),
               scaler(owner, r.role, r.seed))
@@ -304,8 +312,23 @@ def plan(obs: Observation, now: str, policy: RecoveryPolicy = DEFAULT_POLICY) ->
                                    for pod, keys in decision.routing)  # fmt: skip
     draft = Plan(obs, now, validation, facts, desired, inspector, applies, deletes, {}, (),
                  restarts, routing, scaler_writes, scale, decision, recovery,
-                 rosters, placed, pins)  # fmt: skip
+                 rosters, placed, pins, waits.held, waits.needs_templates,
+                 waits.kept)  # fmt: skip
     return conclude(draft, Outcome())
+
+
+def _hold(obs: Observation, spec: Any, desired: Desired, decision: Decision) -> Hold:
+    """``operator_updates.hold`` of this reconcile's children: what waits for the user."""
+    inputs = Inputs(
+        owner=obs.owner,
+        trigger=trigger(obs.resource),
+        router_inputs=f"{decision.serving}/{decision.discovery}",
+        observed_generation=int(obs.previous.get("observedGeneration") or 0),
+        rolling=spec.rollout.operator_updates == "Rolling",
+    )
+    live = {(kind, o["metadata"]["name"]): o
+            for kind in IMMUTABLE_SELECTOR_KINDS for o in obs.owned(kind)}  # fmt: skip
+    return hold(inputs, desired.children, live, obs.templates)
 
 
 def _instance_key(sts: Json) -> tuple[str, int] | None:
@@ -499,6 +522,7 @@ def conclude(draft: Plan, outcome: Outcome) -> Plan:
         rollout=draft.rollout,
         recovery=draft.recovery,
         events=obs.events,
+        held=draft.held,
         **_placement_findings(draft, spec),
     )
     status = compute_status(findings, now=draft.now)

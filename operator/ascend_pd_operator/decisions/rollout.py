@@ -22,9 +22,10 @@ Deployment carries as a label. It moves to the target fingerprint once the targe
 Ready instance of each role; the router Deployment then rolls (its new pod serves the new
 generation while the old pod still serves the old one), and until that rollout is done the
 old generation's instances still count as serving. Leaders get ``LABEL_LEADER`` as soon
-as they exist: only leaders are ever discovered. A router of 0.1.0 selects on the legacy
-label; it keeps doing so until every leader carries the new one (``discovery_label``), so
-upgrading the operator leaves no moment where the router discovers fewer leaders.
+as they exist: only leaders are ever discovered. A router of a build before 9f74067 (main
+before the 0.1.0 release) selects on the legacy label; it keeps doing so until every leader
+carries the new one (``discovery_label``), so upgrading the operator leaves no moment where
+the router discovers fewer leaders.
 
 ``maxSurge`` adds instances (indices ``replicas`` and up) with the new template while a
 role's rollout is in progress; they serve like any other and are removed once the role's
@@ -288,9 +289,10 @@ def serving_generation(
 
 
 def discovery_label(router: Json | None, by_role: Mapping[str, list[Instance]]) -> str:
-    """The leader label the router selects on: ``LABEL_LEADER``, except for a router of
-    0.1.0 (its Deployment names no discovery label) while a leader lacks the new label.
-    Those leaders are labelled in this reconcile, and the next one moves the router."""
+    """The leader label the router selects on: ``LABEL_LEADER``, except for a router of a
+    build before 9f74067 (its Deployment names no discovery label) while a leader lacks the
+    new label. Those leaders are labelled in this reconcile, and the next one moves the
+    router."""
     labels = ((router or {}).get("metadata") or {}).get("labels") or {}
     if router is None or labels.get(LABEL_ROUTER_DISCOVERY) == DISCOVERY_LEADER:
         return LABEL_LEADER

@@ -16,6 +16,7 @@ from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.models import PDDeploymentSpec
 from ascend_pd_operator.api.rules.scaling import bounds_apply
 from ascend_pd_operator.api.vocabulary import (
+    COMPONENT_ROUTER,
     COND_DECODE_READY,
     COND_INSTANCES_HEALTHY,
     COND_KV_LAYOUT_COMPATIBLE,
@@ -26,6 +27,7 @@ from ascend_pd_operator.api.vocabulary import (
     COND_RATIO_CONSTRAINED,
     COND_READY,
     COND_ROUTER_READY,
+    COND_UPDATE_PENDING,
     COND_VALIDATED,
     PHASE_DEGRADED,
     PHASE_INVALID,
@@ -63,6 +65,8 @@ from ascend_pd_operator.api.vocabulary import (
     role_ready_condition,
 )
 from ascend_pd_operator.decisions.findings import Findings
+from ascend_pd_operator.decisions.operator_updates import condition as update_condition
+from ascend_pd_operator.decisions.operator_updates import listed
 from ascend_pd_operator.decisions.recovery import Recovery
 from ascend_pd_operator.decisions.role_status import (
     role_state,
@@ -269,6 +273,25 @@ def _not_applied(prev: Json, draft: _Draft) -> None:
             )
 
 
+def _check_updates(obs: Findings, draft: _Draft) -> None:
+    """UpdatePending, each role's and the router's updatePending, and the roles waiting
+    (the UPDATES column). While no child is written, the last condition stands."""
+    if obs.held is None:
+        previous = _find(obs.previous.get("conditions") or [], COND_UPDATE_PENDING)
+        if previous:
+            draft.conds.append({k: previous[k] for k in ("type", "status", "reason", "message")})
+        return
+    for role in ROLES:
+        found = obs.held.changes.get(role)
+        mine = (draft.status.get(STATUS_ROLES) or {}).get(role)
+        if found and mine is not None:
+            mine["updatePending"] = listed(found)
+    if (found := obs.held.changes.get(COMPONENT_ROUTER)) and "router" in draft.status:
+        draft.status["router"]["updatePending"] = listed(found)
+    draft.status["updatePending"] = obs.held.summary()
+    draft.conds.append(update_condition(obs.owner, obs.held))
+
+
 def _check_recovery(recovery: Recovery, draft: _Draft) -> None:
     """InstancesHealthy and the recovery records."""
     if recovery.records:
@@ -378,6 +401,7 @@ def compute_status(obs: Findings, now: str) -> Json:
     if applied and obs.recovery is not None:
         _check_recovery(obs.recovery, draft)
     _check_placement(obs, applied, draft)
+    _check_updates(obs, draft)
     rolling = applied and obs.rollout is not None and not obs.rollout.complete
     if applied and obs.rollout is not None:
         draft.status["rollout"] = {**obs.rollout.summary(),

@@ -311,6 +311,9 @@ class Reconciler:
         self.expected_gone = ExpectedGone()
         #: (namespace, StatefulSet) -> the digest of the pod template the API server passed
         self._checked_templates: dict[tuple[str, str], str] = {}
+        #: (namespace, PDDeployment) -> the live templates of its workloads whose operator-
+        #: made change waits (``Observation.templates``): each read once per version
+        self._templates: dict[tuple[str, str], dict[tuple[str, str], tuple[str, Json]]] = {}
         self._locks_guard = threading.Lock()
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
@@ -336,6 +339,8 @@ class Reconciler:
             our_deletions=self.expected_gone.uids(),
             our_force_deletions=self.expected_gone.uids(forced_only=True),
         )
+        observation = replace(observation,
+                              templates=self._templates.get((namespace, name), {}))  # fmt: skip
         todo = plan(observation, self.clock(), self.recovery)
         if todo.needs_usage and todo.validation.spec is not None:
             # a placement choice is due: read what the pods hold, and plan again
@@ -343,7 +348,28 @@ class Reconciler:
                                   self.read_device_info)  # fmt: skip
             observation = replace(observation, node_usage=usage)
             todo = plan(observation, self.clock(), self.recovery)
+        if todo.needs_templates:
+            # an operator-made template change may wait: compare with the live ones
+            read = self._read_templates(namespace, todo.needs_templates)
+            observation = replace(observation, templates={**observation.templates, **read})
+            todo = plan(observation, self.clock(), self.recovery)
+        self._templates[(namespace, name)] = {
+            k: v for k, v in observation.templates.items() if k in todo.kept
+        }
         return self.execute(todo)
+
+    def _read_templates(
+        self, namespace: str, wanted: tuple[tuple[str, str], ...]
+    ) -> dict[tuple[str, str], tuple[str, Json]]:
+        """(resourceVersion, pod template) of each workload of ``wanted`` (kind, name), by
+        GET: the cache keeps no template."""
+        out: dict[tuple[str, str], tuple[str, Json]] = {}
+        for kind, name in wanted:
+            obj = self.kube.get(kind, namespace, name)
+            if obj is not None:
+                version = str(obj["metadata"].get("resourceVersion", ""))
+                out[(kind, name)] = (version, (obj.get("spec") or {}).get("template") or {})
+        return out
 
     def execute(self, todo: Plan) -> Result:
         """Carry out ``todo`` step by step; transient API errors propagate (no status)."""

@@ -157,7 +157,7 @@ def test_names_and_printer_columns() -> None:
     assert version["subresources"] == {"status": {}}
     columns = version["additionalPrinterColumns"]
     shown = [c["name"].upper() for c in columns if not c.get("priority")]
-    assert shown == ["READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE"]
+    assert shown == ["READY", "PHASE", "PREFILL", "DECODE", "REASON", "UPDATES", "AGE"]
     wide = [c["name"].upper() for c in columns if c.get("priority")]
     assert wide == ["PP", "LAYERS", "ROUTER", "ENDPOINT", "MESSAGE"]  # -o wide, after AGE
 
@@ -226,7 +226,9 @@ def test_api_field_names_are_the_contract() -> None:
     # no default: a spec without it stays without it on the server (its pods unchanged)
     assert "default" not in spec["preflight"]
     assert "default" not in spec["ascend"]["properties"]["hcclConnectTimeoutSeconds"]
-    assert set(spec["rollout"]["properties"]) == {"maxUnavailable", "maxSurge", "roleOrder"}
+    assert set(spec["rollout"]["properties"]) == {
+        "maxUnavailable", "maxSurge", "roleOrder", "operatorUpdates",
+    }  # fmt: skip
     assert set(spec["recovery"]["properties"]) == {"forceDeleteAfterSeconds"}
     role = spec["prefill"]["properties"]
     for name in ("replicas", "parallelism", "layerPartition", "devicesPerNode", "resources",

@@ -286,6 +286,7 @@ def test_a_running_deployment_spread_over_domains_keeps_its_instances(dsv3: Json
     first = plan(observe(cr, nodes=nodes, node_usage=Usage()), NOW)
     assert len({pin_of(m) for m in statefulsets(first).values()}) == 2  # spread, over RDMA
     cr["spec"]["ascend"]["transferProtocol"] = "sdma"  # now the KV cannot cross domains
+    cr["metadata"]["generation"] += 1  # a spec change, as the API server counts it
     p = plan(observe(cr, running(first), nodes=nodes, node_usage=Usage()), NOW)
     pins = {n: pin_of(m) for n, m in statefulsets(p).items() if n in statefulsets(first)}
     assert pins == {n: pin_of(m) for n, m in statefulsets(first).items()}

@@ -390,3 +390,52 @@ def test_a_transient_prune_error_leaves_the_status_alone(dsv3: Json) -> None:
     with pytest.raises(KubeError):
         reconciler.reconcile("llm", "dsv3")
     assert ("PATCH_STATUS", models.KIND) not in kube.calls and ("CREATE", "Event") not in kube.calls
+
+
+def test_an_operator_made_template_change_waits_reads_each_template_once_and_rolls_on_request(
+    dsv3: Json, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator upgrade whose builder adds a label: the new operator (a new reconciler,
+    a cold cache) applies no StatefulSet and deletes no pod, reads each instance's template
+    once, and says what waits; the user's trigger applies the new templates."""
+    import ascend_pd_operator.builders.workloads as workloads
+
+    kube, cache, reconciler = new_world(dsv3, FakeKube())
+    reconciler.reconcile("llm", "dsv3")
+    run_workload_controllers(kube)
+    reconciler.reconcile("llm", "dsv3")  # status of the running children
+    built = workloads.pod_template
+
+    def newer(*args: Any, **kwargs: Any) -> Json:
+        template = built(*args, **kwargs)
+        template["metadata"]["labels"]["example.com/new"] = "yes"
+        return template
+
+    monkeypatch.setattr(workloads, "pod_template", newer)
+    cache = LiveCache(listed_kinds=WATCHED)
+    upgraded = Reconciler(kube, clock=lambda: "2026-01-01T00:00:01Z", cache=cache)  # type: ignore[arg-type]
+    watch_everything(kube, cache)
+    kube.calls.clear()
+    upgraded.reconcile("llm", "dsv3")
+    assert ("APPLY", "StatefulSet") not in kube.calls and ("DELETE", "Pod") not in kube.calls
+    assert kube.calls.count(("GET", "StatefulSet")) == 3  # 2 prefill and 1 decode instance
+    cr = kube.objects[(models.KIND, "llm", "dsv3")]
+    assert cr["status"]["updatePending"] == "prefill,decode"
+    assert cr["status"]["roles"]["decode"]["updatePending"] == [
+        "metadata.labels[example.com/new] added"
+    ]
+    for _ in range(2):  # the first labels the leaders, which completes the rollout's status
+        watch_everything(kube, cache)
+        kube.calls.clear()
+        upgraded.reconcile("llm", "dsv3")
+        assert ("GET", "StatefulSet") not in kube.calls  # read once per resourceVersion
+    assert kube.writes() == []
+
+    cr["metadata"]["annotations"] = {"ascendpd.io/apply-operator-updates": "1"}
+    watch_everything(kube, cache)
+    kube.calls.clear()
+    upgraded.reconcile("llm", "dsv3")
+    assert kube.calls.count(("APPLY", "StatefulSet")) == 3
+    sts = kube.objects[("StatefulSet", "llm", "dsv3-decode-0")]
+    assert sts["spec"]["template"]["metadata"]["labels"]["example.com/new"] == "yes"
+    assert "updatePending" not in kube.objects[(models.KIND, "llm", "dsv3")]["status"]
