@@ -3,8 +3,9 @@
 The operator (``ascend-pd run``) talks to the API server through the fault proxy with
 every fault rate at zero, so the proxy only counts its requests per verb. Once the
 example is Ready, several resync periods pass: reads go on (each resync reconciles),
-writes must not. Then a user edits a managed field and adds a label of their own: the
-next reconcile restores the field and keeps the label.
+writes must not, and the reconcile reads the PDDeployment from the watch (at most one GET
+of it and its model ConfigMap per resync). Then a user edits a managed field and adds a
+label of their own: the next reconcile restores the field and keeps the label.
 """
 
 from __future__ import annotations
@@ -48,6 +49,26 @@ def test_idle_resyncs_make_no_writes_and_drift_is_still_repaired(
     assert after["requests"] > before["requests"], "no reads: the resyncs did not run"
     writes = {v: n - before["writes"].get(v, 0) for v, n in after["writes"].items()}
     assert not any(writes.values()), f"idle operator wrote: {writes}"
+
+    # Reads at rest: the PDDeployment and its model ConfigMap come from the watches
+    # (cached_reads); at most one GET of either per deployment per resync (here the user's
+    # ConfigMap, which no watch of ours carries). Each resync LISTs the PDDeployments once:
+    # that count is the number of resyncs in the window.
+    start = proxy_stats()["kinds"]
+
+    def since(kinds: dict[str, int], kind: str) -> int:
+        return kinds.get(kind, 0) - start.get(kind, 0)
+
+    def five_resyncs() -> dict[str, int] | None:
+        kinds: dict[str, int] = proxy_stats()["kinds"]
+        return kinds if since(kinds, "LIST pddeployments") >= 5 else None
+
+    end = wait_until(five_resyncs, "five resyncs", timeout=180)
+    resyncs = since(end, "LIST pddeployments")
+    gets = {kind: since(end, kind) for kind in ("GET pddeployments", "GET configmaps")}
+    # +1: the window may open between a resync's LIST and its reconcile's reads
+    assert sum(gets.values()) <= resyncs + 1, f"{gets} in {resyncs} resyncs"
+    assert gets["GET pddeployments"] <= 1, f"{gets} in {resyncs} resyncs"
 
     # Drift is still repaired: a managed field edited back, a user's label kept.
     kubectl("label", "service", "dsv2-lite-decode-0", "-n", namespace, "team=inference")

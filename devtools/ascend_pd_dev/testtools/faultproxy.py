@@ -93,8 +93,8 @@ class Stats:
 
 def request_kind(method: str, path: str, watch: bool = False) -> str:
     """``VERB resource[/subresource]`` of an API path: ``PATCH statefulsets``, ``GET
-    pddeployments/status``, ``WATCH pods``; the names and namespace left out, so counts add
-    up per kind of request."""
+    pddeployments/status``, ``LIST configmaps``, ``WATCH pods``; the names and namespace
+    left out, so counts add up per kind of request."""
     parts = [p for p in path.split("/") if p]
     rest = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else []
     if len(rest) >= 3 and rest[0] == "namespaces":
@@ -102,7 +102,10 @@ def request_kind(method: str, path: str, watch: bool = False) -> str:
     if not rest:
         return f"{method} {path}"
     resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-    return f"{'WATCH' if watch else method} {resource}"
+    if watch:
+        return f"WATCH {resource}"
+    # a GET without a name reads the collection: counted apart from the GETs of one object
+    return f"{'LIST' if method == 'GET' and len(rest) == 1 else method} {resource}"
 
 
 class FaultProxy:

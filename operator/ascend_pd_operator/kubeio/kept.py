@@ -12,7 +12,12 @@ import re
 from collections.abc import Callable
 
 from ascend_pd_operator.api.json_object import Json
-from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, ROLES
+from ascend_pd_operator.api.vocabulary import (
+    COMPONENT_FACTS,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    ROLES,
+)
 from ascend_pd_operator.decisions.recovery import slim_node
 
 #: What recovery and rollouts read of a pod's metadata (deletionGracePeriodSeconds dates a
@@ -101,8 +106,16 @@ SPEC_KEPT: dict[str, tuple[str, ...]] = {
     "StatefulSet": ("replicas", "selector"),
     "Deployment": ("replicas", "selector"),
 }
-#: Top-level fields the cache drops: the operator reads ConfigMaps it needs by GET.
+#: Top-level fields the cache drops (the layout ConfigMaps' documents: nothing reads them
+#: back), except of the objects ``keeps_data`` names.
 DROPPED: dict[str, tuple[str, ...]] = {"ConfigMap": ("data", "binaryData")}
+
+
+def keeps_data(obj: Json) -> bool:
+    """Is ``obj`` kept whole: a model-facts ConfigMap, which the reconcile reads from the
+    cache (``cached_reads``). Its data is the model's config.json (a few KiB)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return obj.get("kind") == "ConfigMap" and labels.get(LABEL_COMPONENT) == COMPONENT_FACTS
 
 
 def kept(obj: Json) -> Json:
@@ -114,7 +127,7 @@ def kept(obj: Json) -> Json:
     slim = SLIM.get(kind)
     if slim is not None:
         return {**slim(obj), "kind": kind}
-    dropped = DROPPED.get(kind, ())
+    dropped = () if keeps_data(obj) else DROPPED.get(kind, ())
     out = {k: v for k, v in obj.items() if k not in dropped}
     out["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
     spec_kept = SPEC_KEPT.get(kind)

@@ -28,6 +28,7 @@ from ascend_pd_operator.api import models
 from ascend_pd_operator.api.vocabulary import LABEL_DEPLOYMENT, PREFIX
 from ascend_pd_operator.kubeio import metrics
 from ascend_pd_operator.kubeio.backoff import Backoff, Streak
+from ascend_pd_operator.kubeio.cached_reads import CachedReads
 from ascend_pd_operator.kubeio.child_watch import (
     WATCH_SILENCE_SECONDS,
     Synced,
@@ -169,6 +170,7 @@ def build_registry(
     cache: LiveCache | None = None,
     planner: PDPlanner | None = None,
     synced: Synced | None = None,
+    reads: CachedReads | None = None,
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -189,7 +191,9 @@ def build_registry(
             return  # kopf's orchestrator started again; our threads never stopped
         supervisor.start(
             "resync",
-            lambda unit: resync_loop(unit, queue, kube, namespaces, resync_seconds, stop, cache),
+            lambda unit: resync_loop(
+                unit, queue, kube, namespaces, resync_seconds, stop, cache, reads
+            ),
             period=resync_seconds,
         )
         supervisor.start("watch", lambda unit: watches.run(unit, stop), period=WATCH_CHECK_SECONDS)
@@ -203,6 +207,12 @@ def build_registry(
     @kopf.on.event(models.GROUP, models.VERSION, models.PLURAL, registry=registry)
     def _pdd_event(type: str, body: Any, **_: Any) -> None:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        if reads is not None:  # the reconcile reads the PDDeployment from here
+            raw = {**dict(body), "kind": models.KIND}
+            if type == "DELETED":
+                reads.deleted(raw)
+            else:
+                reads.seen(raw)
         metrics.DEPLOYMENTS.deployment_spec(
             namespace, name, None if type == "DELETED" else dict(body.get("spec") or {})
         )
@@ -220,18 +230,25 @@ def build_registry(
 
 
 def resync_once(
-    queue: WorkQueue, kube: Kube, namespaces: Iterable[str] | None, cache: LiveCache | None
+    queue: WorkQueue,
+    kube: Kube,
+    namespaces: Iterable[str] | None,
+    cache: LiveCache | None,
+    reads: CachedReads | None = None,
 ) -> None:
     """Refresh the cache from a LIST of our children, then enqueue every PDDeployment.
 
     The LIST is what lets the resync repair drift no watch event reported: the cache
-    alone would call such a child unchanged and skip it.
+    alone would call such a child unchanged and skip it. The PDDeployments listed refresh
+    ``reads`` too (a copy older than one held is refused there).
     """
     for ns in list(namespaces) if namespaces else [None]:
         if cache is not None:
             for kind in sorted(cache.listed_kinds):
                 cache.refresh(kind, ns, kube.list(kind, ns, LABEL_DEPLOYMENT))
         for item in kube.list(models.KIND, ns):
+            if reads is not None:
+                reads.seen({**item, "kind": models.KIND})
             queue.add((item["metadata"]["namespace"], item["metadata"]["name"]))
 
 
@@ -243,6 +260,7 @@ def resync_loop(
     every: float,
     stop: threading.Event,
     cache: LiveCache | None = None,
+    reads: CachedReads | None = None,
 ) -> None:
     """Periodic resync: every PDDeployment is reconciled at least every ``every`` seconds.
 
@@ -252,7 +270,7 @@ def resync_loop(
     if unit.restarts == 0 and stop.wait(every):
         return  # kopf's initial listing has just enqueued everything
     while not stop.is_set():
-        resync_once(queue, kube, namespaces, cache)
+        resync_once(queue, kube, namespaces, cache, reads)
         release_free_memory()  # what the last pass's reconciles freed
         unit.beat()
         if stop.wait(every):

@@ -48,6 +48,7 @@ from ascend_pd_operator.decisions.recovery import DEFAULT_POLICY, RecoveryPolicy
 from ascend_pd_operator.decisions.status import merge_patch, status_changed
 from ascend_pd_operator.decisions.writes import Failure, Outcome, Write
 from ascend_pd_operator.kubeio.apply_records import digest
+from ascend_pd_operator.kubeio.cached_reads import CachedReads
 from ascend_pd_operator.kubeio.child_watch import EVENT_FIELD_SELECTOR
 from ascend_pd_operator.kubeio.kept import event_owner, slim_event
 from ascend_pd_operator.kubeio.kube import Kube, KubeError, NotFound, is_transient
@@ -85,16 +86,31 @@ class Result:
 # --- observe --------------------------------------------------------------------------
 
 
-def observe(kube: Kube, cache: LiveCache | None, namespace: str, name: str) -> Observation | None:
-    """Everything a reconcile of ``namespace/name`` reads; None once it is gone or going."""
-    resource = kube.get(models.KIND, namespace, name)
+def observe(
+    kube: Kube,
+    cache: LiveCache | None,
+    namespace: str,
+    name: str,
+    reads: CachedReads | None = None,
+) -> Observation | None:
+    """Everything a reconcile of ``namespace/name`` reads; None once it is gone or going.
+    With ``reads``, the PDDeployment, its model ConfigMap and the inspector Job come from
+    the watches when ``cached_reads`` trusts their copies (a GET otherwise)."""
+    get = reads.get if reads is not None else kube.get
+    resource = get(models.KIND, namespace, name)
     if resource is None or resource["metadata"].get("deletionTimestamp"):
         return None  # garbage collection removes the children
-    return observe_resource(kube, cache, resource)
+    return observe_resource(kube, cache, resource, get)
 
 
-def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Observation:
+def observe_resource(
+    kube: Kube,
+    cache: LiveCache | None,
+    resource: Json,
+    get: Callable[[str, str, str], Json | None] | None = None,
+) -> Observation:
     """The rest of the observation of an already read PDDeployment."""
+    get = get or kube.get
     meta = resource["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     model = ((resource.get("spec") or {}).get("model")) or {}
@@ -104,11 +120,11 @@ def observe_resource(kube: Kube, cache: LiveCache | None, resource: Json) -> Obs
     if isinstance(model, dict) and model.get("config") is not None:
         pass  # the facts are in the spec
     elif isinstance(ref, dict) and ref.get("name"):
-        user_cm = kube.get("ConfigMap", namespace, str(ref["name"]))
+        user_cm = get("ConfigMap", namespace, str(ref["name"]))
     else:
         owner = Owner(name, namespace)
-        facts_cm = kube.get("ConfigMap", namespace, facts_cm_name(owner))
-        job = kube.get("Job", namespace, inspector_name(owner))
+        facts_cm = get("ConfigMap", namespace, facts_cm_name(owner))
+        job = get("Job", namespace, inspector_name(owner))
         if job is not None:
             # A LIST, not the cache: the Job can report success before the pod watch has
             # delivered the pod whose termination message holds the result.
@@ -279,8 +295,11 @@ class Reconciler:
         cache: LiveCache | None = None,
         recovery: RecoveryPolicy = DEFAULT_POLICY,
         read_device_info: bool = False,
+        reads: CachedReads | None = None,
     ) -> None:
         self.recovery = recovery
+        #: The PDDeployment and its model objects from the watches (None: GET each time).
+        self.reads = reads
         #: placement also reads MindCluster's device info (``observe_usage``)
         self.read_device_info = read_device_info
         self.kube = kube
@@ -303,32 +322,41 @@ class Reconciler:
 
     def reconcile(self, namespace: str, name: str) -> Result | None:
         with self._lock((namespace, name)):
-            observation = observe(self.kube, self.cache, namespace, name)
-            if observation is None:
-                return None
-            observation = replace(
-                observation,
-                our_deletions=self.expected_gone.uids(),
-                our_force_deletions=self.expected_gone.uids(forced_only=True),
-            )
-            observation = replace(observation,
-                                  templates=self._templates.get((namespace, name), {}))  # fmt: skip
+            try:
+                return self._reconcile(namespace, name)
+            except KubeError as exc:
+                if exc.status == 409 and self.reads is not None:
+                    # our view may be older than the server's: the retry reads live
+                    self.reads.freshness.suspect_namespace(namespace)
+                raise
+
+    def _reconcile(self, namespace: str, name: str) -> Result | None:
+        observation = observe(self.kube, self.cache, namespace, name, self.reads)
+        if observation is None:
+            return None
+        observation = replace(
+            observation,
+            our_deletions=self.expected_gone.uids(),
+            our_force_deletions=self.expected_gone.uids(forced_only=True),
+        )
+        observation = replace(observation,
+                              templates=self._templates.get((namespace, name), {}))  # fmt: skip
+        todo = plan(observation, self.clock(), self.recovery)
+        if todo.needs_usage and todo.validation.spec is not None:
+            # a placement choice is due: read what the pods hold, and plan again
+            usage = observe_usage(self.kube, todo.validation.spec.ascend.resource_name,
+                                  self.read_device_info)  # fmt: skip
+            observation = replace(observation, node_usage=usage)
             todo = plan(observation, self.clock(), self.recovery)
-            if todo.needs_usage and todo.validation.spec is not None:
-                # a placement choice is due: read what the pods hold, and plan again
-                usage = observe_usage(self.kube, todo.validation.spec.ascend.resource_name,
-                                      self.read_device_info)  # fmt: skip
-                observation = replace(observation, node_usage=usage)
-                todo = plan(observation, self.clock(), self.recovery)
-            if todo.needs_templates:
-                # an operator-made template change may wait: compare with the live ones
-                read = self._read_templates(namespace, todo.needs_templates)
-                observation = replace(observation, templates={**observation.templates, **read})
-                todo = plan(observation, self.clock(), self.recovery)
-            self._templates[(namespace, name)] = {
-                k: v for k, v in observation.templates.items() if k in todo.kept
-            }
-            return self.execute(todo)
+        if todo.needs_templates:
+            # an operator-made template change may wait: compare with the live ones
+            read = self._read_templates(namespace, todo.needs_templates)
+            observation = replace(observation, templates={**observation.templates, **read})
+            todo = plan(observation, self.clock(), self.recovery)
+        self._templates[(namespace, name)] = {
+            k: v for k, v in observation.templates.items() if k in todo.kept
+        }
+        return self.execute(todo)
 
     def _read_templates(
         self, namespace: str, wanted: tuple[tuple[str, str], ...]
@@ -432,7 +460,10 @@ class Reconciler:
         if write.verb == "create":
             log.info("%s %s/%s", write.describe(), namespace, write.name)
             try:
-                return self.kube.create(write.kind, namespace, write.manifest), 1
+                created = self.kube.create(write.kind, namespace, write.manifest)
+                if self.reads is not None:
+                    self.reads.wrote(write.kind, created)
+                return created, 1
             except KubeError as exc:
                 if exc.status != 409:  # 409: it exists; its spec is its users' now
                     raise
@@ -454,6 +485,8 @@ class Reconciler:
         if write.kind == "StatefulSet" and write.name in existing:
             self._check_template(namespace, write.manifest)
         obj = self.kube.apply(write.manifest)
+        if self.reads is not None:
+            self.reads.wrote(write.kind, obj)
         if cached and self.cache is not None:
             self.cache.applied(write.manifest, obj)
         return obj, 1
@@ -497,7 +530,10 @@ class Reconciler:
         patch = merge_patch({k: v for k, v in previous.items() if k != "kopf"}, status)
         # Deleted meanwhile: garbage collection does the rest.
         with contextlib.suppress(NotFound):
-            self.kube.patch_status(models.KIND, owner.namespace, owner.name, patch)
+            written = self.kube.patch_status(models.KIND, owner.namespace, owner.name, patch)
+            if self.reads is not None:
+                # the next reconcile plans from this status, never from an older copy
+                self.reads.wrote(models.KIND, written)
 
     def event(self, resource: Json, event: Event) -> None:
         meta = resource["metadata"]

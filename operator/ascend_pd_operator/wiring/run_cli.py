@@ -17,6 +17,7 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ascend_pd_operator.api.access import (
@@ -124,6 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ascend_pd_operator.decisions.recovery import RecoveryPolicy
     from ascend_pd_operator.kubeio import health, metrics
+    from ascend_pd_operator.kubeio.cached_reads import Terms, from_watches
     from ascend_pd_operator.kubeio.child_watch import Synced
     from ascend_pd_operator.kubeio.crds import CrdGate
     from ascend_pd_operator.kubeio.credentials import ConfigError
@@ -199,18 +201,20 @@ def run(args: argparse.Namespace) -> int:
     # Pods are watched for the inspector's alone; the other children are watched whole.
     cache = LiveCache(listed_kinds=set(WATCHED_CHILDREN) - {"Pod"})
     planner = PDPlanner(kube, cache, LeaderMetrics())
+    reads = from_watches(kube.get, cache)
     # The workers start at once but reconcile only once every child watch has listed.
     synced = Synced()
     registry = build_registry(
-        queue, kube, namespaces, args.resync_seconds, supervisor, cache, planner, synced
+        queue, kube, namespaces, args.resync_seconds, supervisor, cache, planner, synced,
+        reads,
     )
 
-    leading = None
+    leading: Callable[[], bool] | None = None
     if args.leader_elect:
         # A standby watches (and answers its liveness probe) but never writes.
         elector = _elector(connection)
         kube.may_write = elector.holds
-        leading = elector.is_leader.is_set
+        leading = Terms(elector.is_leader.is_set, reads.freshness)
         supervisor.start("leader-election", lambda unit: elector.run(unit, stop),
                          period=elector.renew_seconds)  # fmt: skip
     policy = RecoveryPolicy(
@@ -220,7 +224,11 @@ def run(args: argparse.Namespace) -> int:
         window_seconds=args.restart_loop_window_seconds,
     )
     reconciler = Reconciler(
-        kube, cache=cache, recovery=policy, read_device_info=args.placement_device_info
+        kube,
+        cache=cache,
+        recovery=policy,
+        read_device_info=args.placement_device_info,
+        reads=reads,
     )
     # Reconciles wait on the API server most of the time: several workers let the children
     # of different deployments be written at once (the queue keeps each key on one worker).

@@ -81,7 +81,7 @@ def test_forwards_reads_writes_and_counts_writes(upstream):
         stats = requests.get(proxy.url + "/__faultproxy/stats", timeout=5).json()
         assert stats["writes"] == {"PATCH": 1}
         assert stats["requests"] == 2
-        assert stats["kinds"] == {"GET pods": 1, "PATCH pods": 1}
+        assert stats["kinds"] == {"LIST pods": 1, "PATCH pods": 1}
     finally:
         proxy.stop()
 
@@ -202,6 +202,13 @@ def test_counts_watch_requests_by_path_and_label_selector(upstream):
             "PATCH pddeployments/status",
         ),
         ("GET", "/api/v1/pods", True, "WATCH pods"),
+        (
+            "GET",
+            "/apis/ascendpd.io/v1alpha1/namespaces/n/pddeployments",
+            False,
+            "LIST pddeployments",
+        ),
+        ("GET", "/api/v1/nodes", False, "LIST nodes"),
         ("GET", "/api/v1/nodes/n1", False, "GET nodes"),
         ("DELETE", "/api/v1/namespaces/ns", False, "DELETE namespaces"),
         ("GET", "/version", False, "GET /version"),
