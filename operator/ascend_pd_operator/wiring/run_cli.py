@@ -205,7 +205,14 @@ def run(args: argparse.Namespace) -> int:
     # The workers start at once but reconcile only once every child watch has listed.
     synced = Synced()
     registry = build_registry(
-        queue, kube, namespaces, args.resync_seconds, supervisor, cache, planner, synced,
+        queue,
+        kube,
+        namespaces,
+        args.resync_seconds,
+        supervisor,
+        cache,
+        planner,
+        synced,
         reads,
     )
 
