@@ -23,6 +23,7 @@ from ascend_pd_operator.api.vocabulary import (
     REASON_LAUNCH_REFUSED,
     REASON_NOT_READY,
     REASON_PLACED,
+    REASON_ROLLOUT_IN_PROGRESS,
     REASON_SGLANG_VERSION_MISMATCH,
     ROLES,
     role_ready_condition,
@@ -37,8 +38,10 @@ EVENT_CONDITIONS = (
     COND_VALIDATED, COND_KV_LAYOUT_COMPATIBLE, COND_MODEL_RESOLVED, COND_READY,
     COND_INSTANCES_HEALTHY, COND_NPU_PREFLIGHT, COND_PLACEMENT_FEASIBLE,
 )  # fmt: skip
-#: Reasons that are progress, not a problem: no Event.
-QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY)
+#: Reasons that are progress, not a problem: no Event. A rollout is one: it posted a Warning
+#: at each step of every rollout, and one when an upgraded operator's apply moved the
+#: router Deployment's generation for a moment (the upgrade tier caught it).
+QUIET_REASONS = (REASON_INSPECTING, REASON_NOT_READY, REASON_ROLLOUT_IN_PROGRESS)
 #: Role conditions' reasons that post a Warning Event: a pod's launcher refused to start.
 EVENT_REASONS = (
     REASON_LAUNCH_REFUSED, REASON_ENV_CONTRACT_MISMATCH, REASON_SGLANG_VERSION_MISMATCH,

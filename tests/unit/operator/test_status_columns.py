@@ -106,3 +106,16 @@ def test_ready_posts_no_event_for_a_cause_its_condition_tells(dsv3: Json) -> Non
                                  write_error="applying StatefulSet x: 403",
                                  write_error_reason="ApplyFailed")  # fmt: skip
     assert [e.reason for e in events({}, compute_status(failed, T0))] == ["ApplyFailed"]
+
+
+def test_a_rollout_is_progress_and_posts_no_warning() -> None:
+    """Ready False for a rollout posted a Warning at every step of every rollout, and one
+    after an operator upgrade whose apply moved the router's generation for a moment."""
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "ready"}
+    rolling = {"type": "Ready", "status": "False", "reason": "RolloutInProgress",
+               "message": "rolling out: prefill 1/2 updated, 2 serving"}  # fmt: skip
+    failed = {**rolling, "reason": "ApplyFailed", "message": "applying StatefulSet x: no"}
+    assert events({"conditions": [ready]}, {"conditions": [rolling]}) == []
+    assert [e.reason for e in events({"conditions": [ready]}, {"conditions": [failed]})] == [
+        "ApplyFailed"
+    ]
