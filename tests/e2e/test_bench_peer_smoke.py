@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 from bench import bench_peer  # noqa: E402
 from bench.__main__ import check_rows  # noqa: E402
 
-pytestmark = [pytest.mark.local, pytest.mark.simulated, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.local, pytest.mark.simulated, pytest.mark.peer, pytest.mark.timeout(900)]
 
 
 def test_peer_bench_smoke(cluster: Any, tmp_path: Path) -> None:
