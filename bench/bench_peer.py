@@ -152,16 +152,20 @@ class LwsManager:
         state = dev_cluster.load_state(layout)
         assert state is not None
         self.proxy_url = f"http://127.0.0.1:{free_port()}"
+        doc = yaml.safe_load(layout.kubeconfig.read_text())
+        # client-go sends no credentials over plain HTTP: the proxy adds the admin token
+        token = workdir / "lws.token"
+        token.write_text(str(doc["users"][0]["user"]["token"]))
+        token.chmod(0o600)
         self.proxy = subprocess.Popen(
             [sys.executable, "-m", "ascend_pd_dev.testtools.faultproxy", "--upstream",
              state.server, "--ca-file", str(Pki(layout.pki).ca_crt),
-             "--port", self.proxy_url.rsplit(":", 1)[1]],
+             "--port", self.proxy_url.rsplit(":", 1)[1], "--token-file", str(token)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=(workdir / "lws-proxy.log").open("w"), start_new_session=True,
         )  # fmt: skip
         bench_operator._until(lambda: Bench._answers(self.proxy_url + STATS_PATH),
                               "the peer's fault proxy", 60)  # fmt: skip
-        doc = yaml.safe_load(layout.kubeconfig.read_text())
         doc["clusters"][0]["cluster"] = {"server": self.proxy_url}
         kubeconfig = workdir / "lws.kubeconfig"
         kubeconfig.write_text(yaml.safe_dump(doc))
@@ -284,14 +288,22 @@ def idle_window(sizes: Sizes, stats: Any, who: str) -> int:
     return int(after["requests"] - before["requests"] - 1)
 
 
+def established(bench: Bench) -> bool:
+    crd = bench.kube.request(
+        "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}"
+    )
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
 def measure(sizes: Sizes, layout: dev_cluster.Layout, workdir: Path) -> list[Point]:
     workdir.mkdir(parents=True, exist_ok=True)
     bench = Bench(layout, workdir, sizes)
     peers: dict[int, Side] = {}
     bench.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=bench",
                   "-f", str(build_lws.crd_dir()))  # fmt: skip
-    bench.kubectl("wait", "--for=condition=Established", "--timeout=120s",
-                  f"crd/{PLURAL}.{GROUP}")  # fmt: skip
+    # the whole object: ``kubectl wait`` fails while a new CRD has no conditions yet
+    bench_operator._until(lambda: established(bench), "the LeaderWorkerSet CRD", 120)
     lws = LwsManager(layout, workdir)
     try:
         for count in sizes.scales:
