@@ -55,6 +55,9 @@ from bench.rows import Row, median_row, row
 GROUP, VERSION, PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 #: the label LWS puts on every object it creates (its ``SetNameLabelKey``)
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+#: what owns LWS's children: the LWS, or (a worker StatefulSet) its group's leader pod
+OWNERS = {"LeaderWorkerSet", "Pod"}
 #: ours / the peer's
 GOAL_TIME = 1.2
 GOAL_SERVER_CPU = 1.0
@@ -82,7 +85,9 @@ def leaderworkersets(cr: dict[str, Any]) -> list[dict[str, Any]]:
             **spec["template"],
             "metadata": {
                 **spec["template"]["metadata"],
-                "labels": {"app.kubernetes.io/name": "lws-peer"},
+                # what LWS's pod webhook (not registered here) writes on a leader pod: its
+                # group's index, which the controller's status reads; one group per LWS
+                "labels": {"app.kubernetes.io/name": "lws-peer", GROUP_INDEX: "0"},
             },
         }
         out.append({
@@ -138,7 +143,9 @@ class PeerRecorder(Recorder):
                 status, spec = obj.get("status") or {}, obj.get("spec") or {}
                 if status.get("readyReplicas", 0) >= spec.get("replicas", 1):
                     self.ready.setdefault(obj["metadata"]["name"], now)
-            elif (obj["metadata"].get("labels") or {}).get(LWS_NAME):
+            elif {o["kind"] for o in obj["metadata"].get("ownerReferences") or []} & OWNERS:
+                # owned, not only labelled: the StatefulSet controller's own revisions of a
+                # leader StatefulSet carry its pods' labels, LWS's name among them
                 self.children.setdefault((kind, obj["metadata"]["name"]), now)
             self.cond.notify_all()
 
@@ -198,6 +205,9 @@ class LwsManager:
             raise RuntimeError(f"the LWS manager exited:\n{self.log.read_text()[-4000:]}")
         return self.log.read_text().count("Starting workers") >= 2
 
+    def errors(self) -> int:
+        return self.log.read_text().count("Reconciler error")
+
     def stats(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.proxy_url + STATS_PATH, timeout=10) as response:
             stats: dict[str, Any] = json.loads(response.read())
@@ -218,6 +228,9 @@ class Side:
     requests: int
     #: requests in the idle window (reference N only; None elsewhere)
     idle_requests: int | None = None
+    #: the peer's "Reconciler error" log lines while measured (its namespace's teardown,
+    #: which it meets with errors, excluded)
+    errors: int = 0
 
     @property
     def cpu_per_child(self) -> float:
@@ -255,6 +268,7 @@ def peer_side(bench: Bench, lws: LwsManager, count: int, idle: bool) -> Side:
     objs = [o for cr in crs for o in leaderworkersets(cr)]
     wanted = expected_children(objs)
     rec = PeerRecorder(bench.api_client, ns).start()
+    errors = lws.errors()
     try:
         before, cpu0, t0 = lws.stats(), server_cpu(bench.layout), time.monotonic()
         with ThreadPoolExecutor(10) as pool:
@@ -263,19 +277,21 @@ def peer_side(bench: Bench, lws: LwsManager, count: int, idle: bool) -> Side:
         cpu = server_cpu(bench.layout) - cpu0
         after = lws.stats()
         seconds = max(rec.children.values()) - t0
-        requests = after["requests"] - before["requests"] - 1  # less the stats GET
-        _progress(f"{count} deployments, peer: {len(rec.children)} children in {seconds:.2f} s, "
+        children = len(rec.children)
+        requests = after["requests"] - before["requests"]  # the proxy counts no stats GET
+        _progress(f"{count} deployments, peer: {children} children in {seconds:.2f} s, "
                   f"API server CPU {cpu:.1f} s, requests by kind: "
                   f"{bench_operator.kinds_between(before, after)}")  # fmt: skip
         idle_requests = None
         if idle:
             names = {o["metadata"]["name"] for o in objs}
-            rec.wait(lambda: names <= set(rec.ready), f"{len(names)} LWS Ready", 1200)
+            rec.wait(lambda: names <= set(rec.ready), f"{len(names)} LWS Ready", 900)
             idle_requests = idle_window(bench.sizes, lws.stats, "peer")
+        errors = lws.errors() - errors
     finally:
         rec.stop.set()
     bench.delete_namespace(ns)
-    return Side(len(rec.children), seconds, cpu, requests, idle_requests)
+    return Side(children, seconds, cpu, requests, idle_requests, errors)
 
 
 def idle_window(sizes: Sizes, stats: Any, who: str) -> int:
@@ -285,7 +301,7 @@ def idle_window(sizes: Sizes, stats: Any, who: str) -> int:
     time.sleep(sizes.idle_seconds)
     after = stats()
     _progress(f"idle window, {who}: {bench_operator.kinds_between(before, after)}")
-    return int(after["requests"] - before["requests"] - 1)
+    return int(after["requests"] - before["requests"])
 
 
 def established(bench: Bench) -> bool:
@@ -361,6 +377,8 @@ def rows_from(points: list[Point], sizes: Sizes) -> list[Row]:
                        f"exists ({b.children} children)", [b.seconds], "s", 2),
             median_row(f"{n} deployments: floor, kube-apiserver CPU per child, bare client",
                        [b.cpu_per_child * 1e3], "ms", 1),
+            row(f"{n} deployments: the LWS manager's reconcile errors while measured", q.errors,
+                "errors"),
         ]  # fmt: skip
         if o.idle_requests is not None and q.idle_requests is not None:
             minutes = sizes.idle_seconds / 60
