@@ -29,6 +29,7 @@ The ratios are ours / the peer's, each run's own.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -273,7 +274,11 @@ def peer_side(bench: Bench, lws: LwsManager, count: int, idle: bool) -> Side:
         before, cpu0, t0 = lws.stats(), server_cpu(bench.layout), time.monotonic()
         with ThreadPoolExecutor(10) as pool:
             list(pool.map(lambda o: apply_lws(bench, o), objs))
-        rec.wait(lambda: len(rec.children) >= wanted, f"{wanted} LWS children", 600)
+        try:
+            rec.wait(lambda: len(rec.children) >= wanted, f"{wanted} LWS children", 600)
+        except TimeoutError as err:
+            seen = collections.Counter(kind for kind, _ in rec.children)
+            raise TimeoutError(f"{err}; seen by kind: {dict(seen)}") from err
         cpu = server_cpu(bench.layout) - cpu0
         after = lws.stats()
         seconds = max(rec.children.values()) - t0
