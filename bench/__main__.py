@@ -27,6 +27,7 @@ MODULES = [
     "bench.bench_layout",
     "bench.bench_connector",
     "bench.bench_operator",
+    "bench.bench_peer",
     "bench.bench_unrelated",
 ]
 BENCH_DIR = Path(__file__).resolve().parent

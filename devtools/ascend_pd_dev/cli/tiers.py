@@ -22,8 +22,8 @@ that test's timeout (a cold ``.ci/run`` failed the first reliability scenario so
 at a time: ``go build`` already keeps every core busy, two at once would only share them
 (and double the memory and disk) and delay the newest release, which most tiers wait for.
 The others start at once. A tier may also wait for a build of its own (``after``): the
-``prometheus-e2e`` tier for ``prepare-keda``, which builds KEDA right after the selected
-release (one build at a time, as above).
+``prometheus-e2e`` tier for ``prepare-keda`` and ``prepare-lws``, which build KEDA and the
+LeaderWorkerSet manager right after the selected release (one build at a time, as above).
 """
 
 from __future__ import annotations
@@ -106,13 +106,15 @@ TIERS = (
     Tier("reliability-own", (OWN_CONTROL_PLANE, "-m", f"e2e and {NOT_OTHERS}"),
          "e2e-reliability-own", 6),
     Tier("e2e", ("tests", "--ignore=tests/reliability", "-m",
-                 f"e2e and not prometheus and {NOT_OTHERS}"), "e2e", 10),
+                 f"e2e and not prometheus and not peer and {NOT_OTHERS}"), "e2e", 10),
     # a real Prometheus scraping the running operator: short, so beside the e2e tier
     # rather than in it (the e2e tier is the longest); KEDA scaling a role on a Prometheus
-    # query too (tests/e2e/test_keda_scaling.py)
+    # query too (tests/e2e/test_keda_scaling.py), and the peer bench's smoke run against
+    # the LeaderWorkerSet manager (tests/e2e/test_bench_peer_smoke.py): the tests that wait
+    # for a build of their own, so the e2e tier never does
     Tier("prometheus-e2e", ("tests", "--ignore=tests/reliability", "-m",
-                            f"e2e and prometheus and {NOT_OTHERS}"), "e2e-prometheus", 3,
-         after=("prepare-keda",)),
+                            f"e2e and (prometheus or peer) and {NOT_OTHERS}"), "e2e-prometheus",
+         4, after=("prepare-keda", "prepare-lws")),
     # tests/e2e has a test of the sglang tier: it gets a cluster of its own too. Its SGLang
     # environments come first (minutes), the one cluster test (20 min budget) waits for
     # the build itself: the tier need not wait
@@ -155,7 +157,11 @@ def prepare_tier(release: str) -> Tier:
 PREPARE_KEDA = Tier("prepare-keda", ("--prepare-keda",), expected_minutes=0,
                     needs_control_plane=False,
                     program=("-m", "ascend_pd_dev.cli.tiers"))  # fmt: skip
-BUILDS = (PREPARE_KEDA,)
+#: Builds the LeaderWorkerSet manager (``build_lws.ensure_lws``), the peer bench's.
+PREPARE_LWS = Tier("prepare-lws", ("--prepare-lws",), expected_minutes=0,
+                   needs_control_plane=False,
+                   program=("-m", "ascend_pd_dev.cli.tiers"))  # fmt: skip
+BUILDS = (PREPARE_KEDA, PREPARE_LWS)
 
 
 @dataclass
@@ -205,6 +211,18 @@ def build_keda() -> int:
         build_keda.ensure_keda(lambda message: print(f"prepare-keda: {message}", flush=True))
     except build.BuildError as err:
         print(f"prepare-keda: {err}", flush=True)
+        return 1
+    return 0
+
+
+def build_lws() -> int:
+    """Build the LeaderWorkerSet manager (the peer bench's), outside any test's timeout."""
+    from ascend_pd_dev.controlplane import build, build_lws
+
+    try:
+        build_lws.ensure_lws(lambda message: print(f"prepare-lws: {message}", flush=True))
+    except build.BuildError as err:
+        print(f"prepare-lws: {err}", flush=True)
         return 1
     return 0
 
@@ -396,11 +414,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "selected one) need")  # fmt: skip
     parser.add_argument("--prepare-keda", action="store_true",
                         help="only build KEDA (the prometheus-e2e tier's)")  # fmt: skip
+    parser.add_argument("--prepare-lws", action="store_true",
+                        help="only build the LeaderWorkerSet manager (the peer bench)")  # fmt: skip
     args, extra = parser.parse_known_args(argv)
     if args.prepare is not None:
         return build_control_plane(args.prepare or None)
     if args.prepare_keda:
         return build_keda()
+    if args.prepare_lws:
+        return build_lws()
     tiers = [t for t in TIERS if not args.only or t.name in args.only]
     if args.check:
         return check(tiers)

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -118,6 +119,7 @@ class FaultProxy:
         ca_file: str | None = None,
         listen_host: str = "127.0.0.1",
         listen_port: int = 0,
+        token: str = "",
     ) -> None:
         if listen_host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError(f"the fault proxy listens on loopback only, not {listen_host!r}")
@@ -128,6 +130,10 @@ class FaultProxy:
         self.ssl_context = ssl.create_default_context(cafile=ca_file) if ca_file else False
         self.listen_host = listen_host
         self.listen_port = listen_port
+        #: a bearer token for requests that carry no Authorization: client-go sends no
+        #: credentials over plain HTTP (clientcmd reads a user's only for a TLS transport),
+        #: so a Go client behind this proxy has none of its own
+        self.token = token
         self._throttled: dict[str, float] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -203,6 +209,8 @@ class FaultProxy:
     async def _forward(self, request: web.Request, cut: bool) -> web.StreamResponse:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        if self.token and "Authorization" not in request.headers:
+            headers["Authorization"] = f"Bearer {self.token}"
         body = await request.read()
         async with self._session.request(
             request.method,
@@ -295,11 +303,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--upstream", required=True, help="https://127.0.0.1:<apiserver port>")
     parser.add_argument("--ca-file", help="CA that signed the API server's certificate")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--token-file", help="bearer token for requests that carry none")
     for name, value in asdict(FaultPlan()).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = parser.parse_args(argv)
     plan = FaultPlan(**{name: getattr(args, name) for name in asdict(FaultPlan())})
-    FaultProxy(args.upstream, plan, ca_file=args.ca_file, listen_port=args.port).serve_forever()
+    token = Path(args.token_file).read_text().strip() if args.token_file else ""
+    FaultProxy(args.upstream, plan, ca_file=args.ca_file, listen_port=args.port,
+               token=token).serve_forever()  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ def upstream():
         return web.json_response({"patched": (await request.json())})
 
     async def create(request):
+        if "token" in request.query:
+            return web.json_response({"authorization": request.headers.get("Authorization")})
         return web.json_response({"contentType": request.headers.get("Content-Type")})
 
     async def watch(request):
@@ -229,3 +231,22 @@ def test_a_compressed_answer_reaches_the_client_as_compressed(upstream):
         assert answer.json() == BIG
     finally:
         proxy.stop()
+
+
+def test_a_token_is_added_only_to_requests_without_credentials(upstream):
+    # client-go sends none over plain HTTP: the LWS manager behind the bench's proxy
+    proxy = FaultProxy(upstream, token="t0k").start()
+    try:
+        bare = requests.post(proxy.url + "/api/v1/pods?token=1", json={}, timeout=5).json()
+        assert bare["authorization"] == "Bearer t0k"
+        own = requests.post(proxy.url + "/api/v1/pods?token=1", json={},
+                            headers={"Authorization": "Bearer mine"}, timeout=5).json()  # fmt: skip
+        assert own["authorization"] == "Bearer mine"
+    finally:
+        proxy.stop()
+    plain = FaultProxy(upstream).start()
+    try:
+        assert requests.post(plain.url + "/api/v1/pods?token=1", json={}, timeout=5).json()[
+            "authorization"] is None  # fmt: skip
+    finally:
+        plain.stop()
