@@ -131,6 +131,39 @@ def _back(env: Env, namespace: str, name: str, lost: str, old_uid: str) -> bool:
     )
 
 
+def _routers(env: Env, namespace: str) -> list[Json]:
+    pods = env.kube.list("Pod", namespace, LABEL_DEPLOYMENT)
+    routers = [p for p in pods if _labels(p).get(LABEL_COMPONENT) == COMPONENT_ROUTER]
+    return [p for p in routers if not _terminating(p)]
+
+
+def _routers_off_prefill_nodes(env: Env, namespace: str) -> None:
+    """Set-up: no router on a node of either prefill instance, which step 1 needs (a lost
+    router would hold its deployment's Ready down on its own). The scheduler may put both
+    routers there (a CI run had it): those nodes are cordoned, the routers there deleted and
+    started again elsewhere by their ReplicaSets, and the nodes uncordoned."""
+    prefill = {_node(p) for n in ("forced", "kept") for p in _prefill_pods(env, namespace, n)}
+    moved = [p for p in _routers(env, namespace) if _node(p) in prefill]
+    if not moved:
+        return
+    cordoned = sorted(prefill - {""})
+    for node in cordoned:
+        env.kube.patch("Node", "", node, {"spec": {"unschedulable": True}})
+    try:
+        for pod in moved:
+            env.kube.delete("Pod", namespace, pod["metadata"]["name"])
+        settled = wait_for(
+            lambda: not any(_node(p) in prefill for p in _routers(env, namespace))
+            and all(_ready_check(env, namespace, n)() for n in ("forced", "kept")),
+            BOUND_SECONDS, 0.5,
+        )[0]  # fmt: skip
+        if not settled:
+            raise ScenarioError("the routers did not start again off the prefill nodes")
+    finally:
+        for node in cordoned:
+            env.kube.patch("Node", "", node, {"spec": {"unschedulable": None}})
+
+
 def _pick_node(env: Env, namespace: str, name: str) -> tuple[str, Json]:
     """A node running a prefill pod of ``name`` and no router: (node, that pod)."""
     routers = {_node(p) for p in env.kube.list("Pod", namespace, LABEL_DEPLOYMENT)
@@ -219,6 +252,7 @@ def run(
             env.apply([_doc(name, namespace, after)])
             if not wait_for(_ready_check(env, namespace, name), BOUND_SECONDS, 0.5)[0]:
                 raise ScenarioError(f"{name} was not Ready before the node loss")
+        _routers_off_prefill_nodes(env, namespace)
         lost = {name: _pick_node(env, namespace, name) for name in ("forced", "kept")}
         unreachable |= {node for node, _ in lost.values()}
         since = {name: _lose(env, namespace, node, pod, BOUND_SECONDS)

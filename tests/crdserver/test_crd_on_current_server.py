@@ -187,13 +187,13 @@ def test_every_example_is_accepted_and_listed(
         assert cells["Prefill"] is None  # no status yet: the roles' columns stay empty
         listed = kubectl("get", "pdd", "-n", namespace)
         assert listed.returncode == 0, listed.stderr
-        assert listed.stdout.split()[:7] == [n.upper() for n in ["Name", *SHOWN]]
+        assert listed.stdout.split()[:8] == [n.upper() for n in ["Name", *SHOWN]]
         done = kubectl("delete", "pdd", name, "-n", namespace)
         assert done.returncode == 0, done.stderr
 
 
 #: The printer columns: kubectl get pdd's, then -o wide's (priority 1).
-SHOWN = ["Ready", "Phase", "Prefill", "Decode", "Reason", "Age"]
+SHOWN = ["Ready", "Phase", "Prefill", "Decode", "Reason", "Updates", "Age"]
 WIDE = ["PP", "Layers", "Router", "Endpoint", "Message"]
 
 

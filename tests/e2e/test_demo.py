@@ -41,9 +41,12 @@ def test_demo_shows_a_ready_deepseek_v3_pp_deployment_and_down_removes_it(
         assert done.returncode == 0, done.stdout + done.stderr
         out = done.stdout
         assert "phase Ready" in out
-        # NAME READY PHASE PREFILL DECODE REASON AGE PP LAYERS ROUTER ENDPOINT MESSAGE (-o wide)
+        # NAME READY PHASE PREFILL DECODE REASON UPDATES AGE PP LAYERS ROUTER ENDPOINT MESSAGE
+        # (-o wide); UPDATES is empty (nothing waits): blank, or <none> on some kubectl
         assert re.search(
-            r"^dsv3\s+True\s+Ready\s+2/2\s+1/1\s+Ready\s+\S+\s+2\s+61\s+2/2\s+http://", out, re.M
+            r"^dsv3\s+True\s+Ready\s+2/2\s+1/1\s+Ready\s+(?:<none>\s+)?\S+\s+2\s+61\s+2/2\s+http://",
+            out,
+            re.M,
         ), out
         assert "statefulset.apps/dsv3-prefill-1   2/2" in out
         assert "totalKvLayers 61, kvBufGroups 2, draft layers prefill 0 / decode 1" in out

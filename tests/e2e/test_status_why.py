@@ -204,8 +204,8 @@ def test_kubectl_get_wide_shows_the_ready_counts_and_why_not(
         return row if row.get("PREFILL") == "1/1" and pulling and waits else None
 
     row = wait_until(listed, "kubectl get pdd -o wide: prefill 1/1, decode's image named")
-    assert list(row) == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE",
-                         "PP", "LAYERS", "ROUTER", "ENDPOINT", "MESSAGE"]  # fmt: skip
+    assert list(row) == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "UPDATES",
+                         "AGE", "PP", "LAYERS", "ROUTER", "ENDPOINT", "MESSAGE"]  # fmt: skip
     assert row["ROUTER"] == "2/2"
     assert (row["READY"], row["DECODE"], row["REASON"]) == ("False", "0/2", "InstancesNotReady")
     assert row["PHASE"] in ("Pending", "Progressing"), row
@@ -214,5 +214,6 @@ def test_kubectl_get_wide_shows_the_ready_counts_and_why_not(
                                      f"ready): pod {NAME}-decode-0-0 "), row  # fmt: skip
     # without -o wide: the counts and the reason, no message
     (short,) = table_rows(kubectl("get", "pdd", NAME, "-n", namespace).stdout)
-    assert list(short) == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "AGE"]
+    assert list(short) == ["NAME", "READY", "PHASE", "PREFILL", "DECODE", "REASON", "UPDATES",
+                           "AGE"]  # fmt: skip
     assert (short["PREFILL"], short["DECODE"]) == ("1/1", "0/2")

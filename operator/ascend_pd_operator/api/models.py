@@ -1267,6 +1267,17 @@ class DrainingInstance(_Model):
     since: str = Field("", description="When it was marked draining (RFC 3339).")
 
 
+def _update_pending() -> Any:
+    """``updatePending`` of a role's and the router's status."""
+    return Field(
+        default_factory=list,
+        description="The pod-template fields a change made by the operator (an upgrade), "
+        "not by the user, would change: it waits for the next spec change, "
+        "spec.rollout.operatorUpdates: Rolling or the ascendpd.io/apply-operator-updates "
+        "annotation (docs/upgrade.md).",
+    )
+
+
 class RoleStatus(_Model):
     """Instances of one role."""
 
@@ -1291,13 +1302,7 @@ class RoleStatus(_Model):
     draining: list[DrainingInstance] = _list(
         "Instances draining: out of the scaler's count, still serving what they hold."
     )
-    update_pending: list[str] = Field(
-        default_factory=list,
-        description="The pod-template fields a change made by the operator (an upgrade), "
-        "not by the user, would change: it waits for the next spec change, "
-        "spec.rollout.operatorUpdates: Rolling or the ascendpd.io/apply-operator-updates "
-        "annotation (docs/upgrade.md).",
-    )
+    update_pending: list[str] = _update_pending()
 
 
 class RolesStatus(_Model):
@@ -1408,13 +1413,7 @@ class RouterStatus(_Model):
         "", description="readyReplicas/replicas, e.g. 2/2: the ROUTER column of kubectl get "
         "pdd -o wide.",
     )  # fmt: skip
-    update_pending: list[str] = Field(
-        default_factory=list,
-        description="The pod-template fields a change made by the operator (an upgrade), "
-        "not by the user, would change: it waits for the next spec change, "
-        "spec.rollout.operatorUpdates: Rolling or the ascendpd.io/apply-operator-updates "
-        "annotation (docs/upgrade.md).",
-    )
+    update_pending: list[str] = _update_pending()
 
 
 class PDDeploymentStatus(_Model):

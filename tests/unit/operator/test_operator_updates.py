@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-import ascend_pd_operator.builders.workloads as workloads
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import (
     ANNOTATION_APPLIED_FOR,
@@ -26,6 +25,7 @@ from ascend_pd_operator.decisions.operator_updates import Inputs, condition, hol
 from ascend_pd_operator.decisions.planner import Plan, plan
 from ascend_pd_operator.decisions.template_diff import changes, quantity
 from ascend_pd_runtime.env_contract import CONTRACT_VERSION
+from tests.unit.operator.newer_operator import with_a_new_pod_label
 
 NOW = "2026-01-01T00:00:00Z"
 UID = "uid-1"
@@ -243,18 +243,6 @@ def _stored_like(template: Json) -> Json:
     return out
 
 
-def _with_new_label(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new operator version: its runtime pod template gains a label."""
-    built = workloads.pod_template
-
-    def newer(*args: Any, **kwargs: Any) -> Json:
-        template = built(*args, **kwargs)
-        template["metadata"]["labels"]["example.com/new"] = "yes"
-        return template
-
-    monkeypatch.setattr(workloads, "pod_template", newer)
-
-
 def test_a_builder_change_on_an_unchanged_spec_waits_and_the_trigger_rolls_it(
     dsv3: Json, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -266,7 +254,7 @@ def test_a_builder_change_on_an_unchanged_spec_waits_and_the_trigger_rolls_it(
     assert runtime <= {(w.kind, w.name) for w in again.applies} and not again.needs_templates
     assert {c["type"]: c["status"] for c in again.status["conditions"]}["UpdatePending"] == "False"
 
-    _with_new_label(monkeypatch)
+    with_a_new_pod_label(monkeypatch)
     upgraded = plan(Observation(_resource(dsv3), children=children), NOW)
     assert set(upgraded.needs_templates) == runtime
     p = plan(Observation(_resource(dsv3), children=children, templates=templates), NOW)

@@ -19,6 +19,7 @@ from ascend_pd_operator.kubeio.live_cache import LiveCache
 from ascend_pd_operator.wiring.handlers import WATCHED_CHILDREN
 from ascend_pd_operator.wiring.reconciler import Reconciler
 from reliability.specs import merged
+from tests.unit.operator.newer_operator import with_a_new_pod_label
 
 #: The kinds the operator's watches feed into the cache (pods too, slimmed).
 WATCHED = tuple(WATCHED_CHILDREN)
@@ -398,20 +399,11 @@ def test_an_operator_made_template_change_waits_reads_each_template_once_and_rol
     """An operator upgrade whose builder adds a label: the new operator (a new reconciler,
     a cold cache) applies no StatefulSet and deletes no pod, reads each instance's template
     once, and says what waits; the user's trigger applies the new templates."""
-    import ascend_pd_operator.builders.workloads as workloads
-
     kube, cache, reconciler = new_world(dsv3, FakeKube())
     reconciler.reconcile("llm", "dsv3")
     run_workload_controllers(kube)
     reconciler.reconcile("llm", "dsv3")  # status of the running children
-    built = workloads.pod_template
-
-    def newer(*args: Any, **kwargs: Any) -> Json:
-        template = built(*args, **kwargs)
-        template["metadata"]["labels"]["example.com/new"] = "yes"
-        return template
-
-    monkeypatch.setattr(workloads, "pod_template", newer)
+    with_a_new_pod_label(monkeypatch)
     cache = LiveCache(listed_kinds=WATCHED)
     upgraded = Reconciler(kube, clock=lambda: "2026-01-01T00:00:01Z", cache=cache)  # type: ignore[arg-type]
     watch_everything(kube, cache)
