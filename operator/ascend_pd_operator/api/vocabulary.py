@@ -80,12 +80,14 @@ ANNOTATION_GENERATED_BY = f"{PREFIX}/generated-by"
 #: it on every apply, so a running instance keeps exactly the affinity it was created with:
 #: a change of spec.placement never re-pins it (no rollout); ``placement`` owns the rule.
 ANNOTATION_PLACEMENT = f"{PREFIX}/placement"
-#: On an instance's StatefulSet and the router's Deployment: what their pod template was
-#: last applied for (the PDDeployment's generation, the user's trigger, and for the router
-#: the generation it routes to and its discovery label) and a digest of that template. A
-#: template the operator alone changed waits for the user (``operator_updates``).
-ANNOTATION_APPLIED_FOR = f"{PREFIX}/applied-for"
-ANNOTATION_TEMPLATE_DIGEST = f"{PREFIX}/template-digest"
+#: On an instance's StatefulSet and the router's Deployment: a digest of what their pod
+#: template was last applied for (the PDDeployment's generation, the user's trigger, and for
+#: the router the generation it routes to and its discovery label) and one of that template.
+#: A template the operator alone changed waits for the user (``operator_updates``). Labels,
+#: not annotations: a Deployment's annotations are copied to its ReplicaSets, so changing
+#: them moves its generation (its rollout reads as unfinished for a moment).
+LABEL_APPLIED_FOR = f"{PREFIX}/applied-for"
+LABEL_TEMPLATE_DIGEST = f"{PREFIX}/template-digest"
 #: On a PDDeployment: a new value applies the operator's pending template changes once.
 ANNOTATION_APPLY_OPERATOR_UPDATES = f"{PREFIX}/apply-operator-updates"
 #: On the pods of an instance created under ``spec.placement.exclusive``: other

@@ -4,11 +4,11 @@ A new operator may build a different pod template for a spec nobody changed (a n
 env var or default in a builder). Applied, it would restart every instance of every
 deployment, each reloading hundreds of GB of weights. So each workload whose pods a
 template change restarts (an instance's StatefulSet, the router's Deployment) records two
-annotations at every apply: what it was applied for (``ANNOTATION_APPLIED_FOR``: the
+labels at every apply: a digest of what it was applied for (``LABEL_APPLIED_FOR``: the
 PDDeployment's ``metadata.generation``, the user's trigger
 ``ANNOTATION_APPLY_OPERATOR_UPDATES``, and for the router the KV-layout generation it
 routes to and its discovery label, which a rollout moves) and a digest of the template
-applied (``ANNOTATION_TEMPLATE_DIGEST``). Then, per workload:
+applied (``LABEL_TEMPLATE_DIGEST``). Then, per workload:
 
 - applied for other inputs than now (the user changed the spec or the trigger), or
   ``spec.rollout.operatorUpdates: Rolling``, or the same template: it is applied, and the
@@ -35,12 +35,12 @@ from dataclasses import dataclass, field
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import (
-    ANNOTATION_APPLIED_FOR,
     ANNOTATION_APPLY_OPERATOR_UPDATES,
-    ANNOTATION_TEMPLATE_DIGEST,
     COMPONENT_ROUTER,
     COND_UPDATE_PENDING,
+    LABEL_APPLIED_FOR,
     LABEL_ROLE,
+    LABEL_TEMPLATE_DIGEST,
     REASON_OPERATOR_CHANGE_REQUIRED,
     REASON_OPERATOR_CHANGED,
     REASON_UP_TO_DATE,
@@ -76,9 +76,10 @@ def trigger(resource: Json) -> str:
 
 
 def stamp(owner: Owner, trigger_value: str, router_inputs: str = "") -> str:
-    """The record of what a template was applied for."""
-    parts = [str(owner.generation), trigger_value]
-    return "/".join([*parts, router_inputs] if router_inputs else parts)
+    """The record of what a template was applied for: a digest (a label value) of the
+    generation, the trigger and, for the router, what it routes by."""
+    parts = [str(owner.generation), trigger_value, *([router_inputs] if router_inputs else [])]
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:16]
 
 
 def _labels(obj: Json) -> Mapping[str, str]:
@@ -147,8 +148,8 @@ def hold(
         record = stamp(owner, inputs.trigger, inputs.router_inputs if is_router else "")
         digest = template_digest(manifest["spec"]["template"])
         manifest = copy.deepcopy(manifest)
-        notes = manifest["metadata"].setdefault("annotations", {})
-        notes.update({ANNOTATION_APPLIED_FOR: record, ANNOTATION_TEMPLATE_DIGEST: digest})
+        labels = manifest["metadata"].setdefault("labels", {})
+        labels.update({LABEL_APPLIED_FOR: record, LABEL_TEMPLATE_DIGEST: digest})
         current = live.get((kind, name))
         diff = (
             []
@@ -181,14 +182,14 @@ def _waiting(
     """What applying ``manifest`` would change that the user did not ask for ([]: apply
     it; None: the live template must be read first)."""
     meta = current.get("metadata") or {}
-    notes = meta.get("annotations") or {}
-    recorded = notes.get(ANNOTATION_APPLIED_FOR)
+    labels = meta.get("labels") or {}
+    recorded = labels.get(LABEL_APPLIED_FOR)
     if recorded is None:
         owner = inputs.owner
         unchanged = inputs.observed_generation == owner.generation and not inputs.trigger
     else:
         unchanged = recorded == record
-    if not unchanged or notes.get(ANNOTATION_TEMPLATE_DIGEST) == digest:
+    if not unchanged or labels.get(LABEL_TEMPLATE_DIGEST) == digest:
         return []
     if read is None or read[0] != str(meta.get("resourceVersion", "")):
         return None

@@ -15,13 +15,13 @@ import pytest
 
 from ascend_pd_operator.api.json_object import Json
 from ascend_pd_operator.api.vocabulary import (
-    ANNOTATION_APPLIED_FOR,
     ANNOTATION_APPLY_OPERATOR_UPDATES,
-    ANNOTATION_TEMPLATE_DIGEST,
+    LABEL_APPLIED_FOR,
+    LABEL_TEMPLATE_DIGEST,
     Owner,
 )
 from ascend_pd_operator.decisions.observation import Observation
-from ascend_pd_operator.decisions.operator_updates import Inputs, condition, hold, listed
+from ascend_pd_operator.decisions.operator_updates import Inputs, condition, hold, listed, stamp
 from ascend_pd_operator.decisions.planner import Plan, plan
 from ascend_pd_operator.decisions.template_diff import changes, quantity
 from ascend_pd_runtime.env_contract import CONTRACT_VERSION
@@ -120,14 +120,19 @@ def _sts(name: str, template: Json, role: str = "prefill") -> Json:
     }
 
 
-def _live(manifest: Json, applied_for: str | None, digest: str | None, rv: str = "7") -> Json:
+def _live(
+    manifest: Json, applied_for: tuple[int, str] | None, digest: str | None, rv: str = "7"
+) -> Json:
+    """``manifest`` as the cache holds it: its records (applied for (generation, trigger)
+    and the template digest, if any) and no template."""
     live = copy.deepcopy(manifest)
-    notes = {}
+    labels = dict(live["metadata"].get("labels") or {})
     if applied_for is not None:
-        notes[ANNOTATION_APPLIED_FOR] = applied_for
+        owner = Owner(OWNER.name, OWNER.namespace, OWNER.uid, applied_for[0])
+        labels[LABEL_APPLIED_FOR] = stamp(owner, applied_for[1])
     if digest is not None:
-        notes[ANNOTATION_TEMPLATE_DIGEST] = digest
-    live["metadata"].update(annotations=notes, resourceVersion=rv)
+        labels[LABEL_TEMPLATE_DIGEST] = digest
+    live["metadata"].update(labels=labels, resourceVersion=rv)
     live["spec"] = {"selector": live["spec"]["selector"]}  # the cache keeps no template
     return live
 
@@ -140,7 +145,7 @@ def _inputs(**kw: Any) -> Inputs:
 def test_a_workload_applied_for_these_inputs_with_another_template_waits() -> None:
     old, new = _template(), _template(env=[{"name": "A", "value": "1"}, {"name": "B"}])
     desired = _sts("p0", new)
-    live = {("StatefulSet", "p0"): _live(desired, "3/", "an-older-digest")}
+    live = {("StatefulSet", "p0"): _live(desired, (3, ""), "an-older-digest")}
     first = hold(_inputs(), [desired], live, {})
     # the live template is needed first; meanwhile nothing is applied
     assert first.needs_templates == (("StatefulSet", "p0"),) and first.children == ()
@@ -156,17 +161,17 @@ def test_a_workload_applied_for_these_inputs_with_another_template_waits() -> No
 
 def test_a_user_change_the_trigger_or_rolling_applies_the_new_template() -> None:
     desired = _sts("p0", _template(image="img:2"))
-    live = {("StatefulSet", "p0"): _live(desired, "2/", "an-older-digest")}
+    live = {("StatefulSet", "p0"): _live(desired, (2, ""), "an-older-digest")}
     for inputs, live_now in [
         (_inputs(), live),  # applied for generation 2, now 3: the user changed the spec
-        (_inputs(trigger="now"), {("StatefulSet", "p0"): _live(desired, "3/", "older")}),
-        (_inputs(rolling=True), {("StatefulSet", "p0"): _live(desired, "3/", "older")}),
+        (_inputs(trigger="now"), {("StatefulSet", "p0"): _live(desired, (3, ""), "older")}),
+        (_inputs(rolling=True), {("StatefulSet", "p0"): _live(desired, (3, ""), "older")}),
     ]:
         out = hold(inputs, [desired], live_now, {})
         assert [m["metadata"]["name"] for m in out.children] == ["p0"]
-        notes = out.children[0]["metadata"]["annotations"]
-        assert notes[ANNOTATION_APPLIED_FOR] == f"3/{inputs.trigger}"
-        assert notes[ANNOTATION_TEMPLATE_DIGEST] != "older" and not out.held.changes
+        labels = out.children[0]["metadata"]["labels"]
+        assert labels[LABEL_APPLIED_FOR] == stamp(OWNER, inputs.trigger)
+        assert labels[LABEL_TEMPLATE_DIGEST] != "older" and not out.held.changes
 
 
 def test_a_workload_without_records_is_unchanged_while_the_status_is_of_this_generation() -> None:
@@ -183,7 +188,7 @@ def test_an_env_contract_change_is_required_and_still_waits() -> None:
     old = _template(env=[{"name": CONTRACT_VERSION, "value": "1"}])
     new = _template(env=[{"name": CONTRACT_VERSION, "value": "2"}])
     desired = _sts("d0", new, role="decode")
-    live = {("StatefulSet", "d0"): _live(desired, "3/", "x")}
+    live = {("StatefulSet", "d0"): _live(desired, (3, ""), "x")}
     out = hold(_inputs(), [desired], live, {("StatefulSet", "d0"): ("7", _stored(old))})
     assert out.children == () and out.held.required == {"decode"}
     cond = condition(OWNER, out.held)
