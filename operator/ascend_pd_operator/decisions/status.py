@@ -339,8 +339,9 @@ def _check_placement(obs: Findings, applied: bool, draft: _Draft) -> None:
 
 
 #: Conditions that say how things stand without holding Ready back (RatioConstrained is
-#: False while the asked counts hold, True while the bounds hold a count back).
-ADVISORY = (COND_RATIO_CONSTRAINED,)
+#: False while the asked counts hold, True while the bounds hold a count back; an update
+#: that waits for the user leaves the old template running, which serves).
+ADVISORY = (COND_RATIO_CONSTRAINED, COND_UPDATE_PENDING)
 
 
 def _check_ready(obs: Findings, rolling: bool, draft: _Draft) -> None:

@@ -281,3 +281,11 @@ def test_a_builder_change_on_an_unchanged_spec_waits_and_the_trigger_rolls_it(
     sts = applied[("StatefulSet", "dsv3-decode-0")]
     assert sts is not None and sts["spec"]["template"]["metadata"]["labels"]["example.com/new"]
     assert "updatePending" not in triggered.status
+
+
+def test_ready_never_waits_for_update_pending(dsv3: Json) -> None:
+    """UpdatePending is advisory: Ready's "waiting for" named it beside the roles (the Pod
+    Security e2e test, which quotes Ready's message, caught it)."""
+    p = plan(Observation(_resource(dsv3)), NOW)
+    ready = next(c for c in p.status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and "UpdatePending" not in ready["message"], ready
